@@ -1,0 +1,65 @@
+#include "base/tensor.h"
+
+#include <cstdlib>
+#include <sstream>
+
+namespace fr {
+
+Storage::Storage(size_t bytes, Device dev) : bytes_(bytes), dev_(dev) {
+  FR_CHECK(dev.type == DeviceType::kCpu, "device storage is allocated by the device backend");
+  size_t rounded = (bytes + 63) / 64 * 64;
+  data_ = std::aligned_alloc(64, rounded ? rounded : 64);
+  FR_CHECK(data_ != nullptr, "out of memory allocating " + std::to_string(bytes) + " bytes");
+  std::memset(data_, 0, rounded ? rounded : 64);
+}
+
+Storage::~Storage() { std::free(data_); }
+
+Tensor::Tensor(DType dt, Shape shape, Device dev)
+    : dtype_(dt), shape_(std::move(shape)),
+      storage_(std::make_shared<Storage>(static_cast<size_t>(shape_.numel()) * SizeOf(dt), dev)) {}
+
+Tensor Tensor::Reshaped(Shape shape) const {
+  FR_CHECK(shape.numel() == numel(), shape.ToString() + " vs " + shape_.ToString());
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::Clone() const {
+  Tensor t(dtype_, shape_, device());
+  t.CopyFrom(*this);
+  return t;
+}
+
+void Tensor::CopyFrom(const Tensor& src) const {
+  FR_CHECK(src.dtype_ == dtype_ && src.numel() == numel(), "copy between mismatched tensors");
+  if (bytes()) std::memcpy(raw(), src.raw(), bytes());
+}
+
+Tensor Tensor::Full(Shape shape, float v) {
+  Tensor t(DType::kF32, std::move(shape));
+  for (float& x : t.span<float>()) x = v;
+  return t;
+}
+
+std::string Tensor::ToString(int max_elems) const {
+  std::ostringstream os;
+  os << Name(dtype_) << shape_.ToString() << " {";
+  int64_t n = std::min<int64_t>(numel(), max_elems);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i) os << ", ";
+    switch (dtype_) {
+      case DType::kF32: os << data<float>()[i]; break;
+      case DType::kI64: os << data<int64_t>()[i]; break;
+      case DType::kI32: os << data<int32_t>()[i]; break;
+      case DType::kBool: os << (data<bool>()[i] ? "true" : "false"); break;
+      case DType::kU8: os << int{data<uint8_t>()[i]}; break;
+    }
+  }
+  if (numel() > n) os << ", ...";
+  os << "}";
+  return os.str();
+}
+
+}  // namespace fr

@@ -1,0 +1,70 @@
+// Tensor: a dense, contiguous, row-major array on one device. Copying a Tensor shares its storage
+// (like a shared_ptr); Clone() copies the data. A Tensor is not thread-safe by itself: the actor
+// runtime guarantees that one register slot has one writer or many readers at a time.
+#pragma once
+
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "base/dtype.h"
+#include "base/shape.h"
+
+namespace fr {
+
+// Owns one allocation. CPU memory is 64-byte aligned for vector kernels.
+class Storage {
+ public:
+  Storage(size_t bytes, Device dev);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return dev_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Device dev_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Allocates zero-filled storage.
+  Tensor(DType dt, Shape shape, Device dev = {});
+  // A view of shared storage with another shape (same element count).
+  Tensor Reshaped(Shape shape) const;
+  Tensor Clone() const;
+
+  bool defined() const { return storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  Device device() const { return storage_ ? storage_->device() : Device{}; }
+  int64_t numel() const { return shape_.numel(); }
+  size_t bytes() const { return static_cast<size_t>(numel()) * SizeOf(dtype_); }
+  void* raw() const { return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr; }
+  bool SharesStorageWith(const Tensor& o) const { return storage_ == o.storage_; }
+
+  template <typename T> T* data() const {
+    FR_CHECK(DTypeOf<T>() == dtype_, "tensor dtype is " + std::string(Name(dtype_)));
+    return static_cast<T*>(raw());
+  }
+  template <typename T> std::span<T> span() const { return {data<T>(), static_cast<size_t>(numel())}; }
+  void Zero() const { if (bytes()) std::memset(raw(), 0, bytes()); }
+  void CopyFrom(const Tensor& src) const;
+
+  // A scalar (or any-shape) tensor of value v.
+  static Tensor Full(Shape shape, float v);
+  std::string ToString(int max_elems = 8) const;
+
+ private:
+  DType dtype_ = DType::kF32;
+  Shape shape_;
+  std::shared_ptr<Storage> storage_;
+  size_t offset_ = 0;
+};
+
+}  // namespace fr
