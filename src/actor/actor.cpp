@@ -1,0 +1,169 @@
+#include "actor/actor.h"
+
+#include <algorithm>
+
+#include "actor/runtime.h"
+#include "ops/op.h"
+
+namespace fr::actor {
+
+using ir::TaskKind;
+
+Actor::Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task) : rt_(rt), plan_(plan), task_(task) {
+  total_ = plan.Acts(task);
+  const int64_t m = plan.micro_batches;
+  const bool variable = task.kind == TaskKind::kVariable;
+  // Ratio of this task's acts to a regst's pieces: M when a per-micro-batch task meets a per-step regst.
+  auto ratio = [&](const ir::RegstDesc& r) { return (!task.per_step && r.per_step) ? m : int64_t{1}; };
+  for (int r : task.in) {
+    if (r < 0 || InPort(r)) continue;
+    const ir::RegstDesc& rd = plan.regsts[static_cast<size_t>(r)];
+    Port p;
+    p.regst = r;
+    p.peer = rd.producer;
+    p.ratio = ratio(rd);
+    p.skip = variable ? 1 : 0;  // a variable reads the step's gradient after emitting the parameter
+    p.pieces = (total_ - p.skip) / p.ratio;
+    in_.push_back(std::move(p));
+  }
+  for (int r : task.out) {
+    const ir::RegstDesc& rd = plan.regsts[static_cast<size_t>(r)];
+    Port p;
+    p.regst = r;
+    p.ratio = ratio(rd);
+    p.pieces = variable ? plan.steps : total_ / p.ratio;
+    for (int s = 0; s < rd.regst_num; ++s) p.slots.push_back(s);
+    p.pending.assign(static_cast<size_t>(rd.regst_num), 0);
+    out_.push_back(std::move(p));
+  }
+  if (variable && task.node >= 0) {
+    for (ir::ValueId s : rt.graph().node(task.node).out) state_.emplace_back(rt.graph().type(s).dtype, rt.graph().type(s).shape);
+  }
+}
+
+Actor::Port* Actor::InPort(int regst) {
+  for (Port& p : in_)
+    if (p.regst == regst) return &p;
+  return nullptr;
+}
+
+void Actor::Handle(const Msg& m) {
+  if (m.kind == MsgKind::kReq) {
+    InPort(m.regst)->slots.push_back(m.slot);
+  } else if (m.kind == MsgKind::kAck) {
+    for (Port& p : out_) {
+      if (p.regst != m.regst) continue;
+      if (--p.pending[static_cast<size_t>(m.slot)] == 0) p.slots.push_back(m.slot);
+    }
+  }
+  while (next_ < total_ && Ready()) ActOnce();
+}
+
+bool Actor::Ready() const {
+  const int64_t k = next_;
+  for (const Port& p : in_)
+    if (p.Uses(k) && p.slots.empty()) return false;
+  for (const Port& p : out_) {
+    if (p.Starts(k) && p.slots.empty()) return false;
+    // A variable updates its parameter in place: every reader must have given it back.
+    if (task_.kind == TaskKind::kVariable && p.pending[0] != 0) return false;
+  }
+  return true;
+}
+
+void Actor::ActOnce() {
+  const int64_t k = next_;
+  for (Port& p : out_) {
+    if (p.Starts(k)) {
+      p.current = p.slots.front();
+      p.slots.pop_front();
+    }
+  }
+  Status s = Body(k);
+  if (!s.ok()) {
+    rt_.Fail(s);
+    next_ = total_;
+    return;
+  }
+  for (Port& p : in_) {
+    if (!p.Ends(k)) continue;
+    rt_.Send(Msg{MsgKind::kAck, p.peer, task_.id, p.regst, p.slots.front()});
+    p.slots.pop_front();
+  }
+  for (Port& p : out_) {
+    if (!p.Ends(k)) continue;
+    const auto& consumers = plan_.regsts[static_cast<size_t>(p.regst)].consumers;
+    if (consumers.empty()) {
+      p.slots.push_back(p.current);
+    } else {
+      p.pending[static_cast<size_t>(p.current)] = static_cast<int>(consumers.size());
+      for (int c : consumers) rt_.Send(Msg{MsgKind::kReq, c, task_.id, p.regst, p.current});
+    }
+    p.current = -1;
+  }
+  ++next_;
+  acts_done_.store(next_, std::memory_order_relaxed);
+  if (next_ == total_) rt_.ActorFinished();
+}
+
+Tensor Actor::InputTensor(size_t i) const {
+  const ir::Node& node = rt_.graph().node(task_.node);
+  ir::ValueId v = node.in[i];
+  int r = task_.in[i];
+  if (v == ir::kNoValue) return Tensor();
+  if (r < 0) {
+    if (task_.kind == TaskKind::kVariable && i == 0) return rt_.Slot(task_.out[0], 0);
+    return rt_.graph().value(v).data;
+  }
+  for (const Port& p : in_)
+    if (p.regst == r) return rt_.Slot(r, p.slots.front());
+  FR_CHECK(false, "no port for regst " + std::to_string(r));
+  return Tensor();
+}
+
+Status Actor::Compute(int64_t step, int64_t micro) {
+  const ir::Node& node = rt_.graph().node(task_.node);
+  std::vector<Tensor> in, out;
+  for (size_t i = 0; i < node.in.size(); ++i) in.push_back(InputTensor(i));
+  for (size_t i = 0; i < out_.size(); ++i) out.push_back(rt_.Slot(out_[i].regst, out_[i].current));
+  KernelCtx ctx{node, in, out, step, micro, plan_.micro_batches};
+  return Kernel(node.op, DeviceType::kCpu)(ctx);
+}
+
+Status Actor::Variable(int64_t k) {
+  if (k == 0 || task_.node < 0) return Status::Ok();  // act 0 only emits the initial value
+  const ir::Node& node = rt_.graph().node(task_.node);
+  std::vector<Tensor> in;
+  for (size_t i = 0; i < node.in.size(); ++i) in.push_back(InputTensor(i));
+  KernelCtx ctx{node, in, state_, k - 1, 0, plan_.micro_batches};
+  return Kernel(node.op, DeviceType::kCpu)(ctx);
+}
+
+Status Actor::Body(int64_t k) {
+  const int64_t m = plan_.micro_batches;
+  const int64_t step = task_.per_step ? k : k / m, micro = task_.per_step ? 0 : k % m;
+  switch (task_.kind) {
+    case TaskKind::kCompute: return Compute(step, micro);
+    case TaskKind::kVariable: return Variable(k);
+    case TaskKind::kData:
+      for (const Port& p : out_) {
+        const std::string& name = rt_.graph().value(plan_.regsts[static_cast<size_t>(p.regst)].value).name;
+        RETURN_IF_ERROR(rt_.Feed(name, step, micro, rt_.Slot(p.regst, p.current)));
+      }
+      return Status::Ok();
+    case TaskKind::kLossSink: {
+      loss_sum_ += rt_.Slot(in_[0].regst, in_[0].slots.front()).data<float>()[0];
+      if (micro == m - 1) {
+        rt_.ReportLoss(step, loss_sum_ / static_cast<double>(m));
+        loss_sum_ = 0;
+      }
+      return Status::Ok();
+    }
+    case TaskKind::kNormSink:
+      rt_.ReportGradNormSq(step, rt_.Slot(in_[0].regst, in_[0].slots.front()).data<float>()[0]);
+      return Status::Ok();
+  }
+  return Status::Ok();
+}
+
+}  // namespace fr::actor

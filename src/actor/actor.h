@@ -1,0 +1,67 @@
+// Actor: runs one Plan task. It acts when every input regst it needs has a ready slot and every
+// output it fills has a free slot; after acting it sends a req to the consumers of what it filled
+// and an ack to the producers of what it finished reading. There is no scheduler: readiness is
+// local, and regst_num slots per regst bound how far a producer runs ahead (back pressure).
+//
+// Thread-safety: an actor is touched only by its stream's thread (Handle), except acts_done(),
+// which any thread may read.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <vector>
+
+#include "actor/message.h"
+#include "base/status.h"
+#include "base/tensor.h"
+#include "ir/graph.h"
+#include "ir/plan.h"
+
+namespace fr::actor {
+
+class Runtime;
+
+class Actor {
+ public:
+  Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task);
+  void Handle(const Msg& m);
+  int64_t acts_done() const { return acts_done_.load(std::memory_order_relaxed); }
+  int64_t total_acts() const { return total_; }
+  const ir::TaskDesc& task() const { return task_; }
+
+ private:
+  // One regst seen from this actor. Act k uses the port iff skip <= k < skip + pieces * ratio; it
+  // uses piece (k - skip) / ratio, and finishes it at the piece's last act.
+  struct Port {
+    int regst = -1;
+    int peer = -1;         // producer (inputs)
+    int64_t ratio = 1, skip = 0, pieces = 0;
+    std::deque<int> slots;  // inputs: ready slots in order; outputs: free slots
+    std::vector<int> pending;  // outputs: acks outstanding per slot
+    int current = -1;       // outputs: the slot being filled
+    bool Uses(int64_t k) const { return k >= skip && k < skip + pieces * ratio; }
+    bool Starts(int64_t k) const { return Uses(k) && (k - skip) % ratio == 0; }
+    bool Ends(int64_t k) const { return Uses(k) && (k - skip) % ratio == ratio - 1; }
+  };
+
+  bool Ready() const;
+  void ActOnce();
+  Status Body(int64_t k);
+  Status Compute(int64_t step, int64_t micro);
+  Status Variable(int64_t k);
+  // The tensor behind node input i for this act (a regst slot, a constant or the parameter).
+  Tensor InputTensor(size_t i) const;
+  Port* InPort(int regst);
+
+  Runtime& rt_;
+  const ir::Plan& plan_;
+  const ir::TaskDesc& task_;
+  std::vector<Port> in_, out_;
+  std::vector<Tensor> state_;  // variable: optimizer state
+  int64_t total_ = 0;
+  int64_t next_ = 0;           // the next act
+  double loss_sum_ = 0;        // loss sink
+  std::atomic<int64_t> acts_done_{0};
+};
+
+}  // namespace fr::actor

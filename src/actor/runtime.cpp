@@ -1,0 +1,129 @@
+#include "actor/runtime.h"
+
+#include <cmath>
+
+namespace fr::actor {
+
+Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank) : plan_(plan), graph_(graph), rank_(rank) {
+  slots_.resize(plan.regsts.size());
+  for (const ir::RegstDesc& r : plan.regsts) {
+    if (plan.tasks[static_cast<size_t>(r.producer)].rank != rank_) continue;
+    for (int s = 0; s < r.regst_num; ++s) slots_[static_cast<size_t>(r.id)].emplace_back(r.type.dtype, r.type.shape);
+  }
+  for (const ir::TaskDesc& t : plan.tasks) {  // a variable's slot starts as the parameter's initial value
+    if (t.rank == rank_ && t.kind == ir::TaskKind::kVariable) Slot(t.out[0], 0).CopyFrom(graph.value(t.param).data);
+  }
+}
+
+Runtime::~Runtime() {
+  for (auto& s : streams_) s->Join();
+}
+
+Tensor Runtime::Param(ir::ValueId v) const {
+  for (const ir::TaskDesc& t : plan_.tasks)
+    if (t.kind == ir::TaskKind::kVariable && t.param == v) return slots_[static_cast<size_t>(t.out[0])][0];
+  return Tensor();
+}
+
+void Runtime::Send(const Msg& m) { streams_[static_cast<size_t>(stream_of_[static_cast<size_t>(m.dst)])]->Push(m); }
+
+Status Runtime::Feed(const std::string& input, int64_t step, int64_t micro, const Tensor& out) {
+  return opt_.feeder->Fill(input, step, micro, out);
+}
+
+void Runtime::Fail(const Status& s) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_) return;
+    failed_ = true;
+    error_ = s;
+  }
+  cv_.notify_all();
+}
+
+void Runtime::ActorFinished() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++finished_;
+  }
+  cv_.notify_all();
+}
+
+void Runtime::ReportLoss(int64_t step, double loss) {
+  std::lock_guard<std::mutex> lock(mu_);
+  partial_[step].loss = loss;
+  ++parts_[step];
+  MaybeEmit();
+}
+
+void Runtime::ReportGradNormSq(int64_t step, double sq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  partial_[step].grad_norm = std::sqrt(sq);
+  ++parts_[step];
+  MaybeEmit();
+}
+
+void Runtime::MaybeEmit() {
+  while (parts_.count(next_emit_) && parts_[next_emit_] == 2) {
+    StepRecord r = partial_[next_emit_];
+    r.step = next_emit_;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    partial_.erase(next_emit_);
+    parts_.erase(next_emit_);
+    ++next_emit_;
+    if (opt_.on_step) opt_.on_step(r);
+  }
+}
+
+Status Runtime::Run(const RunOptions& opt) {
+  opt_ = opt;
+  start_ = std::chrono::steady_clock::now();
+  for (const std::string& name : plan_.streams) {
+    streams_.push_back(std::make_unique<Stream>(name, [this](const Msg& m) {
+      actors_[static_cast<size_t>(m.dst)]->Handle(m);
+    }));
+  }
+  int mine = 0;
+  actors_.resize(plan_.tasks.size());
+  stream_of_.resize(plan_.tasks.size());
+  for (const ir::TaskDesc& t : plan_.tasks) {
+    stream_of_[static_cast<size_t>(t.id)] = t.stream;
+    if (t.rank != rank_) continue;
+    actors_[static_cast<size_t>(t.id)] = std::make_unique<Actor>(*this, plan_, t);
+    ++mine;
+  }
+  for (auto& s : streams_) s->Start();
+  for (const auto& a : actors_)
+    if (a) Send(Msg{MsgKind::kStart, a->task().id, a->task().id, -1, -1});
+
+  // Wait for completion, failure, or a stall.
+  int64_t last_progress = -1;
+  auto last_change = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!failed_ && finished_ < mine) {
+    cv_.wait_for(lock, std::chrono::milliseconds(200));
+    int64_t progress = 0;
+    for (const auto& a : actors_) progress += a ? a->acts_done() : 0;
+    auto now = std::chrono::steady_clock::now();
+    if (progress != last_progress) {
+      last_progress = progress;
+      last_change = now;
+    } else if (std::chrono::duration<double>(now - last_change).count() > opt_.stall_timeout) {
+      std::string waiting;
+      for (const auto& a : actors_)
+        if (a && a->acts_done() < a->total_acts())
+          waiting += "\n  " + a->task().name + " (" + std::to_string(a->acts_done()) + "/" +
+                     std::to_string(a->total_acts()) + " acts)";
+      failed_ = true;
+      error_ = Status::Runtime("[actor] no progress for " + std::to_string(static_cast<int>(opt_.stall_timeout)) +
+                               " s; tasks still waiting:" + waiting);
+    }
+  }
+  Status result = failed_ ? error_ : Status::Ok();
+  lock.unlock();
+  for (auto& s : streams_) s->Stop();
+  for (auto& s : streams_) s->Join();
+  return result;
+}
+
+}  // namespace fr::actor

@@ -1,0 +1,86 @@
+// Runtime: runs one rank's part of a Plan with actors on stream threads, and reports each finished
+// step. One Runtime runs once.
+//
+// Failure: an act that fails stops every stream and Run returns its Status. If no actor makes
+// progress for `stall_timeout` seconds, Run fails naming the tasks still waiting, instead of
+// hanging.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "actor/actor.h"
+#include "actor/stream.h"
+#include "ir/plan.h"
+
+namespace fr::actor {
+
+// Fills the graph input `input` ([micro_batch, ...]) with micro-batch `micro` of step `step`.
+class Feeder {
+ public:
+  virtual ~Feeder() = default;
+  virtual Status Fill(const std::string& input, int64_t step, int64_t micro, const Tensor& out) = 0;
+};
+
+struct StepRecord {
+  int64_t step = 0;      // from 0
+  double loss = 0;       // mean over the step's micro-batches
+  double grad_norm = 0;  // global L2 norm before clipping
+  double seconds = 0;    // wall time since the run started, when the step finished
+};
+
+struct RunOptions {
+  Feeder* feeder = nullptr;
+  std::function<void(const StepRecord&)> on_step;  // called on a runtime thread, in step order
+  double stall_timeout = 60;
+};
+
+class Runtime {
+ public:
+  Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank = 0);
+  ~Runtime();
+  Status Run(const RunOptions& opt);
+
+  // The current value of a parameter (after Run: the trained value).
+  Tensor Param(ir::ValueId v) const;
+
+  // For actors.
+  const ir::Graph& graph() const { return graph_; }
+  Tensor& Slot(int regst, int slot) { return slots_[static_cast<size_t>(regst)][static_cast<size_t>(slot)]; }
+  void Send(const Msg& m);
+  Status Feed(const std::string& input, int64_t step, int64_t micro, const Tensor& out);
+  void ReportLoss(int64_t step, double loss);
+  void ReportGradNormSq(int64_t step, double sq);
+  void Fail(const Status& s);
+  void ActorFinished();
+
+ private:
+  void Notify();
+  void MaybeEmit();  // requires mu_
+
+  const ir::Plan& plan_;
+  const ir::Graph& graph_;
+  int rank_;
+  RunOptions opt_;
+  std::vector<std::vector<Tensor>> slots_;  // per regst
+  std::vector<std::unique_ptr<Actor>> actors_;   // by task id; null for other ranks' tasks
+  std::vector<std::unique_ptr<Stream>> streams_;
+  std::vector<int> stream_of_;                   // by task id
+  std::chrono::steady_clock::time_point start_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Status error_;                         // guarded by mu_
+  bool failed_ = false;                  // guarded by mu_
+  int finished_ = 0;                     // guarded by mu_
+  std::map<int64_t, StepRecord> partial_;  // guarded by mu_: steps with loss or norm pending
+  std::map<int64_t, int> parts_;         // guarded by mu_
+  int64_t next_emit_ = 0;                // guarded by mu_
+};
+
+}  // namespace fr::actor

@@ -1,0 +1,42 @@
+// A Stream is one thread with a FIFO of messages. Every actor lives on one stream and is touched
+// only by that stream's thread, so actors need no locks; only the queue is shared.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "actor/message.h"
+
+namespace fr::actor {
+
+class Stream {
+ public:
+  // `handle` runs on the stream's thread for each message, kStop excepted, which ends the thread.
+  Stream(std::string name, std::function<void(const Msg&)> handle);
+  ~Stream();  // joins
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  void Start();
+  // Thread-safe.
+  void Push(const Msg& m);
+  void Stop();  // pushes kStop
+  void Join();
+  const std::string& name() const { return name_; }
+
+ private:
+  void Loop();
+
+  std::string name_;
+  std::function<void(const Msg&)> handle_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Msg> queue_;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace fr::actor

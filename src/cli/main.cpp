@@ -1,0 +1,92 @@
+// flowrun: the command line (DESIGN.md §5). Exit codes: 0 success, 2 bad input, 1 runtime failure.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "actor/runtime.h"
+#include "cli/config.h"
+#include "cli/pipeline.h"
+#include "cli/step_log.h"
+
+namespace fr {
+namespace {
+
+struct Args {
+  std::string config;
+  std::vector<std::string> set;
+  bool dump = false;
+};
+
+int Fail(const Status& s) {
+  std::cerr << "flowrun: " << s.message() << std::endl;
+  return s.exit_code();
+}
+
+int Train(const Args& a) {
+  auto cfg = LoadConfig(a.config, a.set);
+  if (!cfg.ok()) return Fail(cfg.status());
+  auto c = Compile(*cfg);
+  if (!c.ok()) return Fail(c.status());
+  data::Loader loader(*c->dataset, c->input_field, cfg->data, cfg->train);
+  StepLogOptions lo;
+  lo.steps = cfg->train.steps;
+  lo.every = cfg->log.every;
+  lo.jsonl = cfg->log.jsonl;
+  lo.schedule = Schedule{cfg->optimizer.lr, cfg->schedule.min_lr, static_cast<int>(cfg->schedule.type),
+                         cfg->schedule.warmup, cfg->train.steps};
+  lo.flops_per_step = c->flops_per_step;
+  lo.tokens_per_step = c->tokens_per_step;
+  lo.tokens = cfg->data.format == DataConfig::Format::kTokens;
+  StepLog log(lo);
+  if (Status s = log.Open(); !s.ok()) return Fail(s);
+  actor::Runtime rt(c->plan, c->training.graph);
+  actor::RunOptions ro;
+  ro.feeder = &loader;
+  ro.on_step = [&](const actor::StepRecord& r) { log.OnStep(r); };
+  ro.stall_timeout = cfg->parallel.timeout;
+  if (Status s = rt.Run(ro); !s.ok()) return Fail(s);
+  std::cout << "done: " << cfg->train.steps << " steps, final loss " << log.last_loss() << ", "
+            << log.MeanStepSeconds() * 1e3 << " ms/step" << std::endl;
+  return 0;
+}
+
+int Plan(const Args& a) {
+  auto cfg = LoadConfig(a.config, a.set);
+  if (!cfg.ok()) return Fail(cfg.status());
+  auto c = Compile(*cfg);
+  if (!c.ok()) return Fail(c.status());
+  const ir::Plan& p = c->plan;
+  if (a.dump) {
+    std::cout << p.Dump(c->training.graph);
+  } else {
+    std::cout << cfg->path << ": " << c->training.graph.nodes.size() << " ops, " << p.tasks.size() << " tasks, "
+              << p.regsts.size() << " registers on " << p.ranks << " rank(s); --dump shows them" << std::endl;
+  }
+  for (const std::string& f : c->training.frozen)
+    std::cout << "note: initializer '" << f << "' does not affect the loss and is not trained" << std::endl;
+  return 0;
+}
+
+}  // namespace
+}  // namespace fr
+
+int main(int argc, char** argv) {
+  CLI::App app{"flowrun: distributed training of ONNX models, as simple as one device"};
+  app.set_version_flag("--version", std::string("flowrun ") + FLOWRUN_VERSION);
+  app.require_subcommand(1);
+  fr::Args args;
+  auto* train = app.add_subcommand("train", "train the model a config describes");
+  train->add_option("config", args.config, "the YAML config")->required();
+  train->add_option("--set", args.set, "override a config key: key.path=value (repeatable)");
+  auto* plan = app.add_subcommand("plan", "compile only and show the plan");
+  plan->add_option("config", args.config, "the YAML config")->required();
+  plan->add_option("--set", args.set, "override a config key: key.path=value (repeatable)");
+  plan->add_flag("--dump", args.dump, "print every op, task and register");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  if (train->parsed()) return fr::Train(args);
+  return fr::Plan(args);
+}

@@ -1,0 +1,104 @@
+#include "cli/pipeline.h"
+
+#include "boxing/lower.h"
+#include "ir/onnx_import.h"
+#include "ops/op.h"
+
+namespace fr {
+namespace {
+
+// Multi-rank training, CUDA and the SBP hints are later milestones; until they land, asking for
+// them is an error rather than something silently ignored.
+Status CheckSupported(const Config& cfg) {
+  const ParallelConfig& p = cfg.parallel;
+  auto no = [&](const std::string& key, const std::string& what) {
+    return Status::Invalid("[config] " + cfg.path + ": parallel." + key + ": " + what +
+                           " is not implemented in this version of flowrun");
+  };
+  if (p.device == ParallelConfig::Device::kCuda) return no("device", "training on CUDA");
+  if (p.ranks > 1) return no("ranks", "training on more than one rank");
+  if (!p.mesh.empty() && !(p.mesh.size() == 1 && (p.mesh[0] == 1 || p.mesh[0] == -1))) return no("mesh", "a device mesh");
+  if (!p.stages.empty()) return no("stages", "pipeline parallelism");
+  if (!p.sbp.empty()) return no("sbp", "SBP hints");
+  if (p.zero) return no("zero", "ZeRO");
+  return Status::Ok();
+}
+
+ir::TrainingSpec SpecOf(const Config& cfg, const data::Dataset& ds) {
+  ir::TrainingSpec s;
+  s.loss = cfg.model.loss.type == LossConfig::Type::kCrossEntropy ? ir::TrainingSpec::Loss::kCrossEntropy
+                                                                    : ir::TrainingSpec::Loss::kMse;
+  s.loss_input = cfg.model.loss.output;
+  s.labels = cfg.model.loss.labels;
+  const data::Field& f = ds.fields().at(cfg.model.loss.labels);
+  std::vector<int64_t> dims = {cfg.train.micro_batch};
+  dims.insert(dims.end(), f.sample.dims().begin(), f.sample.dims().end());
+  s.labels_type = {f.dtype, Shape(dims)};
+  s.micro_batches = cfg.accumulation();
+  const OptimizerConfig& o = cfg.optimizer;
+  s.optimizer.type = o.type == OptimizerConfig::Type::kSgd ? ir::OptimizerSpec::Type::kSgd : ir::OptimizerSpec::Type::kAdamW;
+  s.optimizer.momentum = o.momentum;
+  s.optimizer.nesterov = o.nesterov;
+  s.optimizer.weight_decay = o.weight_decay;
+  s.optimizer.grad_clip = o.grad_clip;
+  s.optimizer.beta1 = o.beta1;
+  s.optimizer.beta2 = o.beta2;
+  s.optimizer.eps = o.eps;
+  s.optimizer.schedule = Schedule{o.lr, cfg.schedule.min_lr, static_cast<int>(cfg.schedule.type), cfg.schedule.warmup,
+                                  cfg.train.steps};
+  return s;
+}
+
+double MatMulFlops(const ir::Graph& g, int64_t micro_batches) {
+  double total = 0;
+  for (const ir::Node& n : g.nodes) {
+    if (n.op != OpKind::kMatMul && n.op != OpKind::kGemm) continue;
+    const Shape& a = g.type(n.in[0]).shape;
+    int64_t k = n.attrs.Int("transA") ? a[a.rank() - 2] : a[a.rank() - 1];
+    double f = 2.0 * static_cast<double>(g.type(n.out[0]).shape.numel()) * static_cast<double>(k);
+    total += n.phase == ir::Phase::kOptimizer ? f : f * static_cast<double>(micro_batches);
+  }
+  return total;
+}
+
+}  // namespace
+
+Result<Compiled> Compile(const Config& cfg) {
+  RETURN_IF_ERROR(CheckSupported(cfg));
+  Compiled c;
+  ASSIGN_OR_RETURN(c.dataset, data::OpenDataset(cfg.data, cfg.train.seed));
+  const auto& fields = c.dataset->fields();
+  auto field_list = [&] {
+    std::string s;
+    for (const auto& [name, f] : fields) s += (s.empty() ? "" : ", ") + name;
+    return s;
+  };
+  std::map<std::string, ir::TensorType> bound;
+  for (const auto& [input, field] : cfg.model.inputs) {
+    auto it = fields.find(field);
+    if (it == fields.end()) {
+      return Status::Invalid("[config] " + cfg.path + ": model.inputs." + input + ": the data has no field '" + field +
+                             "' (fields: " + field_list() + ")");
+    }
+    std::vector<int64_t> dims = {cfg.train.micro_batch};
+    dims.insert(dims.end(), it->second.sample.dims().begin(), it->second.sample.dims().end());
+    bound[input] = {it->second.dtype, Shape(dims)};
+    c.input_field[input] = field;
+  }
+  if (!fields.count(cfg.model.loss.labels)) {
+    return Status::Invalid("[config] " + cfg.path + ": model.loss.labels: the data has no field '" +
+                           cfg.model.loss.labels + "' (fields: " + field_list() + ")");
+  }
+  c.input_field[cfg.model.loss.labels] = cfg.model.loss.labels;
+  ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(cfg.model.onnx, bound));
+  ASSIGN_OR_RETURN(c.training, ir::BuildTraining(std::move(forward), SpecOf(cfg, *c.dataset)));
+  boxing::LowerOptions lo;
+  lo.steps = cfg.train.steps;
+  lo.micro_batches = cfg.accumulation();
+  ASSIGN_OR_RETURN(c.plan, boxing::Lower(c.training, lo));
+  c.flops_per_step = MatMulFlops(c.training.graph, cfg.accumulation());
+  c.tokens_per_step = cfg.train.global_batch * (cfg.data.format == DataConfig::Format::kTokens ? cfg.data.seq_len : 1);
+  return c;
+}
+
+}  // namespace fr

@@ -1,0 +1,28 @@
+// The compile pipeline shared by `flowrun train` and `flowrun plan` (DESIGN.md §2):
+// config -> dataset -> ONNX import with shapes bound -> training graph -> Plan.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "cli/config.h"
+#include "data/dataset.h"
+#include "ir/plan.h"
+#include "ir/training.h"
+
+namespace fr {
+
+struct Compiled {
+  std::unique_ptr<data::Dataset> dataset;
+  std::map<std::string, std::string> input_field;  // graph input -> data field
+  ir::TrainingGraph training;
+  ir::Plan plan;
+  double flops_per_step = 0;    // matmul FLOPs, forward and backward, whole step
+  int64_t tokens_per_step = 0;  // global_batch x seq_len for tokens, else global_batch samples
+};
+
+Result<Compiled> Compile(const Config& cfg);
+
+}  // namespace fr

@@ -1,0 +1,74 @@
+#include "cli/step_log.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+namespace fr {
+namespace {
+
+std::string Si(double v) {
+  char buf[32];
+  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.1fG", v / 1e9);
+  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.1fM", v / 1e6);
+  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+std::string Clock(double s) {
+  auto t = static_cast<int64_t>(s + 0.5);
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", static_cast<long long>(t / 3600), static_cast<long long>(t / 60 % 60), static_cast<long long>(t % 60));
+  else std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(t / 60), static_cast<long long>(t % 60));
+  return buf;
+}
+
+}  // namespace
+
+Status StepLog::Open() {
+  if (o_.jsonl.empty()) return Status::Ok();
+  std::filesystem::path p(o_.jsonl);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  jsonl_.open(p, std::ios::trunc);
+  if (!jsonl_) return Status::Invalid("[config] log.jsonl: cannot write '" + o_.jsonl + "': " + std::strerror(errno));
+  return Status::Ok();
+}
+
+double StepLog::MeanStepSeconds() const {
+  return o_.steps > 1 ? (last_end_ - first_step_end_) / static_cast<double>(o_.steps - 1) : last_end_;
+}
+
+void StepLog::OnStep(const actor::StepRecord& r) {
+  if (r.step == 0) first_step_end_ = r.seconds;
+  last_end_ = r.seconds;
+  last_loss_ = r.loss;
+  const int64_t n = r.step + 1;
+  if (n % o_.every != 0 && n != o_.steps) return;
+  // Throughput over the steps since the last logged one.
+  const double dt = (r.seconds - logged_seconds_) / static_cast<double>(r.step - logged_step_);
+  logged_seconds_ = r.seconds;
+  logged_step_ = r.step;
+  const double lr = o_.schedule.At(r.step);
+  const double tps = static_cast<double>(o_.tokens_per_step) / dt;
+  const double gflops = o_.flops_per_step / dt / 1e9 / o_.devices;
+  const double eta = dt * static_cast<double>(o_.steps - n);
+  char line[256];
+  std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.1e | gnorm %.2f | %.0f ms | %s %s | %.1f GFLOP/s/dev | eta %s",
+                static_cast<long long>(n), static_cast<long long>(o_.steps), r.loss, lr, r.grad_norm, dt * 1e3,
+                Si(tps).c_str(), o_.tokens ? "tok/s" : "samples/s", gflops, Clock(eta).c_str());
+  std::cout << line << std::endl;
+  if (jsonl_.is_open()) {
+    char js[384];
+    std::snprintf(js, sizeof js,
+                  "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"gnorm\": %.9g, \"step_ms\": %.4f, \"%s\": %.2f, \"gflops_per_dev\": %.3f}",
+                  static_cast<long long>(n), r.loss, lr, r.grad_norm, dt * 1e3, o_.tokens ? "tok_per_s" : "samples_per_s", tps,
+                  gflops);
+    jsonl_ << js << "\n";
+    jsonl_.flush();
+  }
+}
+
+}  // namespace fr

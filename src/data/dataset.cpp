@@ -1,0 +1,226 @@
+#include "data/dataset.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <regex>
+
+namespace fr::data {
+namespace {
+
+uint64_t SplitMix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+Result<std::string> ReadAll(const std::string& key, const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return Status::Invalid("[data] " + key + ": cannot read '" + path + "': " + std::strerror(errno));
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// A parsed .npy array: dtype, shape and the raw little-endian data.
+struct Npy {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::string data;
+};
+
+Result<Npy> ParseNpy(const std::string& key, const std::string& path) {
+  ASSIGN_OR_RETURN(std::string bytes, ReadAll(key, path));
+  auto bad = [&](const std::string& why) { return Status::Invalid("[data] " + key + ": '" + path + "': " + why); };
+  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) return bad("not a .npy file");
+  uint8_t major = static_cast<uint8_t>(bytes[6]);
+  size_t hlen = 0, hstart = 0;
+  if (major == 1) {
+    hlen = static_cast<uint8_t>(bytes[8]) | static_cast<size_t>(static_cast<uint8_t>(bytes[9])) << 8;
+    hstart = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) return bad("truncated header");
+    for (int i = 0; i < 4; ++i) hlen |= static_cast<size_t>(static_cast<uint8_t>(bytes[8 + static_cast<size_t>(i)])) << (8 * i);
+    hstart = 12;
+  } else {
+    return bad("unsupported .npy version " + std::to_string(major));
+  }
+  if (bytes.size() < hstart + hlen) return bad("truncated header");
+  std::string header = bytes.substr(hstart, hlen);
+  std::smatch m;
+  if (!std::regex_search(header, m, std::regex("'descr':\\s*'([^']*)'"))) return bad("header has no descr");
+  std::string descr = m[1];
+  Npy out;
+  if (descr == "<f4") out.dtype = DType::kF32;
+  else if (descr == "<i8") out.dtype = DType::kI64;
+  else return bad("dtype '" + descr + "' is not supported (float32 '<f4' or int64 '<i8')");
+  if (std::regex_search(header, m, std::regex("'fortran_order':\\s*True"))) return bad("Fortran order is not supported");
+  if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)"))) return bad("header has no shape");
+  std::string dims = m[1];
+  static const std::regex kNumber("\\d+");
+  for (std::sregex_iterator it(dims.begin(), dims.end(), kNumber), end; it != end; ++it) {
+    out.shape.push_back(std::stoll(it->str()));
+  }
+  if (out.shape.empty()) return bad("a 0-d array has no samples");
+  RETURN_IF_ERROR(CheckDims(out.shape).With("[data] " + key + ": '" + path + "': "));
+  size_t want = static_cast<size_t>(Shape(out.shape).numel()) * SizeOf(out.dtype);
+  if (bytes.size() - hstart - hlen != want) {
+    return bad("holds " + std::to_string(bytes.size() - hstart - hlen) + " data bytes, shape " +
+               Shape(out.shape).ToString() + " needs " + std::to_string(want));
+  }
+  out.data = bytes.substr(hstart + hlen);
+  return out;
+}
+
+class NpyDataset : public Dataset {
+ public:
+  Status Open(const DataConfig& cfg) {
+    for (const auto& [name, path] : cfg.npy) {
+      ASSIGN_OR_RETURN(Npy a, ParseNpy("data." + name, path));
+      Field f;
+      f.dtype = a.dtype;
+      f.sample = Shape(std::vector<int64_t>(a.shape.begin() + 1, a.shape.end()));
+      if (!arrays_.empty() && a.shape[0] != size_) {
+        return Status::Invalid("[data] data." + name + ": '" + path + "' has " + std::to_string(a.shape[0]) +
+                               " rows but the other array has " + std::to_string(size_));
+      }
+      size_ = a.shape[0];
+      fields_[name] = f;
+      arrays_[name] = std::move(a.data);
+    }
+    if (size_ == 0) return Status::Invalid("[data] the npy arrays have no rows");
+    return Status::Ok();
+  }
+  void CopySample(const std::string& field, int64_t w, void* dst) const override {
+    const Field& f = fields_.at(field);
+    size_t n = static_cast<size_t>(f.sample.numel()) * SizeOf(f.dtype);
+    std::memcpy(dst, arrays_.at(field).data() + static_cast<size_t>(w) * n, n);
+  }
+
+ private:
+  std::map<std::string, std::string> arrays_;
+};
+
+class TokenDataset : public Dataset {
+ public:
+  Status Open(const DataConfig& cfg) {
+    ASSIGN_OR_RETURN(std::string bytes, ReadAll("data.train", cfg.train));
+    if (bytes.size() % 2) return Status::Invalid("[data] data.train: '" + cfg.train + "' has an odd byte count; expected uint16 tokens");
+    tokens_.resize(bytes.size() / 2);
+    for (size_t i = 0; i < tokens_.size(); ++i)
+      tokens_[i] = static_cast<uint16_t>(static_cast<uint8_t>(bytes[2 * i]) | static_cast<uint8_t>(bytes[2 * i + 1]) << 8);
+    seq_ = cfg.seq_len;
+    size_ = tokens_.size() > 0 ? static_cast<int64_t>(tokens_.size() - 1) / seq_ : 0;
+    if (size_ == 0) {
+      return Status::Invalid("[data] data.train: '" + cfg.train + "' has " + std::to_string(tokens_.size()) +
+                             " tokens, fewer than one window of seq_len + 1 = " + std::to_string(seq_ + 1));
+    }
+    fields_["tokens"] = Field{DType::kI64, Shape{seq_}};
+    fields_["targets"] = Field{DType::kI64, Shape{seq_}};
+    return Status::Ok();
+  }
+  void CopySample(const std::string& field, int64_t w, void* dst) const override {
+    auto* out = static_cast<int64_t*>(dst);
+    size_t start = static_cast<size_t>(w * seq_) + (field == "targets" ? 1 : 0);
+    for (int64_t i = 0; i < seq_; ++i) out[i] = tokens_[start + static_cast<size_t>(i)];
+  }
+
+ private:
+  std::vector<uint16_t> tokens_;
+  int64_t seq_ = 0;
+};
+
+class SyntheticDataset : public Dataset {
+ public:
+  Status Open(const DataConfig& cfg, int64_t seed) {
+    seed_ = static_cast<uint64_t>(seed);
+    size_ = cfg.samples;
+    int idx = 0;
+    for (const auto& [name, f] : cfg.synthetic) {
+      fields_[name] = Field{f.dtype == SyntheticField::DType::kF32 ? DType::kF32 : DType::kI64, Shape(f.shape)};
+      classes_[name] = f.classes;
+      index_[name] = idx++;
+    }
+    return Status::Ok();
+  }
+  void CopySample(const std::string& field, int64_t w, void* dst) const override {
+    const Field& f = fields_.at(field);
+    uint64_t base = SplitMix(seed_ ^ SplitMix(static_cast<uint64_t>(index_.at(field)) * 1000003ull + static_cast<uint64_t>(w)));
+    for (int64_t i = 0; i < f.sample.numel(); ++i) {
+      uint64_t r = SplitMix(base + static_cast<uint64_t>(i));
+      if (f.dtype == DType::kI64) {
+        static_cast<int64_t*>(dst)[i] = static_cast<int64_t>(r % static_cast<uint64_t>(classes_.at(field)));
+      } else {  // standard normal by Box-Muller
+        double u1 = (static_cast<double>(r >> 11) + 1.0) / 9007199254740993.0;
+        double u2 = static_cast<double>(SplitMix(r) >> 11) / 9007199254740992.0;
+        static_cast<float*>(dst)[i] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+      }
+    }
+  }
+
+ private:
+  uint64_t seed_ = 0;
+  std::map<std::string, int64_t> classes_;
+  std::map<std::string, int> index_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& cfg, int64_t seed) {
+  switch (cfg.format) {
+    case DataConfig::Format::kNpy: {
+      auto d = std::make_unique<NpyDataset>();
+      RETURN_IF_ERROR(d->Open(cfg));
+      return std::unique_ptr<Dataset>(std::move(d));
+    }
+    case DataConfig::Format::kTokens: {
+      auto d = std::make_unique<TokenDataset>();
+      RETURN_IF_ERROR(d->Open(cfg));
+      return std::unique_ptr<Dataset>(std::move(d));
+    }
+    case DataConfig::Format::kSynthetic: {
+      auto d = std::make_unique<SyntheticDataset>();
+      RETURN_IF_ERROR(d->Open(cfg, seed));
+      return std::unique_ptr<Dataset>(std::move(d));
+    }
+  }
+  return Status::Invalid("[data] unknown format");
+}
+
+Loader::Loader(const Dataset& ds, std::map<std::string, std::string> input_field, const DataConfig& cfg,
+               const TrainConfig& train)
+    : ds_(ds), input_field_(std::move(input_field)), shuffle_(cfg.order == DataConfig::Order::kShuffle),
+      global_batch_(train.global_batch), micro_batch_(train.micro_batch), seed_(train.seed) {}
+
+int64_t Loader::SampleIndex(int64_t step, int64_t b) const {
+  int64_t pos = step * global_batch_ + b, w = pos % ds_.size();
+  if (!shuffle_) return w;
+  int64_t epoch = pos / ds_.size();
+  auto it = perms_.find(epoch);
+  if (it == perms_.end()) {
+    std::vector<int64_t> p(static_cast<size_t>(ds_.size()));
+    std::iota(p.begin(), p.end(), 0);
+    uint64_t state = SplitMix(static_cast<uint64_t>(seed_) * 0x100000001B3ull + static_cast<uint64_t>(epoch));
+    for (size_t i = p.size(); i > 1; --i) {
+      state = SplitMix(state);
+      std::swap(p[i - 1], p[static_cast<size_t>(state % i)]);
+    }
+    if (perms_.size() > 2) perms_.erase(perms_.begin());
+    it = perms_.emplace(epoch, std::move(p)).first;
+  }
+  return it->second[static_cast<size_t>(w)];
+}
+
+Status Loader::Fill(const std::string& input, int64_t step, int64_t micro, const Tensor& out) {
+  const std::string& field = input_field_.at(input);
+  const Field& f = ds_.fields().at(field);
+  size_t bytes = static_cast<size_t>(f.sample.numel()) * SizeOf(f.dtype);
+  auto* dst = static_cast<char*>(out.raw());
+  for (int64_t i = 0; i < micro_batch_; ++i) {
+    ds_.CopySample(field, SampleIndex(step, micro * micro_batch_ + i), dst + static_cast<size_t>(i) * bytes);
+  }
+  return Status::Ok();
+}
+
+}  // namespace fr::data

@@ -1,0 +1,36 @@
+// ONNX import: reads a ModelProto and builds the forward Graph with every shape static.
+//
+// The caller binds each ONNX graph input to a type (dtype and full shape, batch = micro_batch).
+// Import then folds every subgraph whose inputs are all constants (Constant nodes, shape
+// arithmetic) by running its CPU kernels, lowers Reshape/Flatten/Squeeze/Unsqueeze to one Reshape
+// with a static shape, drops Identity and Dropout (identity when training), and infers every shape.
+//
+// Float initializers of rank >= 1 become parameters (kParam); everything else constant. Errors
+// start with "[onnx] FILE: " and name the node, its op type and the opset.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "base/status.h"
+#include "ir/graph.h"
+
+namespace fr::ir {
+
+// A graph input as the file declares it: dims of -1 are dynamic (dim_param or unknown).
+struct OnnxInput {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> dims;
+};
+
+// The graph inputs that are not initializers, in file order.
+Result<std::vector<OnnxInput>> OnnxInputs(const std::string& path);
+
+Result<Graph> ImportOnnx(const std::string& path, const std::map<std::string, TensorType>& inputs);
+
+// The same, from serialized bytes; `path` is used in messages.
+Result<Graph> ImportOnnxBytes(const std::string& bytes, const std::string& path,
+                              const std::map<std::string, TensorType>& inputs);
+
+}  // namespace fr::ir

@@ -1,0 +1,53 @@
+// The training graph: the imported forward Graph plus loss, backward, micro-batch accumulation,
+// gradient clipping and optimizer updates, each node tagged with its Phase.
+//
+// Per micro-batch: forward, loss (the mean over the micro-batch), backward seeded with 1/M so the
+// accumulated gradient is that of the mean loss over the global batch. Per step: the gradients'
+// global L2 norm, PyTorch's clip coefficient when clipping is on, and one update node per
+// parameter. Parameters the loss does not depend on become constants and are listed in `frozen`.
+// Nodes whose results nothing uses are removed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ops/schedule.h"
+
+namespace fr::ir {
+
+struct OptimizerSpec {
+  enum class Type { kSgd, kAdamW } type = Type::kSgd;
+  double momentum = 0, weight_decay = 0, grad_clip = 0;
+  bool nesterov = false;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  Schedule schedule;
+};
+
+struct TrainingSpec {
+  enum class Loss { kCrossEntropy, kMse } loss = Loss::kCrossEntropy;
+  std::string loss_input;       // the forward value the loss reads (an ONNX output name)
+  std::string labels;           // name of the labels graph input to add
+  TensorType labels_type;       // its type, batch = micro_batch
+  int64_t micro_batches = 1;    // M
+  OptimizerSpec optimizer;
+};
+
+struct ParamGrad {
+  ValueId param = kNoValue;
+  ValueId grad = kNoValue;       // accumulated over the step
+  NodeId update = -1;
+};
+
+struct TrainingGraph {
+  Graph graph;
+  ValueId loss = kNoValue;          // per micro-batch
+  ValueId grad_norm_sq = kNoValue;  // per step
+  std::vector<ParamGrad> params;
+  std::vector<std::string> frozen;  // initializers that do not affect the loss
+};
+
+// Errors name the config key they come from ("model.loss...").
+Result<TrainingGraph> BuildTraining(Graph forward, const TrainingSpec& spec);
+
+}  // namespace fr::ir

@@ -1,0 +1,77 @@
+#include "ops/op.h"
+
+namespace fr {
+
+Builder::Builder(ir::Graph& g) : g_(g) {
+  for (const ir::Node& n : g.nodes) names_.insert(n.name);
+}
+
+std::string Builder::UniqueName(const std::string& base) {
+  std::string name = base;
+  for (int i = 1; names_.count(name); ++i) name = base + "_" + std::to_string(i);
+  return name;
+}
+
+Result<std::vector<ir::ValueId>> Builder::Add(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs,
+                                              std::string name, ir::Phase phase) {
+  names_.insert(name);
+  ir::Node n{std::move(name), op, std::move(in), {}, std::move(attrs), phase};
+  std::vector<ir::TensorType> types;
+  for (ir::ValueId v : n.in) types.push_back(v == ir::kNoValue ? ir::TensorType{} : g_.type(v));
+  const OpDef& d = Def(op);
+  auto outs = d.infer(n, types);
+  if (!outs.ok()) return outs.status();
+  std::vector<ir::ValueId> ids;
+  for (size_t i = 0; i < outs->size(); ++i) {
+    ids.push_back(g_.AddValue(n.name + ":" + std::to_string(i), (*outs)[i], ir::ValueKind::kActivation));
+  }
+  n.out = ids;
+  g_.AddNode(std::move(n));
+  return ids;
+}
+
+ir::ValueId Builder::Op(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs, std::string name,
+                        ir::Phase phase) {
+  auto r = Add(op, std::move(in), std::move(attrs), name, phase);
+  FR_CHECK(r.ok(), name + ": " + r.status().message());
+  return r->at(0);
+}
+
+ir::ValueId Builder::Const(std::string name, Tensor t) {
+  ir::TensorType type{t.dtype(), t.shape()};
+  return g_.AddValue(std::move(name), std::move(type), ir::ValueKind::kConst, std::move(t));
+}
+
+ir::ValueId GradCtx::Op(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs, const std::string& tag) {
+  std::string name = b_.UniqueName(node_.name + "/" + tag);
+  return b_.Op(op, std::move(in), std::move(attrs), name, ir::Phase::kBackward);
+}
+
+std::vector<ir::ValueId> GradCtx::OpN(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs,
+                                      const std::string& tag) {
+  std::string name = b_.UniqueName(node_.name + "/" + tag);
+  auto r = b_.Add(op, std::move(in), std::move(attrs), name, ir::Phase::kBackward);
+  FR_CHECK(r.ok(), name + ": " + r.status().message());
+  return *r;
+}
+
+ir::ValueId GradCtx::SumTo(ir::ValueId g, const Shape& target) {
+  if (type(g).shape == target) return g;
+  ir::Attrs a;
+  a.Set("shape", target.dims());
+  return Op(OpKind::kSumTo, {g}, std::move(a), "sum_to");
+}
+
+Result<std::vector<ir::TensorType>> SameAsInput0(const ir::Node&, std::span<const ir::TensorType> in) {
+  return std::vector<ir::TensorType>{in[0]};
+}
+
+Status ExpectFloat(const ir::Node& n, std::span<const ir::TensorType> in, int i) {
+  if (in[static_cast<size_t>(i)].dtype != DType::kF32) {
+    return Status::Invalid("input " + std::to_string(i) + " of " + n.name + " must be float32, got " +
+                           std::string(Name(in[static_cast<size_t>(i)].dtype)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace fr

@@ -1,0 +1,46 @@
+// Strided iteration for numpy-style broadcasting, shared by the elementwise kernels.
+#pragma once
+
+#include <vector>
+
+#include "base/shape.h"
+
+namespace fr::cpu {
+
+// Strides of `in` viewed in the rank of `out`: 0 along broadcast (size-1 or missing) dims.
+inline std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> st(static_cast<size_t>(out.rank()), 0);
+  std::vector<int64_t> dense = Strides(in);
+  for (int i = 0; i < in.rank(); ++i) {
+    int o = out.rank() - in.rank() + i;
+    st[static_cast<size_t>(o)] = in[i] == 1 ? 0 : dense[static_cast<size_t>(i)];
+  }
+  return st;
+}
+
+// Calls row(offset_a, offset_b, out_offset, inner, stride_a_inner, stride_b_inner) for every
+// innermost row of `out`, where a and b are broadcast to `out`.
+template <typename Row>
+void ForEachRow(const Shape& a, const Shape& b, const Shape& out, Row row) {
+  int r = out.rank();
+  if (r == 0) { row(0, 0, 0, 1, 0, 0); return; }
+  auto sa = BroadcastStrides(a, out), sb = BroadcastStrides(b, out);
+  int64_t inner = out[r - 1], outer = out.numel() / (inner ? inner : 1);
+  if (inner == 0) return;
+  std::vector<int64_t> idx(static_cast<size_t>(r), 0);
+  int64_t oa = 0, ob = 0;
+  for (int64_t o = 0; o < outer; ++o) {
+    row(oa, ob, o * inner, inner, sa[static_cast<size_t>(r - 1)], sb[static_cast<size_t>(r - 1)]);
+    for (int d = r - 2; d >= 0; --d) {
+      auto du = static_cast<size_t>(d);
+      oa += sa[du];
+      ob += sb[du];
+      if (++idx[du] < out[d]) break;
+      oa -= sa[du] * out[d];
+      ob -= sb[du] * out[d];
+      idx[du] = 0;
+    }
+  }
+}
+
+}  // namespace fr::cpu

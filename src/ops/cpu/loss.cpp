@@ -1,0 +1,78 @@
+// CPU kernels for the losses and their fused gradients. Sums accumulate in double.
+#include <cmath>
+
+#include "ops/cpu/kernels.h"
+
+namespace fr::cpu {
+namespace {
+
+Status BadLabel(const KernelCtx& c, int64_t label, int64_t classes) {
+  return Status::Invalid("[data] " + c.node.name + ": label " + std::to_string(label) + " is outside [0, " +
+                         std::to_string(classes) + ")");
+}
+
+}  // namespace
+
+Status CrossEntropy(const KernelCtx& c) {
+  const Tensor& L = c.in[0];
+  int64_t classes = L.shape()[L.shape().rank() - 1], rows = L.numel() / classes;
+  const float* x = L.data<float>();
+  const int64_t* y = c.in[1].data<int64_t>();
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * classes;
+    if (y[r] < 0 || y[r] >= classes) return BadLabel(c, y[r], classes);
+    float m = -INFINITY;
+    for (int64_t j = 0; j < classes; ++j) m = std::max(m, row[j]);
+    float s = 0.f;
+    for (int64_t j = 0; j < classes; ++j) s += std::exp(row[j] - m);
+    total += static_cast<double>(m + std::log(s) - row[y[r]]);
+  }
+  c.out[0].data<float>()[0] = static_cast<float>(total / static_cast<double>(rows));
+  return Status::Ok();
+}
+
+// d logits = (softmax(logits) - onehot(label)) * dL / rows.
+Status CrossEntropyGrad(const KernelCtx& c) {
+  const Tensor& L = c.in[1];
+  int64_t classes = L.shape()[L.shape().rank() - 1], rows = L.numel() / classes;
+  const float scale = c.in[0].data<float>()[0] / static_cast<float>(rows);
+  const float* x = L.data<float>();
+  const int64_t* y = c.in[2].data<int64_t>();
+  float* dx = c.out[0].data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * classes;
+    float* d = dx + r * classes;
+    if (y[r] < 0 || y[r] >= classes) return BadLabel(c, y[r], classes);
+    float m = -INFINITY;
+    for (int64_t j = 0; j < classes; ++j) m = std::max(m, row[j]);
+    float s = 0.f;
+    for (int64_t j = 0; j < classes; ++j) s += (d[j] = std::exp(row[j] - m));
+    const float inv = scale / s;
+    for (int64_t j = 0; j < classes; ++j) d[j] *= inv;
+    d[y[r]] -= scale;
+  }
+  return Status::Ok();
+}
+
+Status Mse(const KernelCtx& c) {
+  const float* p = c.in[0].data<float>();
+  const float* t = c.in[1].data<float>();
+  int64_t n = c.in[0].numel();
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += static_cast<double>((p[i] - t[i]) * (p[i] - t[i]));
+  c.out[0].data<float>()[0] = static_cast<float>(total / static_cast<double>(n));
+  return Status::Ok();
+}
+
+Status MseGrad(const KernelCtx& c) {
+  const float* p = c.in[1].data<float>();
+  const float* t = c.in[2].data<float>();
+  int64_t n = c.in[1].numel();
+  const float scale = 2.f * c.in[0].data<float>()[0] / static_cast<float>(n);
+  float* d = c.out[0].data<float>();
+  for (int64_t i = 0; i < n; ++i) d[i] = scale * (p[i] - t[i]);
+  return Status::Ok();
+}
+
+}  // namespace fr::cpu

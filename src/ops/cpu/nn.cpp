@@ -1,0 +1,161 @@
+// CPU kernels for softmax, log-softmax and layer-norm, forward and backward. Softmax-like ops view
+// the tensor as [outer, axis, inner]; the last-axis case (inner == 1) is the fast, common one.
+#include <cmath>
+#include <vector>
+
+#include "ops/cpu/kernels.h"
+
+namespace fr::cpu {
+namespace {
+
+struct AxisView {
+  int64_t outer = 1, dim = 1, inner = 1;
+};
+
+AxisView ViewAround(const Shape& s, int axis) {
+  AxisView v;
+  for (int i = 0; i < s.rank(); ++i) {
+    if (i < axis) v.outer *= s[i];
+    else if (i == axis) v.dim = s[i];
+    else v.inner *= s[i];
+  }
+  return v;
+}
+
+int AxisOf(const KernelCtx& c, const Shape& s) { return *s.Axis(c.node.attrs.Int("axis", -1)); }
+
+// Applies f(row_in, row_out, stride, n) on every softmax row.
+template <typename F>
+void Rows(const KernelCtx& c, F f) {
+  AxisView v = ViewAround(c.in[0].shape(), AxisOf(c, c.in[0].shape()));
+  for (int64_t o = 0; o < v.outer; ++o)
+    for (int64_t i = 0; i < v.inner; ++i) f(o * v.dim * v.inner + i, v.inner, v.dim);
+}
+
+}  // namespace
+
+Status Softmax(const KernelCtx& c) {
+  const float* x = c.in[0].data<float>();
+  float* y = c.out[0].data<float>();
+  Rows(c, [&](int64_t base, int64_t st, int64_t n) {
+    float m = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) m = std::max(m, x[base + j * st]);
+    float s = 0.f;
+    for (int64_t j = 0; j < n; ++j) s += (y[base + j * st] = std::exp(x[base + j * st] - m));
+    float inv = 1.f / s;
+    for (int64_t j = 0; j < n; ++j) y[base + j * st] *= inv;
+  });
+  return Status::Ok();
+}
+
+Status LogSoftmax(const KernelCtx& c) {
+  const float* x = c.in[0].data<float>();
+  float* y = c.out[0].data<float>();
+  Rows(c, [&](int64_t base, int64_t st, int64_t n) {
+    float m = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) m = std::max(m, x[base + j * st]);
+    float s = 0.f;
+    for (int64_t j = 0; j < n; ++j) s += std::exp(x[base + j * st] - m);
+    float lse = m + std::log(s);
+    for (int64_t j = 0; j < n; ++j) y[base + j * st] = x[base + j * st] - lse;
+  });
+  return Status::Ok();
+}
+
+// dx = y * (dy - sum(dy * y)).
+Status SoftmaxGrad(const KernelCtx& c) {
+  const float* dy = c.in[0].data<float>();
+  const float* y = c.in[1].data<float>();
+  float* dx = c.out[0].data<float>();
+  Rows(c, [&](int64_t base, int64_t st, int64_t n) {
+    float dot = 0.f;
+    for (int64_t j = 0; j < n; ++j) dot += dy[base + j * st] * y[base + j * st];
+    for (int64_t j = 0; j < n; ++j) dx[base + j * st] = y[base + j * st] * (dy[base + j * st] - dot);
+  });
+  return Status::Ok();
+}
+
+// dx = dy - exp(y) * sum(dy).
+Status LogSoftmaxGrad(const KernelCtx& c) {
+  const float* dy = c.in[0].data<float>();
+  const float* y = c.in[1].data<float>();
+  float* dx = c.out[0].data<float>();
+  Rows(c, [&](int64_t base, int64_t st, int64_t n) {
+    float s = 0.f;
+    for (int64_t j = 0; j < n; ++j) s += dy[base + j * st];
+    for (int64_t j = 0; j < n; ++j) dx[base + j * st] = dy[base + j * st] - std::exp(y[base + j * st]) * s;
+  });
+  return Status::Ok();
+}
+
+Status LayerNormalization(const KernelCtx& c) {
+  const Tensor& X = c.in[0];
+  int axis = AxisOf(c, X.shape());
+  int64_t inner = 1;
+  for (int i = axis; i < X.shape().rank(); ++i) inner *= X.shape()[i];
+  int64_t outer = X.numel() / (inner ? inner : 1);
+  const float eps = static_cast<float>(c.node.attrs.Float("epsilon", 1e-5));
+  const float* x = X.data<float>();
+  const float* g = c.in[1].data<float>();
+  const float* b = c.in.size() > 2 && c.in[2].defined() ? c.in[2].data<float>() : nullptr;
+  float* y = c.out[0].data<float>();
+  float* mean = c.out[1].data<float>();
+  float* rstd = c.out[2].data<float>();
+  for (int64_t o = 0; o < outer; ++o) {
+    const float* xr = x + o * inner;
+    float* yr = y + o * inner;
+    float s = 0.f;
+    for (int64_t j = 0; j < inner; ++j) s += xr[j];
+    const float mu = s / static_cast<float>(inner);
+    float v = 0.f;
+    for (int64_t j = 0; j < inner; ++j) v += (xr[j] - mu) * (xr[j] - mu);
+    const float r = 1.f / std::sqrt(v / static_cast<float>(inner) + eps);
+    for (int64_t j = 0; j < inner; ++j) yr[j] = (xr[j] - mu) * r * g[j] + (b ? b[j] : 0.f);
+    mean[o] = mu;
+    rstd[o] = r;
+  }
+  return Status::Ok();
+}
+
+// With xh = (x - mean) * rstd and g = dy * scale:
+//   dx = rstd * (g - mean(g) - xh * mean(g * xh)); dscale = sum over rows of dy * xh; dbias = sum dy.
+Status LayerNormGrad(const KernelCtx& c) {
+  const Tensor& X = c.in[1];
+  int axis = AxisOf(c, X.shape());
+  int64_t inner = 1;
+  for (int i = axis; i < X.shape().rank(); ++i) inner *= X.shape()[i];
+  int64_t outer = X.numel() / (inner ? inner : 1);
+  const float* dy = c.in[0].data<float>();
+  const float* x = X.data<float>();
+  const float* scale = c.in[2].data<float>();
+  const float* mean = c.in[3].data<float>();
+  const float* rstd = c.in[4].data<float>();
+  float* dx = c.out[0].data<float>();
+  float* dscale = c.out[1].data<float>();
+  float* dbias = c.out[2].data<float>();
+  c.out[1].Zero();
+  c.out[2].Zero();
+  const float inv_n = 1.f / static_cast<float>(inner);
+  for (int64_t o = 0; o < outer; ++o) {
+    const float* dyr = dy + o * inner;
+    const float* xr = x + o * inner;
+    float* dxr = dx + o * inner;
+    const float mu = mean[o], r = rstd[o];
+    float sum_g = 0.f, sum_gx = 0.f;
+    for (int64_t j = 0; j < inner; ++j) {
+      const float xh = (xr[j] - mu) * r;
+      const float gj = dyr[j] * scale[j];
+      sum_g += gj;
+      sum_gx += gj * xh;
+      dscale[j] += dyr[j] * xh;
+      dbias[j] += dyr[j];
+    }
+    for (int64_t j = 0; j < inner; ++j) {
+      const float xh = (xr[j] - mu) * r;
+      dxr[j] = r * (dyr[j] * scale[j] - sum_g * inv_n - xh * sum_gx * inv_n);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace fr::cpu

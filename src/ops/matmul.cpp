@@ -1,0 +1,107 @@
+// Gemm and MatMul.
+//
+// Gemm (ONNX): Y = alpha * op(A) · op(B) + beta * C, A and B 2-D, C broadcast to Y.
+// MatMul (ONNX, numpy semantics, rank >= 2): Y[..., M, N] = op(A)[..., M, K] · op(B)[..., K, N]
+// with broadcast batch dims. flowrun adds attributes transA / transB (on the last two dims) and
+// alpha, so that gradients are MatMuls too.
+//
+// SBP rule (one mesh axis), the classic table:
+//   A     B     Y
+//   S(0)  B     S(0)     rows of A are independent
+//   B     S(1)  S(1)     columns of B are independent
+//   S(1)  S(0)  P        the contraction is split: partial sums
+//   P     B     P        linear in A
+//   B     P     P        linear in B
+//   B     B     B
+#include "ops/defs.h"
+
+namespace fr::defs {
+namespace {
+
+ir::Attrs MatMulAttrs(bool ta, bool tb, double alpha) {
+  ir::Attrs a;
+  if (ta) a.Set("transA", int64_t{1});
+  if (tb) a.Set("transB", int64_t{1});
+  if (alpha != 1.0) a.Set("alpha", alpha);
+  return a;
+}
+
+// Appends dA and dB for Y = alpha * op(A) op(B) (see the derivation in DESIGN notes of the README).
+void MatMulGrads(GradCtx& c, bool ta, bool tb, double alpha) {
+  ir::ValueId a = c.in(0), b = c.in(1), dy = c.dout(0);
+  if (c.need(0)) {
+    ir::ValueId da = !ta ? c.Op(OpKind::kMatMul, {dy, b}, MatMulAttrs(false, !tb, alpha), "dA")
+                         : c.Op(OpKind::kMatMul, {b, dy}, MatMulAttrs(tb, true, alpha), "dA");
+    c.set_din(0, c.SumTo(da, c.type(a).shape));
+  }
+  if (c.need(1)) {
+    ir::ValueId db = !tb ? c.Op(OpKind::kMatMul, {a, dy}, MatMulAttrs(!ta, false, alpha), "dB")
+                         : c.Op(OpKind::kMatMul, {dy, a}, MatMulAttrs(true, ta, alpha), "dB");
+    c.set_din(1, c.SumTo(db, c.type(b).shape));
+  }
+}
+
+}  // namespace
+
+Out InferMatMul(const ir::Node& n, Types in) {
+  RETURN_IF_ERROR(ExpectFloat(n, in, 0));
+  RETURN_IF_ERROR(ExpectFloat(n, in, 1));
+  const Shape &a = in[0].shape, &b = in[1].shape;
+  if (a.rank() < 2 || b.rank() < 2) {
+    return Status::Invalid(n.name + ": MatMul with a 1-D operand (" + a.ToString() + " x " + b.ToString() +
+                           ") is not supported; reshape to 2-D");
+  }
+  bool ta = n.attrs.Int("transA"), tb = n.attrs.Int("transB");
+  int64_t m = ta ? a[a.rank() - 1] : a[a.rank() - 2], ka = ta ? a[a.rank() - 2] : a[a.rank() - 1];
+  int64_t kb = tb ? b[b.rank() - 1] : b[b.rank() - 2], nn = tb ? b[b.rank() - 2] : b[b.rank() - 1];
+  if (ka != kb) {
+    return Status::Invalid(n.name + ": inner dimensions differ: " + a.ToString() + " x " + b.ToString());
+  }
+  Shape ba(std::vector<int64_t>(a.dims().begin(), a.dims().end() - 2));
+  Shape bb(std::vector<int64_t>(b.dims().begin(), b.dims().end() - 2));
+  auto batch = Broadcast(ba, bb);
+  if (!batch.ok()) return batch.status().With(n.name + ": batch dims: ");
+  std::vector<int64_t> out = batch->dims();
+  out.push_back(m);
+  out.push_back(nn);
+  return std::vector<ir::TensorType>{{DType::kF32, Shape(out)}};
+}
+
+Out InferGemm(const ir::Node& n, Types in) {
+  if (in[0].shape.rank() != 2 || in[1].shape.rank() != 2) {
+    return Status::Invalid(n.name + ": Gemm needs 2-D A and B, got " + in[0].shape.ToString() + " and " +
+                           in[1].shape.ToString());
+  }
+  auto y = InferMatMul(n, in.subspan(0, 2));
+  if (!y.ok()) return y;
+  if (n.in.size() > 2 && n.in[2] != ir::kNoValue) {
+    auto b = Broadcast(in[2].shape, (*y)[0].shape);
+    if (!b.ok() || *b != (*y)[0].shape) {
+      return Status::Invalid(n.name + ": C " + in[2].shape.ToString() + " does not broadcast to " +
+                             (*y)[0].shape.ToString());
+    }
+  }
+  return y;
+}
+
+void GradMatMul(GradCtx& c) {
+  const auto& at = c.node().attrs;
+  MatMulGrads(c, at.Int("transA"), at.Int("transB"), at.Float("alpha", 1.0));
+}
+
+void GradGemm(GradCtx& c) {
+  const auto& at = c.node().attrs;
+  MatMulGrads(c, at.Int("transA"), at.Int("transB"), at.Float("alpha", 1.0));
+  if (c.need(2)) {
+    ir::ValueId dc = c.SumTo(c.dout(0), c.type(c.in(2)).shape);
+    double beta = at.Float("beta", 1.0);
+    if (beta != 1.0) {
+      ir::Attrs s;
+      s.Set("alpha", beta);
+      dc = c.Op(OpKind::kScale, {dc}, s, "dC");
+    }
+    c.set_din(2, dc);
+  }
+}
+
+}  // namespace fr::defs

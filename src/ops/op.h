@@ -1,0 +1,115 @@
+// OpDef: everything about one op kind in one row: shape inference, gradient rule and kernels per
+// device type. The table lives in ops/registry.cpp and is indexed by OpKind.
+//
+// Contracts:
+//  - infer: given the node (attributes) and input types, returns output types or a Status naming
+//    what is wrong. It never reads tensor data. Absent optional inputs have an empty shape and are
+//    marked by kNoValue in node.in; infer receives them as TensorType{} and must not rely on them.
+//  - grad: appends backward nodes to the graph through the GradCtx and sets din[i] for every input
+//    with need[i]. Gradients are always float32 and have the input's shape.
+//  - kernel: reads ctx.in, writes ctx.out (preallocated with the inferred types). Kernels for ops
+//    with Phase kOptimizer mutate in[0] (the parameter) and their outputs (optimizer state) in
+//    place. A kernel returns a non-ok Status only for bad data (e.g. a label out of range).
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "base/status.h"
+#include "base/tensor.h"
+#include "ir/graph.h"
+#include "ops/op_kind.h"
+
+namespace fr {
+
+struct KernelCtx {
+  const ir::Node& node;
+  std::span<const Tensor> in;   // absent optional inputs are undefined Tensors
+  std::span<const Tensor> out;  // preallocated, inferred shapes
+  int64_t step = 0;             // optimizer step, from 0
+  int64_t micro = 0;            // micro-batch within the step
+  int64_t micros = 1;           // micro-batches per step
+};
+
+class GradCtx;
+
+using InferFn = Result<std::vector<ir::TensorType>> (*)(const ir::Node&, std::span<const ir::TensorType>);
+using GradFn = void (*)(GradCtx&);
+using KernelFn = Status (*)(const KernelCtx&);
+
+struct OpDef {
+  const char* name;
+  bool onnx;       // imported from ONNX nodes of this op_type
+  int min_in, max_in;
+  InferFn infer;
+  GradFn grad;     // nullptr: the op is never on a gradient path (losses' labels, optimizer ops)
+  KernelFn cpu;
+};
+
+const OpDef& Def(OpKind k);
+std::optional<OpKind> OnnxOp(std::string_view op_type);
+// "Add, Div, Erf, ..." sorted, for error messages.
+std::string SupportedOnnxOps();
+// The kernel for a device type; for a device whose backend is not built, a kernel that fails with a
+// clear message.
+KernelFn Kernel(OpKind k, DeviceType d);
+
+// Appends nodes to a graph, inferring output types as it goes. Used by ONNX import, autodiff and
+// the training-graph builder.
+class Builder {
+ public:
+  explicit Builder(ir::Graph& g);
+  ir::Graph& graph() { return g_; }
+  // Adds a node; returns its outputs. `name` names the node; outputs are "name:0", "name:1"...
+  Result<std::vector<ir::ValueId>> Add(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs,
+                                       std::string name, ir::Phase phase);
+  // Single-output form for ops built by flowrun itself; failure is an internal error.
+  ir::ValueId Op(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs, std::string name,
+                 ir::Phase phase);
+  ir::ValueId Const(std::string name, Tensor t);
+  // `base`, or `base_N` for the first N that no node uses yet.
+  std::string UniqueName(const std::string& base);
+
+ private:
+  ir::Graph& g_;
+  std::unordered_set<std::string> names_;
+};
+
+// What a gradient rule sees. The node is a copy: the graph grows while rules run.
+class GradCtx {
+ public:
+  GradCtx(Builder& b, ir::Node node, std::vector<ir::ValueId> dout, std::vector<bool> need)
+      : b_(b), node_(std::move(node)), dout_(std::move(dout)), need_(std::move(need)),
+        din_(node_.in.size(), ir::kNoValue) {}
+  const ir::Node& node() const { return node_; }
+  ir::ValueId in(int i) const { return node_.in[static_cast<size_t>(i)]; }
+  ir::ValueId out(int i) const { return node_.out[static_cast<size_t>(i)]; }
+  const ir::TensorType& type(ir::ValueId v) const { return b_.graph().type(v); }
+  ir::ValueId dout(int i) const { return dout_[static_cast<size_t>(i)]; }
+  bool need(int i) const { return static_cast<size_t>(i) < need_.size() && need_[static_cast<size_t>(i)]; }
+  void set_din(int i, ir::ValueId g) { din_[static_cast<size_t>(i)] = g; }
+  const std::vector<ir::ValueId>& din() const { return din_; }
+  // Adds a backward node named after the forward node.
+  ir::ValueId Op(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs = {}, const std::string& tag = "grad");
+  // The same, for ops with several outputs.
+  std::vector<ir::ValueId> OpN(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs, const std::string& tag);
+  // Sums `g` down to `target`'s shape (undoing broadcasting); identity if shapes match.
+  ir::ValueId SumTo(ir::ValueId g, const Shape& target);
+
+ private:
+  Builder& b_;
+  ir::Node node_;
+  std::vector<ir::ValueId> dout_;
+  std::vector<bool> need_;
+  std::vector<ir::ValueId> din_;
+};
+
+// Shared inference helpers.
+Result<std::vector<ir::TensorType>> SameAsInput0(const ir::Node&, std::span<const ir::TensorType> in);
+Status ExpectFloat(const ir::Node& n, std::span<const ir::TensorType> in, int i);
+
+}  // namespace fr

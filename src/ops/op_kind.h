@@ -1,0 +1,38 @@
+// The closed list of op kinds. Adding an op: add it here, write its definition (shape inference,
+// gradient rule, CPU kernel) in src/ops/, and add the row to the table in ops/registry.cpp, whose
+// size is checked against this list at compile time.
+#pragma once
+
+#include <cstdint>
+
+namespace fr {
+
+// X(Name, imported-from-ONNX-by-this-name)
+#define FR_OPS(X)                                                                                  \
+  /* ONNX ops that run as kernels */                                                               \
+  X(Gemm, true) X(MatMul, true) X(Add, true) X(Sub, true) X(Mul, true) X(Div, true)                 \
+  X(Relu, true) X(Tanh, true) X(Sigmoid, true) X(Erf, true) X(Softmax, true) X(LogSoftmax, true)    \
+  X(LayerNormalization, true) X(Reshape, true) X(Transpose, true)                                   \
+  /* gradients */                                                                                  \
+  X(ReluGrad, false) X(TanhGrad, false) X(SigmoidGrad, false) X(ErfGrad, false)                    \
+  X(SoftmaxGrad, false) X(LogSoftmaxGrad, false) X(LayerNormGrad, false) X(SumTo, false)           \
+  X(Scale, false)                                                                                  \
+  /* losses */                                                                                     \
+  X(CrossEntropy, false) X(CrossEntropyGrad, false) X(Mse, false) X(MseGrad, false)                \
+  /* step: accumulation, clipping, optimizers */                                                   \
+  X(Accumulate, false) X(SquareSum, false) X(AddN, false) X(ClipCoef, false)                       \
+  X(SgdUpdate, false) X(AdamWUpdate, false)
+
+enum class OpKind : uint16_t {
+#define FR_OP_ENUM(name, onnx) k##name,
+  FR_OPS(FR_OP_ENUM)
+#undef FR_OP_ENUM
+};
+
+inline constexpr int kNumOps = 0
+#define FR_OP_COUNT(name, onnx) +1
+    FR_OPS(FR_OP_COUNT)
+#undef FR_OP_COUNT
+    ;
+
+}  // namespace fr
