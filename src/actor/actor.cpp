@@ -79,7 +79,10 @@ void Actor::ActOnce() {
       p.slots.pop_front();
     }
   }
+  const auto& on_act = rt_.options().on_act;
+  if (on_act) on_act(task_, k, true);
   Status s = Body(k);
+  if (on_act) on_act(task_, k, false);
   if (!s.ok()) {
     rt_.Fail(s);
     next_ = total_;

@@ -37,6 +37,8 @@ struct StepRecord {
 struct RunOptions {
   Feeder* feeder = nullptr;
   std::function<void(const StepRecord&)> on_step;  // called on a runtime thread, in step order
+  // Called on the actor's stream thread right before (begin) and after each act: traces, tests.
+  std::function<void(const ir::TaskDesc&, int64_t act, bool begin)> on_act;
   double stall_timeout = 60;
 };
 
@@ -58,6 +60,7 @@ class Runtime {
   void ReportGradNormSq(int64_t step, double sq);
   void Fail(const Status& s);
   void ActorFinished();
+  const RunOptions& options() const { return opt_; }
 
  private:
   void Notify();

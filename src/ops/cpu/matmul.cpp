@@ -1,6 +1,6 @@
-// GEMM through the CPU BLAS (OpenBLAS's cblas_sgemm). Batched MatMul loops over broadcast batch
+// GEMM through oneDNN's sgemm (row-major; chosen over OpenBLAS by measurement, see README). Batched MatMul loops over broadcast batch
 // dims, and folds A's batch into M when B has none (the common [B, T, C] x [C, N] layer).
-#include <cblas.h>
+#include <dnnl.h>
 
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/kernels.h"
@@ -10,10 +10,9 @@ namespace {
 
 void Sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
            float beta, float* c) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-              static_cast<blasint>(ta ? m : k), b, static_cast<blasint>(tb ? k : n), beta, c,
-              static_cast<blasint>(n));
+  dnnl_status_t s = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, ta ? m : k, b, tb ? k : n,
+                                beta, c, n);
+  FR_CHECK(s == dnnl_success, "dnnl_sgemm failed with status " + std::to_string(static_cast<int>(s)));
 }
 
 Shape BatchOf(const Shape& s) { return Shape(std::vector<int64_t>(s.dims().begin(), s.dims().end() - 2)); }

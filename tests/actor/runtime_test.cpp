@@ -1,0 +1,153 @@
+// Runtime tests: back pressure, overlap of actors on different streams, message layout. The plan
+// is the one-device training plan of a tiny MLP built in memory.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+
+#include "actor/runtime.h"
+#include "boxing/lower.h"
+#include "ir/training.h"
+#include "ops/op.h"
+
+namespace fr {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// x [4, 8] -> MatMul W [8, 8] -> Tanh -> pred; mse against y [4, 8].
+ir::TrainingGraph TinyMlp(int64_t micro_batches) {
+  ir::Graph g;
+  Builder b(g);
+  ir::ValueId x = g.AddValue("x", {DType::kF32, Shape{4, 8}}, ir::ValueKind::kInput);
+  Tensor w(DType::kF32, Shape{8, 8});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = 0.01f * static_cast<float>(i % 7);
+  ir::ValueId wv = g.AddValue("W", {DType::kF32, Shape{8, 8}}, ir::ValueKind::kParam, w);
+  ir::ValueId h = b.Op(OpKind::kMatMul, {x, wv}, {}, "mm", ir::Phase::kForward);
+  ir::ValueId y = b.Op(OpKind::kTanh, {h}, {}, "tanh", ir::Phase::kForward);
+  g.value(y).name = "pred";
+  ir::TrainingSpec spec;
+  spec.loss = ir::TrainingSpec::Loss::kMse;
+  spec.loss_input = "pred";
+  spec.labels = "y";
+  spec.labels_type = {DType::kF32, Shape{4, 8}};
+  spec.micro_batches = micro_batches;
+  spec.optimizer.schedule = Schedule{0.1, 0, 0, 0, 10};
+  auto tg = ir::BuildTraining(std::move(g), spec);
+  EXPECT_TRUE(tg.ok()) << tg.status().message();
+  return std::move(tg).value();
+}
+
+class ConstFeeder : public actor::Feeder {
+ public:
+  explicit ConstFeeder(int sleep_us = 0) : sleep_us_(sleep_us) {}
+  Status Fill(const std::string&, int64_t step, int64_t micro, const Tensor& out) override {
+    if (sleep_us_) std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
+    for (float& v : out.span<float>()) v = 0.1f * static_cast<float>((step + micro) % 5);
+    return Status::Ok();
+  }
+
+ private:
+  int sleep_us_;
+};
+
+struct Event {
+  int task;
+  int64_t act;
+  bool begin;
+  Clock::time_point t;
+};
+
+std::vector<Event> RunTraced(const ir::Plan& plan, const ir::Graph& g, actor::Feeder& feeder, int slow_task,
+                             int slow_us) {
+  std::mutex mu;
+  std::vector<Event> events;
+  actor::Runtime rt(plan, g);
+  actor::RunOptions ro;
+  ro.feeder = &feeder;
+  ro.stall_timeout = 30;
+  ro.on_act = [&](const ir::TaskDesc& t, int64_t act, bool begin) {
+    if (begin && t.id == slow_task) std::this_thread::sleep_for(std::chrono::microseconds(slow_us));
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back({t.id, act, begin, Clock::now()});
+  };
+  Status s = rt.Run(ro);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return events;
+}
+
+TEST(Runtime, MessagesAreTriviallyCopyable) { EXPECT_TRUE(std::is_trivially_copyable_v<actor::Msg>); }
+
+TEST(Runtime, BackPressureBoundsRegstsInFlight_1n1d) {
+  ir::TrainingGraph tg = TinyMlp(4);
+  auto plan = boxing::Lower(tg, {6, 4});
+  ASSERT_TRUE(plan.ok());
+  const ir::TaskDesc& data = plan->tasks[0];
+  ASSERT_EQ(data.kind, ir::TaskKind::kData);
+  const ir::RegstDesc& x = plan->regsts[static_cast<size_t>(data.out[0])];
+  ASSERT_EQ(x.regst_num, 2);
+  ASSERT_FALSE(x.consumers.empty());
+  ConstFeeder feeder;
+  // Every consumer of x is slow; the data loader must never run more than regst_num ahead of the
+  // slowest one.
+  std::vector<Event> ev = RunTraced(*plan, tg.graph, feeder, x.consumers.front(), 2000);
+  std::map<int, int64_t> finished;  // task -> acts finished so far
+  int64_t max_ahead = 0, data_acts = 0;
+  for (const Event& e : ev) {
+    if (!e.begin) { finished[e.task] = e.act + 1; continue; }
+    if (e.task != data.id) continue;
+    ++data_acts;
+    int64_t slowest = INT64_MAX;
+    for (int c : x.consumers) slowest = std::min(slowest, finished[c]);
+    max_ahead = std::max(max_ahead, e.act - slowest);
+  }
+  EXPECT_EQ(data_acts, 24);
+  EXPECT_LE(max_ahead, x.regst_num) << "the loader ran ahead of its slowest reader";
+  EXPECT_EQ(max_ahead, x.regst_num) << "with a slow reader the loader should fill every slot";
+}
+
+TEST(Runtime, LoaderOverlapsCompute_1n1d) {
+  ir::TrainingGraph tg = TinyMlp(2);
+  auto plan = boxing::Lower(tg, {5, 2});
+  ASSERT_TRUE(plan.ok());
+  ConstFeeder feeder(3000);  // a slow loader on its own stream
+  int compute = -1;
+  for (const ir::TaskDesc& t : plan->tasks)
+    if (t.kind == ir::TaskKind::kCompute && compute < 0) compute = t.id;
+  std::vector<Event> ev = RunTraced(*plan, tg.graph, feeder, compute, 3000);
+  // Intervals of data acts and of the slow compute task's acts must overlap in time somewhere.
+  std::map<std::pair<int, int64_t>, Clock::time_point> begin;
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> data_iv, comp_iv;
+  for (const Event& e : ev) {
+    if (e.begin) { begin[{e.task, e.act}] = e.t; continue; }
+    auto iv = std::make_pair(begin[{e.task, e.act}], e.t);
+    if (e.task == 0) data_iv.push_back(iv);
+    if (e.task == compute) comp_iv.push_back(iv);
+  }
+  int overlaps = 0;
+  for (const auto& d : data_iv)
+    for (const auto& c : comp_iv) overlaps += d.first < c.second && c.first < d.second;
+  EXPECT_GE(overlaps, 3) << "the data stream should prefetch while compute runs";
+}
+
+TEST(Runtime, KernelFailureStopsTheRun_1n1d) {
+  ir::TrainingGraph tg = TinyMlp(1);
+  auto plan = boxing::Lower(tg, {3, 1});
+  ASSERT_TRUE(plan.ok());
+  struct Failing : actor::Feeder {
+    Status Fill(const std::string&, int64_t step, int64_t, const Tensor&) override {
+      return step == 1 ? Status::Invalid("[data] broken sample") : Status::Ok();
+    }
+  } feeder;
+  actor::Runtime rt(*plan, tg.graph);
+  actor::RunOptions ro;
+  ro.feeder = &feeder;
+  Status s = rt.Run(ro);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("broken sample"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fr

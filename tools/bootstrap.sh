@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what flowrun needs on Debian 12, then configures and builds it in ./build.
+# Idempotent: a second run only rebuilds what changed. Used by the README's quick start and CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  g++ cmake meson ninja-build pkg-config       # toolchain
+  libyaml-cpp-dev libcli11-dev                  # config, command line
+  libonnx-dev libprotobuf-dev protobuf-compiler # ONNX import
+  libopenmpi-dev openmpi-bin                    # ranks and CPU collectives
+  libdnnl-dev                                   # CPU GEMM (oneDNN)
+  libgtest-dev                                  # tests
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "bootstrap: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+[ -f build/build.ninja ] || meson setup build
+ninja -C build
