@@ -101,7 +101,8 @@ TEST(Runtime, BackPressureBoundsRegstsInFlight_1n1d) {
     ++data_acts;
     int64_t slowest = INT64_MAX;
     for (int c : x.consumers) slowest = std::min(slowest, finished[c]);
-    max_ahead = std::max(max_ahead, e.act - slowest);
+    // Slots in use when act k starts: the pieces the slowest reader has not finished, plus piece k.
+    max_ahead = std::max(max_ahead, e.act - slowest + 1);
   }
   EXPECT_EQ(data_acts, 24);
   EXPECT_LE(max_ahead, x.regst_num) << "the loader ran ahead of its slowest reader";
