@@ -37,7 +37,8 @@ Actor::Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task) : rt_(
     out_.push_back(std::move(p));
   }
   if (variable && task.node >= 0) {
-    for (ir::ValueId s : rt.graph().node(task.node).out) state_.emplace_back(rt.graph().type(s).dtype, rt.graph().type(s).shape);
+    for (ir::ValueId s : rt.graph().node(task.node).out)
+      state_.emplace_back(rt.graph().type(s).dtype, rt.graph().type(s).shape, task.device);
   }
 }
 
@@ -130,7 +131,7 @@ Status Actor::Compute(int64_t step, int64_t micro) {
   for (size_t i = 0; i < node.in.size(); ++i) in.push_back(InputTensor(i));
   for (size_t i = 0; i < out_.size(); ++i) out.push_back(rt_.Slot(out_[i].regst, out_[i].current));
   KernelCtx ctx{node, in, out, step, micro, plan_.micro_batches};
-  return Kernel(node.op, DeviceType::kCpu)(ctx);
+  return Kernel(node.op, task_.device.type)(ctx);
 }
 
 Status Actor::Variable(int64_t k) {
@@ -139,7 +140,7 @@ Status Actor::Variable(int64_t k) {
   std::vector<Tensor> in;
   for (size_t i = 0; i < node.in.size(); ++i) in.push_back(InputTensor(i));
   KernelCtx ctx{node, in, state_, k - 1, 0, plan_.micro_batches};
-  return Kernel(node.op, DeviceType::kCpu)(ctx);
+  return Kernel(node.op, task_.device.type)(ctx);
 }
 
 Status Actor::Body(int64_t k) {

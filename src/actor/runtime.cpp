@@ -8,7 +8,7 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank) : plan_
   slots_.resize(plan.regsts.size());
   for (const ir::RegstDesc& r : plan.regsts) {
     if (plan.tasks[static_cast<size_t>(r.producer)].rank != rank_) continue;
-    for (int s = 0; s < r.regst_num; ++s) slots_[static_cast<size_t>(r.id)].emplace_back(r.type.dtype, r.type.shape);
+    for (int s = 0; s < r.regst_num; ++s) slots_[static_cast<size_t>(r.id)].emplace_back(r.type.dtype, r.type.shape, r.device);
   }
   for (const ir::TaskDesc& t : plan.tasks) {  // a variable's slot starts as the parameter's initial value
     if (t.rank == rank_ && t.kind == ir::TaskKind::kVariable) Slot(t.out[0], 0).CopyFrom(graph.value(t.param).data);

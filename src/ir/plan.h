@@ -35,6 +35,7 @@ struct RegstDesc {
   std::vector<int> consumers;  // task ids
   int regst_num = 1;
   bool per_step = false;
+  Device device;               // where its slots live
   int64_t bytes() const { return type.shape.numel() * static_cast<int64_t>(SizeOf(type.dtype)); }
 };
 
@@ -42,6 +43,7 @@ struct TaskDesc {
   int id = 0;
   int rank = 0;
   int stream = 0;              // index into Plan::streams
+  Device device;               // where it computes; kernels are looked up by device.type
   TaskKind kind = TaskKind::kCompute;
   std::string name;
   NodeId node = -1;            // kCompute: its node; kVariable: the update node
