@@ -1,11 +1,18 @@
-// Config: the typed, validated contents of a flowrun YAML file (schema in README.md, "Config").
+// Config: the typed, validated contents of a flowrun YAML file (schema: DESIGN.md section 5, "The
+// config").
 //
 // LoadConfig reads the file, applies `--set key.path=value` overrides, and validates everything
-// before returning: unknown keys at any depth, wrong types (no coercion: "10" is not an integer),
-// missing required keys and impossible values are errors. Every error starts with "[config] ",
-// names the file with line and column (or the --set override), says what was expected, and for an
-// unknown key suggests the nearest valid one. Relative paths in the file are resolved against the
-// directory of the config file, so a config runs from any working directory.
+// before returning: unknown keys at any depth, duplicate keys, wrong types (no coercion: "10" is
+// not an integer, 1.5 is not an integer, "true" is not a bool), missing required keys and
+// impossible values are errors. Every error is a Status::Invalid (exit code 2) whose message
+// starts with "[config] ", then "FILE:LINE:COL: " (1-based, at the offending key or value; at the
+// enclosing map for a missing key) or "--set KEY=VALUE: " when an override wrote the offending
+// value, then the dotted key path and what was expected, e.g.
+//   [config] configs/mlp.yaml:14:3: train.steps: expected an integer, got string "10"
+//   [config] configs/mlp.yaml:14:3: unknown key 'stpes' in train (did you mean 'steps'?)
+// Relative paths (model.onnx, data files, log.jsonl) are kept as written: they are relative to the
+// working directory, and flowrun runs from the repository root. Nothing checks that files exist;
+// whoever opens a file reports it missing.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +32,7 @@ struct LossConfig {
 };
 
 struct ModelConfig {
-  std::string onnx;                           // resolved path
+  std::string onnx;                           // path as written
   std::map<std::string, std::string> inputs;  // ONNX graph input -> data field
   LossConfig loss;
 };
@@ -40,9 +47,9 @@ struct DataConfig {
   enum class Format { kTokens, kNpy, kSynthetic } format = Format::kNpy;
   enum class Order { kSequential, kShuffle } order = Order::kSequential;
   // tokens
-  std::string train;    // resolved path of the uint16 token file
+  std::string train;    // path of the uint16 token file, as written
   int64_t seq_len = 0;
-  // npy: field name -> resolved path (keys `x` and `y` in YAML)
+  // npy: field name -> path as written (keys `x` and `y` in YAML)
   std::map<std::string, std::string> npy;
   // synthetic
   std::map<std::string, SyntheticField> synthetic;
@@ -77,14 +84,14 @@ struct ParallelConfig {
   int64_t ranks = 0;                    // 0 = the world size
   std::vector<int64_t> mesh;            // empty = [ranks]
   std::vector<std::vector<std::string>> stages;
-  std::vector<std::pair<std::string, std::vector<std::string>>> sbp;  // hint glob -> nd-SBP strings
+  std::vector<std::pair<std::string, std::vector<std::string>>> sbp;  // glob -> nd-SBP, file order
   bool zero = false;
   double timeout = 60;                  // seconds
 };
 
 struct LogConfig {
   int64_t every = 1;
-  std::string jsonl;  // resolved path; empty = none
+  std::string jsonl;  // path as written; empty = none
 };
 
 struct Config {
@@ -100,11 +107,14 @@ struct Config {
   int64_t accumulation() const { return train.global_batch / train.micro_batch; }
 };
 
-// Loads, overrides and validates. `overrides` are "key.path=value" strings; the value is parsed
-// as YAML, so `--set train.steps=10` gives an integer and `--set optimizer.type=sgd` a string.
+// Loads, overrides and validates. `overrides` are "key.path=value" strings, applied in order (a
+// later one wins); the value is parsed as YAML, so `--set train.steps=10` gives an integer,
+// `--set optimizer.type=sgd` a string and `--set parallel.mesh=[2,2]` a list. Missing maps on the
+// path are created. A string without '=' or with an empty key is an error. An unreadable file gives
+// "[config] cannot read 'PATH': REASON".
 Result<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides = {});
 
-// The same, from YAML text (for tests); `path` is used in messages and to resolve relative paths.
+// The same, from YAML text (for tests); `path` is used in messages only.
 Result<Config> ParseConfig(const std::string& yaml_text, const std::string& path,
                            const std::vector<std::string>& overrides = {});
 

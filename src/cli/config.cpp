@@ -1,0 +1,406 @@
+// The config schema: one reader per section, checked with the strict reads of config_reader.h.
+#include "cli/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli/config_reader.h"
+
+namespace fr {
+namespace {
+
+using config::Names;
+using config::NameOf;
+using config::Need;
+using config::Origin;
+using config::Section;
+using config::Val;
+
+const Names<LossConfig::Type> kLossTypes = {{"cross_entropy", LossConfig::Type::kCrossEntropy},
+                                            {"mse", LossConfig::Type::kMse}};
+const Names<DataConfig::Format> kFormats = {{"tokens", DataConfig::Format::kTokens},
+                                            {"npy", DataConfig::Format::kNpy},
+                                            {"synthetic", DataConfig::Format::kSynthetic}};
+const Names<DataConfig::Order> kOrders = {{"sequential", DataConfig::Order::kSequential},
+                                          {"shuffle", DataConfig::Order::kShuffle}};
+const Names<SyntheticField::DType> kDTypes = {{"f32", SyntheticField::DType::kF32},
+                                              {"i64", SyntheticField::DType::kI64}};
+const Names<OptimizerConfig::Type> kOptimizers = {{"sgd", OptimizerConfig::Type::kSgd},
+                                                  {"adamw", OptimizerConfig::Type::kAdamW}};
+const Names<ScheduleConfig::Type> kSchedules = {{"constant", ScheduleConfig::Type::kConstant},
+                                                {"linear", ScheduleConfig::Type::kLinear},
+                                                {"cosine", ScheduleConfig::Type::kCosine}};
+const Names<ParallelConfig::Device> kDevices = {{"cpu", ParallelConfig::Device::kCpu},
+                                                {"cuda", ParallelConfig::Device::kCuda}};
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// ---- model ----
+
+Status ReadInputs(const Val& v, std::map<std::string, std::string>* inputs) {
+  ASSIGN_OR_RETURN(std::vector<Val::Entry> entries, v.Entries());
+  if (entries.empty()) return v.Expected("a non-empty map of ONNX graph input -> data field");
+  for (const Val::Entry& e : entries) {
+    ASSIGN_OR_RETURN((*inputs)[e.name], e.value.String());
+  }
+  return Status::Ok();
+}
+
+Status ReadLoss(const Val& v, LossConfig* loss) {
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"type", "logits", "output", "labels"}));
+  RETURN_IF_ERROR(s.ReadEnum("type", &loss->type, Need::kRequired, kLossTypes));
+  RETURN_IF_ERROR(s.Read("labels", &loss->labels, Need::kRequired));
+  // Both name the graph output the loss reads; the key says which kind of output it is.
+  bool ce = loss->type == LossConfig::Type::kCrossEntropy;
+  RETURN_IF_ERROR(s.OnlyWith(ce ? "output" : "logits", ce ? "type: mse" : "type: cross_entropy",
+                             NameOf(kLossTypes, loss->type)));
+  return s.Read(ce ? "logits" : "output", &loss->output, Need::kRequired);
+}
+
+Status ReadModel(const Val& v, ModelConfig* m) {
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"onnx", "inputs", "loss"}));
+  RETURN_IF_ERROR(s.Read("onnx", &m->onnx, Need::kRequired));
+  ASSIGN_OR_RETURN(Val inputs, s.Get("inputs"));
+  RETURN_IF_ERROR(ReadInputs(inputs, &m->inputs));
+  ASSIGN_OR_RETURN(Val loss, s.Get("loss"));
+  return ReadLoss(loss, &m->loss);
+}
+
+// ---- data ----
+
+Result<SyntheticField> ReadField(const Val& v) {
+  SyntheticField f;
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"shape", "dtype", "classes"}));
+  ASSIGN_OR_RETURN(Val shape, s.Get("shape"));
+  ASSIGN_OR_RETURN(f.shape, shape.IntList([](int64_t d) { return d >= 1; }, "an integer >= 1"));
+  RETURN_IF_ERROR(s.ReadEnum("dtype", &f.dtype, Need::kRequired, kDTypes));
+  if (f.dtype == SyntheticField::DType::kF32) {
+    RETURN_IF_ERROR(s.OnlyWith("classes", "dtype: i64", "f32"));
+    return f;
+  }
+  RETURN_IF_ERROR(s.Read("classes", &f.classes, Need::kRequired));
+  RETURN_IF_ERROR(s.Check("classes", f.classes > 0, "an integer > 0"));
+  return f;
+}
+
+Status ReadFields(const Val& v, std::map<std::string, SyntheticField>* fields) {
+  ASSIGN_OR_RETURN(std::vector<Val::Entry> entries, v.Entries());
+  if (entries.empty()) return v.Expected("a non-empty map of field name -> {shape, dtype}");
+  for (const Val::Entry& e : entries) {
+    ASSIGN_OR_RETURN((*fields)[e.name], ReadField(e.value));
+  }
+  return Status::Ok();
+}
+
+Status ReadDataFormat(const Section& s, DataConfig* d) {
+  switch (d->format) {
+    case DataConfig::Format::kTokens:
+      RETURN_IF_ERROR(s.Read("train", &d->train, Need::kRequired));
+      RETURN_IF_ERROR(s.Read("seq_len", &d->seq_len, Need::kRequired));
+      return s.Check("seq_len", d->seq_len > 0, "an integer > 0");
+    case DataConfig::Format::kNpy:
+      RETURN_IF_ERROR(s.Read("x", &d->npy["x"], Need::kRequired));
+      return s.Read("y", &d->npy["y"], Need::kRequired);
+    case DataConfig::Format::kSynthetic: {
+      RETURN_IF_ERROR(s.Read("samples", &d->samples, Need::kRequired));
+      RETURN_IF_ERROR(s.Check("samples", d->samples > 0, "an integer > 0"));
+      ASSIGN_OR_RETURN(Val fields, s.Get("fields"));
+      return ReadFields(fields, &d->synthetic);
+    }
+  }
+  return Status::Ok();
+}
+
+Status ReadData(const Val& v, DataConfig* d) {
+  using F = DataConfig::Format;
+  static const Names<F> kOwners = {{"train", F::kTokens}, {"seq_len", F::kTokens},
+                                   {"x", F::kNpy},        {"y", F::kNpy},
+                                   {"samples", F::kSynthetic}, {"fields", F::kSynthetic}};
+  std::vector<std::string> keys = {"format", "order"};
+  for (const auto& [key, owner] : kOwners) keys.push_back(key);
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, keys));
+  RETURN_IF_ERROR(s.ReadEnum("format", &d->format, Need::kRequired, kFormats));
+  RETURN_IF_ERROR(s.ReadEnum("order", &d->order, Need::kOptional, kOrders));
+  for (const auto& [key, owner] : kOwners) {
+    if (owner == d->format) continue;
+    RETURN_IF_ERROR(
+        s.OnlyWith(key, "format: " + NameOf(kFormats, owner), NameOf(kFormats, d->format)));
+  }
+  return ReadDataFormat(s, d);
+}
+
+// ---- train, optimizer, schedule ----
+
+Status ReadTrain(const Val& v, TrainConfig* t) {
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"steps", "global_batch", "micro_batch", "seed"}));
+  RETURN_IF_ERROR(s.Read("steps", &t->steps, Need::kRequired));
+  RETURN_IF_ERROR(s.Check("steps", t->steps >= 1, "an integer >= 1"));
+  RETURN_IF_ERROR(s.Read("global_batch", &t->global_batch, Need::kRequired));
+  RETURN_IF_ERROR(s.Check("global_batch", t->global_batch >= 1, "an integer >= 1"));
+  t->micro_batch = t->global_batch;
+  RETURN_IF_ERROR(s.Read("micro_batch", &t->micro_batch, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("micro_batch", t->micro_batch >= 1, "an integer >= 1"));
+  const std::string global = std::to_string(t->global_batch);
+  RETURN_IF_ERROR(s.Check("micro_batch", t->global_batch % t->micro_batch == 0,
+                          "a divisor of train.global_batch (" + global + ")"));
+  return s.Read("seed", &t->seed, Need::kOptional);
+}
+
+Status ReadBetas(const Val& v, OptimizerConfig* o) {
+  ASSIGN_OR_RETURN(std::vector<Val> items, v.Items());
+  if (items.size() != 2) return v.Expected("a list of 2 numbers [beta1, beta2]");
+  double* betas[2] = {&o->beta1, &o->beta2};
+  for (size_t i = 0; i < 2; ++i) {
+    ASSIGN_OR_RETURN(*betas[i], items[i].Number());
+    if (*betas[i] < 0 || *betas[i] >= 1) return items[i].Expected("a number in [0, 1)");
+  }
+  return Status::Ok();
+}
+
+Status ReadSgd(const Section& s, OptimizerConfig* o) {
+  RETURN_IF_ERROR(s.Read("momentum", &o->momentum, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("momentum", o->momentum >= 0 && o->momentum < 1, "a number in [0, 1)"));
+  RETURN_IF_ERROR(s.Read("nesterov", &o->nesterov, Need::kOptional));
+  if (o->nesterov && o->momentum <= 0) return s.Fail("nesterov", "needs optimizer.momentum > 0");
+  return Status::Ok();
+}
+
+Status ReadAdamW(const Section& s, OptimizerConfig* o) {
+  if (const Val* betas = s.Find("betas")) RETURN_IF_ERROR(ReadBetas(*betas, o));
+  RETURN_IF_ERROR(s.Read("eps", &o->eps, Need::kOptional));
+  return s.Check("eps", o->eps > 0, "a number > 0");
+}
+
+Status ReadOptimizer(const Val& v, OptimizerConfig* o) {
+  using T = OptimizerConfig::Type;
+  static const Names<T> kOwners = {{"momentum", T::kSgd}, {"nesterov", T::kSgd},
+                                   {"betas", T::kAdamW},  {"eps", T::kAdamW}};
+  std::vector<std::string> keys = {"type", "lr", "weight_decay", "grad_clip"};
+  for (const auto& [key, owner] : kOwners) keys.push_back(key);
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, keys));
+  RETURN_IF_ERROR(s.ReadEnum("type", &o->type, Need::kRequired, kOptimizers));
+  for (const auto& [key, owner] : kOwners) {
+    if (owner == o->type) continue;
+    RETURN_IF_ERROR(
+        s.OnlyWith(key, "type: " + NameOf(kOptimizers, owner), NameOf(kOptimizers, o->type)));
+  }
+  RETURN_IF_ERROR(s.Read("lr", &o->lr, Need::kRequired));
+  RETURN_IF_ERROR(s.Check("lr", o->lr > 0, "a number > 0"));
+  RETURN_IF_ERROR(s.Read("weight_decay", &o->weight_decay, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("weight_decay", o->weight_decay >= 0, "a number >= 0"));
+  RETURN_IF_ERROR(s.Read("grad_clip", &o->grad_clip, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("grad_clip", o->grad_clip >= 0, "a number >= 0 (0 = off)"));
+  return o->type == T::kSgd ? ReadSgd(s, o) : ReadAdamW(s, o);
+}
+
+Status ReadSchedule(const Val& v, const Config& c, ScheduleConfig* sc) {
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"type", "warmup", "min_lr"}));
+  RETURN_IF_ERROR(s.ReadEnum("type", &sc->type, Need::kOptional, kSchedules));
+  RETURN_IF_ERROR(s.Read("warmup", &sc->warmup, Need::kOptional));
+  const std::string steps = std::to_string(c.train.steps);
+  RETURN_IF_ERROR(s.Check("warmup", sc->warmup >= 0 && sc->warmup <= c.train.steps,
+                          "an integer in [0, train.steps = " + steps + "]"));
+  RETURN_IF_ERROR(s.Read("min_lr", &sc->min_lr, Need::kOptional));
+  const std::string lr = Num(c.optimizer.lr);
+  return s.Check("min_lr", sc->min_lr >= 0 && sc->min_lr <= c.optimizer.lr,
+                 "a number in [0, optimizer.lr = " + lr + "]");
+}
+
+// ---- parallel, log ----
+
+Status ReadMesh(const Val& v, std::vector<int64_t>* mesh) {
+  ASSIGN_OR_RETURN(std::vector<Val> items, v.Items());
+  const Val* inferred = nullptr;
+  for (const Val& item : items) {
+    ASSIGN_OR_RETURN(int64_t n, item.Int());
+    if (n < 1 && n != -1) return item.Expected("an integer >= 1, or -1 (inferred)");
+    if (n == -1 && inferred) {
+      return item.Error(item.path() + ": at most one entry may be -1, and " + inferred->path() +
+                        " is -1 already");
+    }
+    if (n == -1) inferred = &item;
+    mesh->push_back(n);
+  }
+  return Status::Ok();
+}
+
+Status ReadStages(const Val& v, std::vector<std::vector<std::string>>* stages) {
+  ASSIGN_OR_RETURN(std::vector<Val> items, v.Items());
+  for (const Val& item : items) {
+    ASSIGN_OR_RETURN(std::vector<std::string> globs, item.StringList());
+    if (globs.empty()) return item.Expected("a non-empty list of node-name globs");
+    stages->push_back(std::move(globs));
+  }
+  return Status::Ok();
+}
+
+// S(n) with n >= 0, B, P, P(max), P(min).
+bool IsSbp(const std::string& s) {
+  if (s == "B" || s == "P" || s == "P(max)" || s == "P(min)") return true;
+  if (s.size() < 4 || !s.starts_with("S(") || !s.ends_with(")")) return false;
+  int axis = 0;
+  const char* end = s.data() + s.size() - 1;
+  auto [p, ec] = std::from_chars(s.data() + 2, end, axis);
+  return ec == std::errc() && p == end && s[2] != '-' && s[2] != '+';
+}
+
+Status ReadSbp(const Val& v, std::vector<std::pair<std::string, std::vector<std::string>>>* sbp) {
+  ASSIGN_OR_RETURN(std::vector<Val::Entry> entries, v.Entries());
+  for (const Val::Entry& e : entries) {
+    ASSIGN_OR_RETURN(std::vector<Val> items, e.value.Items());
+    if (items.empty()) return e.value.Expected("a non-empty list of SBPs, one per mesh axis");
+    ASSIGN_OR_RETURN(std::vector<std::string> nd, e.value.StringList());
+    for (size_t i = 0; i < nd.size(); ++i) {
+      if (!IsSbp(nd[i])) {
+        return items[i].Expected("an SBP: S(n) with n >= 0, B, P, P(max) or P(min)");
+      }
+    }
+    sbp->emplace_back(e.name, std::move(nd));
+  }
+  return Status::Ok();
+}
+
+Status ReadParallel(const Val& v, ParallelConfig* p) {
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"device", "ranks", "mesh", "stages", "sbp", "zero",
+                                                "timeout"}));
+  RETURN_IF_ERROR(s.ReadEnum("device", &p->device, Need::kOptional, kDevices));
+  RETURN_IF_ERROR(s.Read("ranks", &p->ranks, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("ranks", p->ranks >= 0, "an integer >= 1 (or 0 = the world size)"));
+  if (const Val* mesh = s.Find("mesh")) RETURN_IF_ERROR(ReadMesh(*mesh, &p->mesh));
+  if (const Val* stages = s.Find("stages")) RETURN_IF_ERROR(ReadStages(*stages, &p->stages));
+  if (const Val* sbp = s.Find("sbp")) RETURN_IF_ERROR(ReadSbp(*sbp, &p->sbp));
+  RETURN_IF_ERROR(s.Read("zero", &p->zero, Need::kOptional));
+  RETURN_IF_ERROR(s.Read("timeout", &p->timeout, Need::kOptional));
+  return s.Check("timeout", p->timeout > 0, "a number of seconds > 0");
+}
+
+Status ReadLog(const Val& v, LogConfig* l) {
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"every", "jsonl"}));
+  RETURN_IF_ERROR(s.Read("every", &l->every, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("every", l->every >= 1, "an integer >= 1"));
+  return s.Read("jsonl", &l->jsonl, Need::kOptional);
+}
+
+Result<Config> Build(const Val& root, const std::string& path) {
+  Config c;
+  c.path = path;
+  ASSIGN_OR_RETURN(Section top, Section::Open(root, {"model", "data", "train", "optimizer",
+                                                     "schedule", "parallel", "log"}));
+  ASSIGN_OR_RETURN(Val model, top.Get("model"));
+  RETURN_IF_ERROR(ReadModel(model, &c.model));
+  ASSIGN_OR_RETURN(Val data, top.Get("data"));
+  RETURN_IF_ERROR(ReadData(data, &c.data));
+  ASSIGN_OR_RETURN(Val train, top.Get("train"));
+  RETURN_IF_ERROR(ReadTrain(train, &c.train));
+  ASSIGN_OR_RETURN(Val optimizer, top.Get("optimizer"));
+  RETURN_IF_ERROR(ReadOptimizer(optimizer, &c.optimizer));
+  if (const Val* v = top.Find("schedule")) RETURN_IF_ERROR(ReadSchedule(*v, c, &c.schedule));
+  if (const Val* v = top.Find("parallel")) RETURN_IF_ERROR(ReadParallel(*v, &c.parallel));
+  if (const Val* v = top.Find("log")) RETURN_IF_ERROR(ReadLog(*v, &c.log));
+  return c;
+}
+
+// ---- documents and overrides ----
+
+std::string At(const std::string& file, const YAML::Mark& mark) { return Origin(file).Where(mark); }
+
+Result<YAML::Node> ParseDocument(const std::string& text, const std::string& path) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::Exception& e) {
+    return Status::Invalid(At(path, e.mark) + e.msg);
+  }
+  if (docs.size() > 1) {
+    return Status::Invalid(At(path, docs[1].Mark()) + "expected one YAML document, found " +
+                           std::to_string(docs.size()));
+  }
+  if (docs.empty() || docs[0].IsNull()) return YAML::Node(YAML::NodeType::Map);
+  return docs[0];
+}
+
+// Splits "a.b.c=value" and parses the value as YAML.
+Status ParseOverride(const std::string& text, std::vector<std::string>* keys, YAML::Node* value) {
+  const std::string where = "[config] --set " + text + ": ";
+  size_t eq = text.find('=');
+  if (eq == std::string::npos) return Status::Invalid(where + "expected KEY.PATH=VALUE");
+  std::string path = text.substr(0, eq);
+  if (path.empty()) return Status::Invalid(where + "empty key path, expected KEY.PATH=VALUE");
+  for (size_t start = 0;;) {
+    size_t dot = path.find('.', start);
+    keys->push_back(path.substr(start, dot - start));
+    if (keys->back().empty()) {
+      return Status::Invalid(where + "empty key in '" + path + "', expected KEY.PATH=VALUE");
+    }
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  try {
+    *value = YAML::Load(text.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    return Status::Invalid(where + "the value is not valid YAML: " + e.msg);
+  }
+  return Status::Ok();
+}
+
+// Writes the override into `root`, creating maps on the way; records which paths it wrote.
+Status ApplyOverride(const std::string& text, YAML::Node& root, Origin* origin) {
+  std::vector<std::string> keys;
+  YAML::Node value;
+  RETURN_IF_ERROR(ParseOverride(text, &keys, &value));
+  YAML::Node map = root;
+  std::string path;
+  for (size_t i = 0; i + 1 < keys.size(); ++i) {
+    path += (i ? "." : "") + keys[i];
+    const YAML::Node& view = map;  // const lookups never add keys
+    if (!view[keys[i]].IsDefined() || view[keys[i]].IsNull()) {
+      map[keys[i]] = YAML::Node(YAML::NodeType::Map);
+      origin->SetOverride(path, text);
+    } else if (!view[keys[i]].IsMap()) {
+      return Status::Invalid("[config] --set " + text + ": " + path +
+                             " is not a map, so it has no key '" + keys[i + 1] + "'");
+    }
+    YAML::Node child = view[keys[i]];
+    map.reset(child);
+  }
+  map[keys.back()] = value;
+  origin->SetOverride(text.substr(0, text.find('=')), text);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Config> ParseConfig(const std::string& yaml_text, const std::string& path,
+                           const std::vector<std::string>& overrides) {
+  ASSIGN_OR_RETURN(YAML::Node root, ParseDocument(yaml_text, path));
+  Origin origin(path);
+  if (!root.IsMap()) {
+    return Val(origin, root).Expected("a map of sections (model, data, train, optimizer, ...)");
+  }
+  for (const std::string& o : overrides) RETURN_IF_ERROR(ApplyOverride(o, root, &origin));
+  return Build(Val(origin, root), path);
+}
+
+Result<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return Status::Invalid("[config] cannot read '" + path + "': " + std::strerror(errno));
+  std::string text;
+  char buf[1 << 16];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  int err = std::ferror(f) ? errno : 0;
+  std::fclose(f);
+  if (err) return Status::Invalid("[config] cannot read '" + path + "': " + std::strerror(err));
+  return ParseConfig(text, path, overrides);
+}
+
+}  // namespace fr
