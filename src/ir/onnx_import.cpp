@@ -47,28 +47,32 @@ Result<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& wh
   std::vector<int64_t> dims(p.dims().begin(), p.dims().end());
   Status s = CheckDims(dims);
   if (!s.ok()) return s.With(what + ": ");
-  Tensor t(dt, Shape(dims));
-  const size_t want = t.bytes();
+  // Sizes are checked before allocating: a corrupt file may declare far more than it holds.
+  const Shape shape(dims);
+  const size_t want = static_cast<size_t>(shape.numel()) * SizeOf(dt);
   auto bad = [&](size_t got) {
     return Status::Invalid(what + " holds " + std::to_string(got) + " bytes of data, but its shape " +
-                           t.shape().ToString() + " needs " + std::to_string(want) + " (truncated file?)");
+                           shape.ToString() + " needs " + std::to_string(want) + " (truncated file?)");
   };
+  if (p.has_raw_data() && p.raw_data().size() != want) return bad(p.raw_data().size());
+  if (!p.has_raw_data()) {
+    int n = dt == DType::kF32 ? p.float_data_size() : dt == DType::kI64 ? p.int64_data_size() : p.int32_data_size();
+    if (static_cast<size_t>(n) * SizeOf(dt) != want) return bad(static_cast<size_t>(n) * SizeOf(dt));
+  }
+  Tensor t(dt, shape);
   if (p.has_raw_data()) {
-    if (p.raw_data().size() != want) return bad(p.raw_data().size());
     if (want) std::memcpy(t.raw(), p.raw_data().data(), want);
     return t;
   }
-  auto copy = [&](const auto& field, auto convert) -> Status {
-    if (static_cast<int64_t>(field.size()) != t.numel()) return bad(static_cast<size_t>(field.size()) * SizeOf(dt));
+  auto copy = [&](const auto& field, auto convert) {
     for (int i = 0; i < field.size(); ++i) convert(i, field.Get(i));
-    return Status::Ok();
   };
   switch (dt) {
-    case DType::kF32: RETURN_IF_ERROR(copy(p.float_data(), [&](int i, float v) { t.data<float>()[i] = v; })); break;
-    case DType::kI64: RETURN_IF_ERROR(copy(p.int64_data(), [&](int i, int64_t v) { t.data<int64_t>()[i] = v; })); break;
-    case DType::kI32: RETURN_IF_ERROR(copy(p.int32_data(), [&](int i, int32_t v) { t.data<int32_t>()[i] = v; })); break;
-    case DType::kBool: RETURN_IF_ERROR(copy(p.int32_data(), [&](int i, int32_t v) { t.data<bool>()[i] = v != 0; })); break;
-    case DType::kU8: RETURN_IF_ERROR(copy(p.int32_data(), [&](int i, int32_t v) { t.data<uint8_t>()[i] = static_cast<uint8_t>(v); })); break;
+    case DType::kF32: copy(p.float_data(), [&](int i, float v) { t.data<float>()[i] = v; }); break;
+    case DType::kI64: copy(p.int64_data(), [&](int i, int64_t v) { t.data<int64_t>()[i] = v; }); break;
+    case DType::kI32: copy(p.int32_data(), [&](int i, int32_t v) { t.data<int32_t>()[i] = v; }); break;
+    case DType::kBool: copy(p.int32_data(), [&](int i, int32_t v) { t.data<bool>()[i] = v != 0; }); break;
+    case DType::kU8: copy(p.int32_data(), [&](int i, int32_t v) { t.data<uint8_t>()[i] = static_cast<uint8_t>(v); }); break;
   }
   return t;
 }
@@ -93,12 +97,19 @@ class Importer {
     RETURN_IF_ERROR(ReadOpset(m));
     const onnx::GraphProto& gp = m.graph();
     for (const auto& init : gp.initializer()) RETURN_IF_ERROR(AddInitializer(init));
-    for (const auto& in : gp.input()) RETURN_IF_ERROR(AddInput(in));
+    // Bindings first: a misspelt binding explains the graph input it leaves unbound.
+    std::string inputs;
+    for (const auto& in : gp.input())
+      if (!names_.count(in.name())) inputs += (inputs.empty() ? "" : ", ") + in.name();
     for (const auto& [name, t] : bound_) {
-      if (!names_.count(name)) {
-        return Err("the config binds input '" + name + "', which is not a graph input of the model");
+      bool is_input = false;
+      for (const auto& in : gp.input()) is_input |= in.name() == name && !names_.count(name);
+      if (!is_input) {
+        return Err("the config binds input '" + name + "', which is not a graph input of the model (graph inputs: " +
+                   inputs + ")");
       }
     }
+    for (const auto& in : gp.input()) RETURN_IF_ERROR(AddInput(in));
     for (const auto& n : gp.node()) RETURN_IF_ERROR(AddNode(n));
     for (const auto& out : gp.output()) {
       auto it = names_.find(out.name());

@@ -47,21 +47,22 @@ Result<TrainingGraph> BuildTraining(Graph forward, const TrainingSpec& spec) {
   tg.graph = std::move(forward);
   Graph& g = tg.graph;
   Builder b(g);
+  const std::string cfg = "[config] " + (spec.config_path.empty() ? "" : spec.config_path + ": ");
   const std::string key = spec.loss == TrainingSpec::Loss::kCrossEntropy ? "model.loss.logits" : "model.loss.output";
   ValueId pred = g.Find(spec.loss_input);
   if (pred == kNoValue || g.value(pred).kind != ValueKind::kActivation) {
     std::string outs;
     for (ValueId o : g.outputs) outs += (outs.empty() ? "" : ", ") + g.value(o).name;
-    return Status::Invalid("[config] " + key + ": '" + spec.loss_input +
+    return Status::Invalid(cfg + key + ": '" + spec.loss_input +
                            "' is not a value computed by the model (graph outputs: " + outs + ")");
   }
   if (g.Find(spec.labels) != kNoValue) {
-    return Status::Invalid("[config] model.loss.labels: '" + spec.labels + "' is already a tensor of the model");
+    return Status::Invalid(cfg + "model.loss.labels: '" + spec.labels + "' is already a tensor of the model");
   }
   ValueId labels = g.AddValue(spec.labels, spec.labels_type, ValueKind::kInput);
   OpKind loss_op = spec.loss == TrainingSpec::Loss::kCrossEntropy ? OpKind::kCrossEntropy : OpKind::kMse;
   auto loss = b.Add(loss_op, {pred, labels}, {}, "loss", Phase::kLoss);
-  if (!loss.ok()) return loss.status().With("[config] model.loss: ");
+  if (!loss.ok()) return loss.status().With(cfg + "model.loss: ");
   tg.loss = (*loss)[0];
 
   Tensor seed_t = Tensor::Full(Shape{}, static_cast<float>(1.0 / static_cast<double>(spec.micro_batches)));
@@ -82,7 +83,7 @@ Result<TrainingGraph> BuildTraining(Graph forward, const TrainingSpec& spec) {
     tg.params.push_back({p, acc, -1});
   }
   g.params = params;
-  if (tg.params.empty()) return Status::Invalid("[config] model.loss: the loss depends on no trainable parameter");
+  if (tg.params.empty()) return Status::Invalid(cfg + "model.loss: the loss depends on no trainable parameter");
 
   std::vector<ValueId> sq;
   for (const ParamGrad& pg : tg.params) {

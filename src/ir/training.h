@@ -31,6 +31,7 @@ struct TrainingSpec {
   TensorType labels_type;       // its type, batch = micro_batch
   int64_t micro_batches = 1;    // M
   OptimizerSpec optimizer;
+  std::string config_path;      // the config file, named in messages; may be empty
 };
 
 struct ParamGrad {
@@ -47,7 +48,7 @@ struct TrainingGraph {
   std::vector<std::string> frozen;  // initializers that do not affect the loss
 };
 
-// Errors name the config key they come from ("model.loss...").
+// Errors start with "[config] CONFIG_PATH: " and name the config key they come from ("model.loss...").
 Result<TrainingGraph> BuildTraining(Graph forward, const TrainingSpec& spec);
 
 }  // namespace fr::ir
