@@ -35,6 +35,7 @@ ir::TrainingSpec SpecOf(const Config& cfg, const data::Dataset& ds) {
   dims.insert(dims.end(), f.sample.dims().begin(), f.sample.dims().end());
   s.labels_type = {f.dtype, Shape(dims)};
   s.micro_batches = cfg.accumulation();
+  s.config_path = cfg.path;
   const OptimizerConfig& o = cfg.optimizer;
   s.optimizer.type = o.type == OptimizerConfig::Type::kSgd ? ir::OptimizerSpec::Type::kSgd : ir::OptimizerSpec::Type::kAdamW;
   s.optimizer.momentum = o.momentum;
@@ -59,6 +60,33 @@ double MatMulFlops(const ir::Graph& g, int64_t micro_batches) {
     total += n.phase == ir::Phase::kOptimizer ? f : f * static_cast<double>(micro_batches);
   }
   return total;
+}
+
+// Cross-entropy labels are checked against the logits' class count once, before training, so a
+// bad label names its field, file and sample instead of failing at some step.
+Status CheckLabels(const Config& cfg, const data::Dataset& ds, const ir::Graph& g) {
+  if (cfg.model.loss.type != LossConfig::Type::kCrossEntropy) return Status::Ok();
+  const std::string& field = cfg.model.loss.labels;
+  const data::Field& f = ds.fields().at(field);
+  ir::ValueId logits = g.Find(cfg.model.loss.output);
+  if (f.dtype != DType::kI64 || logits == ir::kNoValue || g.type(logits).shape.rank() == 0) return Status::Ok();
+  const Shape& ls = g.type(logits).shape;
+  const int64_t classes = ls[ls.rank() - 1];
+  std::string source = "data.fields." + field;
+  if (cfg.data.format == DataConfig::Format::kNpy) source = "data." + field + ": '" + cfg.data.npy.at(field) + "'";
+  if (cfg.data.format == DataConfig::Format::kTokens) source = "data.train: '" + cfg.data.train + "'";
+  std::vector<int64_t> sample(static_cast<size_t>(f.sample.numel()));
+  for (int64_t w = 0; w < ds.size(); ++w) {
+    ds.CopySample(field, w, sample.data());
+    for (int64_t label : sample) {
+      if (label < 0 || label >= classes) {
+        return Status::Invalid("[data] " + source + ": sample " + std::to_string(w) + " has label " +
+                               std::to_string(label) + ", outside [0, " + std::to_string(classes) + ") for " +
+                               cfg.model.loss.output + " " + ls.ToString() + " (model.loss.labels: " + field + ")");
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -92,6 +120,7 @@ Result<Compiled> Compile(const Config& cfg) {
   c.input_field[cfg.model.loss.labels] = cfg.model.loss.labels;
   ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(cfg.model.onnx, bound));
   ASSIGN_OR_RETURN(c.training, ir::BuildTraining(std::move(forward), SpecOf(cfg, *c.dataset)));
+  RETURN_IF_ERROR(CheckLabels(cfg, *c.dataset, c.training.graph));
   boxing::LowerOptions lo;
   lo.steps = cfg.train.steps;
   lo.micro_batches = cfg.accumulation();
