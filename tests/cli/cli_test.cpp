@@ -1,0 +1,323 @@
+// The command line end to end (DESIGN.md §5, §6 rung 5): every bundled config trains and plans, and
+// a table of bad inputs gives the expected exit code and message. Runs the binary named by
+// FLOWRUN_BIN (tests/meson.build sets it) from the repository root.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Output {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string Bin() {
+  const char* b = std::getenv("FLOWRUN_BIN");
+  return b && *b ? b : "build/src/flowrun";
+}
+
+Output Flowrun(const std::vector<std::string>& args) {
+  std::string cmd = Quote(Bin());
+  for (const auto& a : args) cmd += " " + Quote(a);
+  cmd += " 2>&1";
+  Output r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  return r;
+}
+
+// A fresh directory per test, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "flowrun_cli_XXXXXX").string();
+    if (mkdtemp(tmpl.data())) path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
+  std::string Write(const std::string& name, const std::string& bytes) const {
+    std::string p = *this / name;
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
+
+ private:
+  std::string path_;
+};
+
+std::string Root() { return fs::current_path().string(); }
+
+std::vector<std::string> Sorted(const std::string& dir, const std::string& ext) {
+  std::vector<std::string> v;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ext) v.push_back(e.path().string());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// A .npy (version 1.0) file: `descr` is "<f4" or "<i8"; `shape` as numpy writes it, e.g. "(8,)".
+std::string Npy(const std::string& descr, const std::string& shape, const std::string& data) {
+  std::string h = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + h.size() + 1) % 64) h += ' ';
+  h += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(h.size() & 0xff);
+  out += static_cast<char>(h.size() >> 8);
+  return out + h + data;
+}
+
+template <typename T>
+std::string Bytes(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// A small valid config over the repository's MLP and data; rows replace parts of it.
+std::string MlpYaml(const std::string& onnx, const std::string& x, const std::string& y) {
+  return "model:\n"
+         "  onnx: " + onnx + "\n"
+         "  inputs: {x: x}\n"
+         "  loss: {type: cross_entropy, logits: logits, labels: y}\n"
+         "data:\n"
+         "  format: npy\n"
+         "  x: " + x + "\n"
+         "  y: " + y + "\n"
+         "train: {steps: 2, global_batch: 8, micro_batch: 4, seed: 1}\n"
+         "optimizer: {type: sgd, lr: 0.01}\n"
+         "log: {every: 1}\n";
+}
+
+std::string DefaultYaml() {
+  return MlpYaml(Root() + "/models/mlp.onnx", Root() + "/data/mlp_x.npy", Root() + "/data/mlp_y.npy");
+}
+
+std::string Replace(std::string s, const std::string& from, const std::string& to) {
+  size_t at = s.find(from);
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "'" << from << "' not in the base config";
+    return s;
+  }
+  return s.replace(at, from.size(), to);
+}
+
+int CountLines(const std::string& out, const std::string& prefix) {
+  std::istringstream is(out);
+  int n = 0;
+  for (std::string line; std::getline(is, line);) n += line.rfind(prefix, 0) == 0;
+  return n;
+}
+
+TEST(Cli, Version) {
+  Output r = Flowrun({"--version"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("flowrun 0.1.0"), std::string::npos) << r.out;
+}
+
+TEST(Cli, Help) {
+  Output r = Flowrun({"--help"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("train"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("plan"), std::string::npos) << r.out;
+}
+
+TEST(Cli, NoSubcommand) {
+  Output r = Flowrun({});
+  EXPECT_EQ(r.code, 2) << r.out;
+  Output u = Flowrun({"frobnicate"});
+  EXPECT_EQ(u.code, 2) << u.out;
+}
+
+TEST(Cli, EveryConfigTrains) {
+  TempDir tmp;
+  auto configs = Sorted("configs", ".yaml");
+  ASSERT_GE(configs.size(), 3u);
+  for (const std::string& cfg : configs) {
+    SCOPED_TRACE(cfg);
+    // Warmup may not exceed the steps, so it is shortened with them. The bundled configs may log to
+    // runs/; the test's log goes to its own directory.
+    Output r = Flowrun({"train", cfg, "--set", "train.steps=3", "--set", "log.every=1", "--set", "schedule.warmup=1",
+                        "--set", "log.jsonl=" + tmp / (fs::path(cfg).stem().string() + ".jsonl")});
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(CountLines(r.out, "step "), 3) << r.out;
+    for (int s = 1; s <= 3; ++s)
+      EXPECT_NE(r.out.find("step " + std::to_string(s) + "/3 | loss "), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("nan"), std::string::npos) << r.out;
+  }
+}
+
+TEST(Cli, EveryConfigPlans) {
+  for (const std::string& cfg : Sorted("configs", ".yaml")) {
+    SCOPED_TRACE(cfg);
+    Output r = Flowrun({"plan", cfg, "--dump"});
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("== training graph"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("rank 0: "), std::string::npos) << r.out;
+    EXPECT_GT(CountLines(r.out, "  task "), 5) << r.out;
+    Output s = Flowrun({"plan", cfg});
+    EXPECT_EQ(s.code, 0) << s.out;
+    EXPECT_NE(s.out.find(" tasks, "), std::string::npos) << s.out;
+  }
+}
+
+struct BadRun {
+  const char* name;
+  // Writes what the row needs into `tmp` and returns flowrun's arguments.
+  std::vector<std::string> (*setup)(const TempDir& tmp);
+  int code;
+  std::vector<std::string> fragments;  // each must appear in the output
+};
+
+std::vector<std::string> TrainYaml(const TempDir& tmp, const std::string& yaml) {
+  return {"train", tmp.Write("bad.yaml", yaml)};
+}
+
+const std::vector<BadRun>& BadRuns() {
+  static const std::vector<BadRun> kRows = {
+      {"unknown_key",
+       [](const TempDir& t) { return TrainYaml(t, Replace(DefaultYaml(), "train: {steps: 2", "train: {stpes: 2")); },
+       2, {"[config]", "bad.yaml:", "unknown key 'stpes'", "did you mean 'steps'"}},
+      {"quoted_number",
+       [](const TempDir& t) { return TrainYaml(t, Replace(DefaultYaml(), "steps: 2", "steps: \"2\"")); },
+       2, {"[config]", "bad.yaml:9:", "train.steps", "expected an integer"}},
+      {"config_missing", [](const TempDir& t) { return std::vector<std::string>{"train", t / "absent.yaml"}; },
+       2, {"[config]", "cannot read", "absent.yaml"}},
+      {"onnx_missing",
+       [](const TempDir& t) {
+         return TrainYaml(t, Replace(DefaultYaml(), Root() + "/models/mlp.onnx", t / "nope.onnx"));
+       },
+       2, {"[onnx] cannot read", "nope.onnx"}},
+      {"onnx_garbage",
+       [](const TempDir& t) {
+         std::string bad = t.Write("garbage.onnx", "\x08\x07 definitely not an onnx model \xff\xff\xff");
+         return TrainYaml(t, Replace(DefaultYaml(), Root() + "/models/mlp.onnx", bad));
+       },
+       2, {"[onnx]", "garbage.onnx", "not a valid ONNX model"}},
+      {"data_missing",
+       [](const TempDir& t) {
+         return TrainYaml(t, Replace(DefaultYaml(), Root() + "/data/mlp_x.npy", t / "nox.npy"));
+       },
+       2, {"[data] data.x", "cannot read", "nox.npy"}},
+      {"data_field_absent",
+       [](const TempDir& t) { return TrainYaml(t, Replace(DefaultYaml(), "inputs: {x: x}", "inputs: {x: pixels}")); },
+       2, {"[config]", "bad.yaml", "model.inputs.x", "no field 'pixels'"}},
+      {"onnx_input_absent",
+       [](const TempDir& t) {
+         return TrainYaml(t, Replace(DefaultYaml(), "inputs: {x: x}", "inputs: {x: x, image: x}"));
+       },
+       2, {"[onnx]", "mlp.onnx", "'image'", "not a graph input"}},
+      {"onnx_input_misspelt",
+       [](const TempDir& t) { return TrainYaml(t, Replace(DefaultYaml(), "inputs: {x: x}", "inputs: {X: x}")); },
+       2, {"[onnx]", "mlp.onnx", "'X'", "not a graph input"}},
+      {"loss_output_absent",
+       [](const TempDir& t) { return TrainYaml(t, Replace(DefaultYaml(), "logits: logits", "logits: scores")); },
+       2, {"[config]", "bad.yaml", "model.loss.logits", "'scores'", "logits"}},
+      {"label_out_of_range",
+       [](const TempDir& t) {
+         std::vector<float> x(8 * 64, 0.5f);
+         std::vector<int64_t> y = {1, 2, 3, 99, 4, 5, 6, 7};
+         std::string xp = t.Write("x.npy", Npy("<f4", "(8, 64)", Bytes(x)));
+         std::string yp = t.Write("y.npy", Npy("<i8", "(8,)", Bytes(y)));
+         return TrainYaml(t, MlpYaml(Root() + "/models/mlp.onnx", xp, yp));
+       },
+       2, {"[data] data.y", "y.npy", "sample 3", "label 99", "[0, 10)"}},
+      {"synthetic_classes_above_logits",
+       [](const TempDir&) {
+         return std::vector<std::string>{"train", "configs/synthetic.yaml", "--set", "data.fields.y.classes=20"};
+       },
+       2, {"[data] data.fields.y", "label 1", "[0, 10)"}},
+      {"npy_truncated",
+       [](const TempDir& t) {
+         std::ifstream f("data/mlp_y.npy", std::ios::binary);
+         std::string bytes((std::istreambuf_iterator<char>(f)), {});
+         std::string yp = t.Write("short_y.npy", bytes.substr(0, 1000));
+         return TrainYaml(t, Replace(DefaultYaml(), Root() + "/data/mlp_y.npy", yp));
+       },
+       2, {"[data] data.y", "short_y.npy", "data bytes", "needs 32768"}},
+      {"npy_header_truncated",
+       [](const TempDir& t) {
+         std::string yp = t.Write("hdr_y.npy", Npy("<i8", "(8,)", "").substr(0, 40));
+         return TrainYaml(t, Replace(DefaultYaml(), Root() + "/data/mlp_y.npy", yp));
+       },
+       2, {"[data] data.y", "hdr_y.npy", "truncated header"}},
+      {"ranks_2",
+       [](const TempDir& t) { return TrainYaml(t, DefaultYaml() + "parallel: {ranks: 2}\n"); },
+       2, {"[config]", "parallel.ranks", "not implemented"}},
+      {"set_unknown_key",
+       [](const TempDir& t) {
+         return std::vector<std::string>{"train", t.Write("ok.yaml", DefaultYaml()), "--set", "train.stpes=3"};
+       },
+       2, {"[config]", "--set", "stpes", "did you mean 'steps'"}},
+      {"set_without_value",
+       [](const TempDir& t) {
+         return std::vector<std::string>{"train", t.Write("ok.yaml", DefaultYaml()), "--set", "train.steps"};
+       },
+       2, {"[config]", "train.steps"}},
+      {"plan_bad_config",
+       [](const TempDir& t) {
+         return std::vector<std::string>{"plan", t.Write("bad.yaml", Replace(DefaultYaml(), "lr: 0.01", "lr: fast"))};
+       },
+       2, {"[config]", "bad.yaml", "optimizer.lr"}},
+  };
+  return kRows;
+}
+
+TEST(Cli, BadInputs) {
+  for (const BadRun& row : BadRuns()) {
+    SCOPED_TRACE(row.name);
+    TempDir tmp;
+    Output r = Flowrun(row.setup(tmp));
+    EXPECT_EQ(r.code, row.code) << r.out;
+    for (const std::string& f : row.fragments)
+      EXPECT_NE(r.out.find(f), std::string::npos) << "want '" << f << "' in: " << r.out;
+    EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+  }
+}
+
+TEST(Cli, Jsonl) {
+  TempDir tmp;
+  const std::string path = tmp / "m.jsonl";
+  Output r = Flowrun({"train", "tests/golden/mlp_sgd.yaml", "--set", "log.jsonl=" + path});
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream f(path);
+  ASSERT_TRUE(f) << path << " was not written";
+  int n = 0;
+  for (std::string line; std::getline(f, line);) {
+    ++n;
+    SCOPED_TRACE(line);
+    EXPECT_EQ(line.front(), '{');
+    EXPECT_EQ(line.back(), '}');
+    EXPECT_EQ(line.rfind("{\"step\": " + std::to_string(n) + ",", 0), 0u);
+    EXPECT_NE(line.find("\"loss\": "), std::string::npos);
+  }
+  EXPECT_EQ(n, 20);
+}
+
+}  // namespace

@@ -1,0 +1,382 @@
+// ONNX import: every bundled model imports with sane ops and shapes, and a table of broken models
+// (built here with the onnx protobuf API) each gives its "[onnx]" message. Run from the repository
+// root.
+#include "ir/onnx_import.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "onnx/onnx_pb.h"
+
+namespace fr::ir {
+namespace {
+
+std::map<std::string, TensorType> BindAll(const std::string& path, int64_t dynamic) {
+  auto ins = OnnxInputs(path);
+  EXPECT_TRUE(ins.ok()) << ins.status().message();
+  std::map<std::string, TensorType> bound;
+  if (!ins.ok()) return bound;
+  for (const OnnxInput& in : *ins) {
+    std::vector<int64_t> dims = in.dims;
+    for (int64_t& d : dims)
+      if (d < 0) d = dynamic;
+    bound[in.name] = {in.dtype, Shape(dims)};
+  }
+  return bound;
+}
+
+std::map<OpKind, int> OpCounts(const Graph& g) {
+  std::map<OpKind, int> n;
+  for (const Node& node : g.nodes) ++n[node.op];
+  return n;
+}
+
+// Every node's inputs come from earlier nodes, inputs, parameters or constants, no node is left
+// with only constant inputs (those are folded), and every value has a fully known shape.
+void ExpectWellFormed(const Graph& g, const std::string& what) {
+  std::vector<bool> ready(g.values.size(), false);
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    ValueKind k = g.values[v].kind;
+    ready[v] = k == ValueKind::kInput || k == ValueKind::kParam || k == ValueKind::kConst;
+    for (int64_t d : g.values[v].type.shape.dims()) EXPECT_GE(d, 0) << what << ": value " << g.values[v].name;
+  }
+  for (const Node& n : g.nodes) {
+    bool all_const = true;
+    for (ValueId v : n.in) all_const &= v == kNoValue || g.value(v).kind == ValueKind::kConst;
+    EXPECT_FALSE(all_const) << what << ": node " << n.name << " has only constant inputs and was not folded";
+    for (ValueId v : n.in)
+      if (v != kNoValue) {
+        EXPECT_TRUE(ready[static_cast<size_t>(v)]) << what << ": node " << n.name << " reads an unready value";
+      }
+    for (ValueId v : n.out) ready[static_cast<size_t>(v)] = true;
+  }
+  for (ValueId v : g.outputs) EXPECT_TRUE(ready[static_cast<size_t>(v)]) << what << ": output never produced";
+  for (ValueId v : g.params) {
+    EXPECT_EQ(g.value(v).kind, ValueKind::kParam);
+    EXPECT_TRUE(g.value(v).data.defined()) << what << ": param " << g.value(v).name << " has no initial value";
+  }
+}
+
+TEST(Import, EveryBundledModel) {
+  int models = 0;
+  for (const auto& e : std::filesystem::directory_iterator("models")) {
+    if (e.path().extension() != ".onnx") continue;
+    const std::string path = e.path().string();
+    SCOPED_TRACE(path);
+    ++models;
+    auto bound = BindAll(path, 4);
+    ASSERT_FALSE(bound.empty());
+    auto g = ImportOnnx(path, bound);
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    EXPECT_EQ(g->opset, 17);
+    EXPECT_FALSE(g->nodes.empty());
+    EXPECT_FALSE(g->params.empty());
+    EXPECT_EQ(g->inputs.size(), bound.size());
+    ASSERT_EQ(g->outputs.size(), 1u);
+    EXPECT_EQ(g->type(g->outputs[0]).shape[0], 4) << "batch follows the bound dynamic dim";
+    ExpectWellFormed(*g, path);
+  }
+  EXPECT_GE(models, 2);
+}
+
+TEST(Import, MlpOpsAndShapes) {
+  auto ins = OnnxInputs("models/mlp.onnx");
+  ASSERT_TRUE(ins.ok()) << ins.status().message();
+  ASSERT_EQ(ins->size(), 1u);
+  EXPECT_EQ((*ins)[0].name, "x");
+  EXPECT_EQ((*ins)[0].dtype, DType::kF32);
+  EXPECT_EQ((*ins)[0].dims, (std::vector<int64_t>{-1, 64}));
+
+  auto g = ImportOnnx("models/mlp.onnx", BindAll("models/mlp.onnx", 4));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto n = OpCounts(*g);
+  EXPECT_EQ(n[OpKind::kGemm], 3);
+  EXPECT_EQ(n[OpKind::kRelu], 2);
+  EXPECT_EQ(g->nodes.size(), 5u);
+  EXPECT_EQ(g->params.size(), 6u);  // 3 weights, 3 biases
+  EXPECT_EQ(g->type(g->outputs[0]).shape, (Shape{4, 10}));
+  EXPECT_EQ(g->value(g->outputs[0]).name, "logits");
+  EXPECT_EQ(g->type(g->inputs[0]).shape, (Shape{4, 64}));
+}
+
+TEST(Import, MlpLnGeluOpsAndFolding) {
+  const std::string path = "models/mlp_ln_gelu.onnx";
+  auto g = ImportOnnx(path, BindAll(path, 4));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto n = OpCounts(*g);
+  EXPECT_EQ(n[OpKind::kLayerNormalization], 1);
+  EXPECT_EQ(n[OpKind::kErf], 1);
+  EXPECT_EQ(n[OpKind::kTanh], 1);
+  EXPECT_EQ(n[OpKind::kGemm] + n[OpKind::kMatMul], 3);
+  for (const Node& node : g->nodes) {
+    if (node.op != OpKind::kLayerNormalization) continue;
+    EXPECT_EQ(node.out.size(), 3u) << "LayerNormalization gives Y, mean and inv_std_dev";
+    EXPECT_EQ(g->type(node.out[0]).shape, (Shape{4, g->type(node.in[0]).shape[1]}));
+  }
+  // GELU is x * 0.5 * (1 + erf(x / sqrt(2))): its scalars are constants, never parameters or nodes.
+  std::vector<float> consts;
+  for (const Value& v : g->values) {
+    if (v.kind == ValueKind::kConst && v.data.defined() && v.data.dtype() == DType::kF32 && v.data.numel() == 1)
+      consts.push_back(v.data.data<float>()[0]);
+    if (v.kind == ValueKind::kParam) {
+      EXPECT_GE(v.type.shape.rank(), 1) << v.name;
+    }
+  }
+  auto has = [&](float want) {
+    for (float c : consts)
+      if (std::fabs(c - want) < 1e-5f) return true;
+    return false;
+  };
+  EXPECT_TRUE(has(0.5f));
+  EXPECT_TRUE(has(1.0f));
+  EXPECT_TRUE(has(std::sqrt(2.0f)) || has(1.0f / std::sqrt(2.0f)));
+  EXPECT_EQ(g->type(g->outputs[0]).shape, (Shape{4, 8}));
+  EXPECT_EQ(g->value(g->outputs[0]).name, "pred");
+}
+
+TEST(Import, MissingFile) {
+  const std::string path = "models/does_not_exist.onnx";
+  auto g = ImportOnnx(path, {});
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), Code::kInvalidInput);
+  EXPECT_EQ(g.status().message().rfind("[onnx] cannot read '" + path + "'", 0), 0u) << g.status().message();
+  EXPECT_NE(g.status().message().find("No such file"), std::string::npos) << g.status().message();
+  auto ins = OnnxInputs(path);
+  ASSERT_FALSE(ins.ok());
+  EXPECT_EQ(ins.status().message().rfind("[onnx] cannot read '" + path + "'", 0), 0u) << ins.status().message();
+}
+
+// The small valid model every bad case starts from:
+//   x [N, 4] -> Gemm(W [3, 4], B [3], transB=1) "gemm" -> h [N, 3] -> Relu "relu" -> y [N, 3]
+onnx::ModelProto SmallModel() {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.set_producer_name("import_test");
+  auto* op = m.add_opset_import();
+  op->set_domain("");
+  op->set_version(17);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("small");
+  auto* x = g->add_input();
+  x->set_name("x");
+  auto* xt = x->mutable_type()->mutable_tensor_type();
+  xt->set_elem_type(onnx::TensorProto::FLOAT);
+  xt->mutable_shape()->add_dim()->set_dim_param("N");
+  xt->mutable_shape()->add_dim()->set_dim_value(4);
+  auto add_init = [&](const std::string& name, std::vector<int64_t> dims) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    int64_t n = 1;
+    for (int64_t d : dims) {
+      t->add_dims(d);
+      n *= d;
+    }
+    std::vector<float> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * static_cast<float>(i);
+    t->set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+  };
+  add_init("W", {3, 4});
+  add_init("B", {3});
+  auto* gemm = g->add_node();
+  gemm->set_name("gemm");
+  gemm->set_op_type("Gemm");
+  gemm->add_input("x");
+  gemm->add_input("W");
+  gemm->add_input("B");
+  gemm->add_output("h");
+  auto* tb = gemm->add_attribute();
+  tb->set_name("transB");
+  tb->set_type(onnx::AttributeProto::INT);
+  tb->set_i(1);
+  auto* relu = g->add_node();
+  relu->set_name("relu");
+  relu->set_op_type("Relu");
+  relu->add_input("h");
+  relu->add_output("y");
+  auto* y = g->add_output();
+  y->set_name("y");
+  y->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  return m;
+}
+
+std::map<std::string, TensorType> SmallBinding() { return {{"x", {DType::kF32, Shape{2, 4}}}}; }
+
+onnx::NodeProto* NodeNamed(onnx::ModelProto& m, const std::string& name) {
+  for (auto& n : *m.mutable_graph()->mutable_node())
+    if (n.name() == name) return &n;
+  return nullptr;
+}
+
+onnx::TensorProto* InitNamed(onnx::ModelProto& m, const std::string& name) {
+  for (auto& t : *m.mutable_graph()->mutable_initializer())
+    if (t.name() == name) return &t;
+  return nullptr;
+}
+
+std::string Serialize(const onnx::ModelProto& m) {
+  std::string s;
+  EXPECT_TRUE(m.SerializeToString(&s));
+  return s;
+}
+
+TEST(Import, SmallModelIsValid) {
+  auto g = ImportOnnxBytes(Serialize(SmallModel()), "small.onnx", SmallBinding());
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g->nodes.size(), 2u);
+  EXPECT_EQ(g->type(g->outputs[0]).shape, (Shape{2, 3}));
+}
+
+struct BadCase {
+  const char* name;
+  // Returns the bytes to import; may also change the binding.
+  std::function<std::string(onnx::ModelProto&, std::map<std::string, TensorType>&)> make;
+  std::vector<std::string> fragments;  // each must appear in the message
+};
+
+// Mutates the model and serializes it.
+template <typename F>
+std::function<std::string(onnx::ModelProto&, std::map<std::string, TensorType>&)> Mutate(F f) {
+  return [f](onnx::ModelProto& m, std::map<std::string, TensorType>& b) {
+    f(m, b);
+    return Serialize(m);
+  };
+}
+
+void SetOpset(onnx::ModelProto& m, int64_t v) { m.mutable_opset_import(0)->set_version(v); }
+
+const std::vector<BadCase>& BadCases() {
+  using Binding = std::map<std::string, TensorType>;
+  static const std::vector<BadCase> kCases = {
+      {"garbage_bytes",
+       [](onnx::ModelProto&, Binding&) { return std::string("\xff\xfe this is not a protobuf \x07\x01\x00 at all", 34); },
+       {"small.onnx", "not a valid ONNX model"}},
+      {"truncated",
+       [](onnx::ModelProto& m, Binding&) {
+         std::string s = Serialize(m);
+         return s.substr(0, s.size() / 2);
+       },
+       {"small.onnx", "not a valid ONNX model", "truncated"}},
+      {"empty", [](onnx::ModelProto&, Binding&) { return std::string(); }, {"small.onnx", "not a valid ONNX model"}},
+      {"unsupported_op", Mutate([](onnx::ModelProto& m, Binding&) { NodeNamed(m, "relu")->set_op_type("Celu"); }),
+       {"node 'relu'", "Celu", "opset 17", "Supported", "Gemm", "Relu", "LayerNormalization"}},
+      {"opset_11", Mutate([](onnx::ModelProto& m, Binding&) { SetOpset(m, 11); }), {"opset 11", "13 to 17"}},
+      {"opset_19", Mutate([](onnx::ModelProto& m, Binding&) { SetOpset(m, 19); }), {"opset 19", "13 to 17"}},
+      {"no_opset", Mutate([](onnx::ModelProto& m, Binding&) { m.clear_opset_import(); }), {"opset 0"}},
+      {"missing_initializer",
+       Mutate([](onnx::ModelProto& m, Binding&) { m.mutable_graph()->mutable_initializer()->RemoveLast(); }),
+       {"node 'gemm'", "input 'B'", "not produced"}},
+      {"short_raw_data",
+       Mutate([](onnx::ModelProto& m, Binding&) { InitNamed(m, "W")->set_raw_data(std::string(20, '\0')); }),
+       {"initializer 'W'", "20 bytes", "needs 48"}},
+      {"short_float_data",
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         auto* w = InitNamed(m, "W");
+         w->clear_raw_data();
+         for (int i = 0; i < 5; ++i) w->add_float_data(1.f);
+       }),
+       {"initializer 'W'", "20 bytes", "needs 48"}},
+      {"overflowing_dims",
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         auto* w = InitNamed(m, "W");
+         w->clear_dims();
+         w->add_dims(int64_t{1} << 40);
+         w->add_dims(int64_t{1} << 40);
+       }),
+       {"initializer 'W'", "2^48"}},
+      {"negative_dim",
+       Mutate([](onnx::ModelProto& m, Binding&) { InitNamed(m, "W")->set_dims(0, -3); }),
+       {"initializer 'W'", "dimension -3"}},
+      // Within the element limit, but far more than the file holds: must fail before allocating.
+      {"huge_dims_tiny_data",
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         auto* w = InitNamed(m, "W");
+         w->clear_dims();
+         w->add_dims(int64_t{1} << 24);
+         w->add_dims(int64_t{1} << 23);
+       }),
+       {"initializer 'W'", "48 bytes", "needs 562949953421312"}},
+      {"unsupported_initializer_dtype",
+       Mutate([](onnx::ModelProto& m, Binding&) { InitNamed(m, "B")->set_data_type(onnx::TensorProto::DOUBLE); }),
+       {"initializer 'B'", "DOUBLE"}},
+      {"input_wrong_dtype", Mutate([](onnx::ModelProto&, Binding& b) { b["x"].dtype = DType::kI64; }),
+       {"graph input 'x'", "f32", "i64"}},
+      {"input_wrong_shape", Mutate([](onnx::ModelProto&, Binding& b) { b["x"].shape = Shape{2, 5}; }),
+       {"graph input 'x'", "[N, 4]", "[2, 5]"}},
+      {"input_unbound", Mutate([](onnx::ModelProto&, Binding& b) { b.clear(); }),
+       {"graph input 'x'", "not bound", "model.inputs"}},
+      {"binding_not_an_input", Mutate([](onnx::ModelProto&, Binding& b) { b["tokens"] = {DType::kI64, Shape{2}}; }),
+       {"'tokens'", "not a graph input"}},
+      {"non_default_domain",
+       Mutate([](onnx::ModelProto& m, Binding&) { NodeNamed(m, "relu")->set_domain("com.microsoft"); }),
+       {"node 'relu'", "com.microsoft", "domain"}},
+      {"gemm_unsupported_attribute",
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         auto* a = NodeNamed(m, "gemm")->add_attribute();
+         a->set_name("broadcast");
+         a->set_type(onnx::AttributeProto::INT);
+         a->set_i(1);
+       }),
+       {"node 'gemm'", "attribute 'broadcast'", "Gemm"}},
+      {"reshape_shape_not_constant",
+       Mutate([](onnx::ModelProto& m, Binding& b) {
+         auto* s = m.mutable_graph()->add_input();
+         s->set_name("shape");
+         auto* st = s->mutable_type()->mutable_tensor_type();
+         st->set_elem_type(onnx::TensorProto::INT64);
+         st->mutable_shape()->add_dim()->set_dim_value(2);
+         b["shape"] = {DType::kI64, Shape{2}};
+         auto* r = m.mutable_graph()->add_node();
+         r->set_name("reshape");
+         r->set_op_type("Reshape");
+         r->add_input("y");
+         r->add_input("shape");
+         r->add_output("z");
+         m.mutable_graph()->mutable_output(0)->set_name("z");
+       }),
+       {"node 'reshape'", "Reshape", "'shape'", "must be a constant"}},
+      {"output_not_produced",
+       Mutate([](onnx::ModelProto& m, Binding&) { m.mutable_graph()->mutable_output(0)->set_name("nowhere"); }),
+       {"graph output 'nowhere'", "not produced"}},
+      {"gemm_too_few_inputs",
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         auto* n = NodeNamed(m, "gemm");
+         n->clear_input();
+         n->add_input("x");
+       }),
+       {"node 'gemm'", "has 1 inputs"}},
+      {"gemm_shape_mismatch",
+       Mutate([](onnx::ModelProto& m, Binding&) { NodeNamed(m, "gemm")->mutable_attribute(0)->set_i(0); }),
+       {"node 'gemm'", "Gemm"}},
+  };
+  return kCases;
+}
+
+// Every row: not ok, kInvalidInput, a message that starts with "[onnx] " and holds each fragment.
+TEST(Import, BadOnnxTable) {
+  for (const BadCase& c : BadCases()) {
+    SCOPED_TRACE(c.name);
+    onnx::ModelProto m = SmallModel();
+    auto binding = SmallBinding();
+    std::string bytes = c.make(m, binding);
+    auto g = ImportOnnxBytes(bytes, "small.onnx", binding);
+    if (g.ok()) {
+      ADD_FAILURE() << c.name << ": imported without an error";
+      continue;
+    }
+    const std::string& msg = g.status().message();
+    EXPECT_EQ(msg.rfind("[onnx] ", 0), 0u) << msg;
+    EXPECT_EQ(g.status().code(), Code::kInvalidInput) << msg;
+    for (const std::string& f : c.fragments)
+      EXPECT_NE(msg.find(f), std::string::npos) << "want '" << f << "' in: " << msg;
+  }
+}
+
+}  // namespace
+}  // namespace fr::ir

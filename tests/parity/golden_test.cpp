@@ -1,0 +1,146 @@
+// Rung 2 of the correctness ladder (DESIGN.md §6): each golden run in tests/golden trains 20 steps
+// on one device and its per-step loss and gradient norm equal PyTorch's within rtol 1e-4. The
+// reference numbers (tests/golden/NAME.json) come from tools/make_reference.py. Runs the binary
+// named by FLOWRUN_BIN from the repository root.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kRtol = 1e-4;
+
+// The golden runs with a test below; Parity.EveryGoldenRunHasATest keeps this list complete.
+const char* const kGolden[] = {"mlp_sgd", "mlp_adamw", "mlp_ln_gelu_sgd", "mlp_ln_gelu_adamw"};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// The numbers of the JSON array after "key": in `text`.
+std::vector<double> JsonArray(const std::string& text, const std::string& key) {
+  std::vector<double> v;
+  size_t at = text.find("\"" + key + "\"");
+  if (at == std::string::npos) return v;
+  at = text.find('[', at);
+  size_t end = text.find(']', at);
+  if (at == std::string::npos || end == std::string::npos) return v;
+  const char* p = text.c_str() + at + 1;
+  const char* stop = text.c_str() + end;
+  while (p < stop) {
+    char* next = nullptr;
+    double d = std::strtod(p, &next);
+    if (next == p) {
+      ++p;
+      continue;
+    }
+    v.push_back(d);
+    p = next;
+  }
+  return v;
+}
+
+// The number after "key": in one JSONL line; NaN if absent.
+double JsonNumber(const std::string& line, const std::string& key) {
+  size_t at = line.find("\"" + key + "\":");
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(line.c_str() + at + key.size() + 3, nullptr);
+}
+
+struct Step {
+  double step, loss, gnorm, lr;
+};
+
+std::vector<Step> ReadJsonl(const std::string& path) {
+  std::vector<Step> out;
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);) {
+    if (line.empty()) continue;
+    out.push_back({JsonNumber(line, "step"), JsonNumber(line, "loss"), JsonNumber(line, "gnorm"), JsonNumber(line, "lr")});
+  }
+  return out;
+}
+
+int RunFlowrun(const std::string& config, const std::string& jsonl, std::string& output) {
+  const char* bin = std::getenv("FLOWRUN_BIN");
+  std::string cmd = std::string(bin && *bin ? bin : "build/src/flowrun") + " train '" + config + "' --set 'log.jsonl=" +
+                    jsonl + "' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) output.append(buf, n);
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+double RelDiff(double got, double want) { return std::fabs(got - want) / std::max(std::fabs(want), 1e-30); }
+
+void CheckGolden(const std::string& name) {
+  const std::string config = "tests/golden/" + name + ".yaml";
+  const std::string ref = ReadAll("tests/golden/" + name + ".json");
+  ASSERT_FALSE(ref.empty()) << "tests/golden/" << name << ".json is missing";
+  const std::vector<double> losses = JsonArray(ref, "losses"), gnorms = JsonArray(ref, "gnorms"),
+                            lrs = JsonArray(ref, "lrs");
+  ASSERT_EQ(losses.size(), 20u);
+  ASSERT_EQ(gnorms.size(), losses.size());
+  ASSERT_EQ(lrs.size(), losses.size());
+
+  std::string tmpl = (fs::temp_directory_path() / "flowrun_parity_XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  const std::string jsonl = tmpl + "/" + name + ".jsonl";
+  std::string output;
+  int code = RunFlowrun(config, jsonl, output);
+  std::vector<Step> got = ReadJsonl(jsonl);
+  std::error_code ec;
+  fs::remove_all(tmpl, ec);
+  ASSERT_EQ(code, 0) << output;
+  ASSERT_EQ(got.size(), losses.size()) << output;
+
+  double max_loss = 0, max_gnorm = 0, max_lr = 0;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i + 1));
+    EXPECT_EQ(got[i].step, static_cast<double>(i + 1));
+    EXPECT_NEAR(got[i].loss, losses[i], kRtol * std::fabs(losses[i]));
+    EXPECT_NEAR(got[i].gnorm, gnorms[i], kRtol * std::fabs(gnorms[i]));
+    EXPECT_NEAR(got[i].lr, lrs[i], 1e-6 * std::fabs(lrs[i]));
+    max_loss = std::max(max_loss, RelDiff(got[i].loss, losses[i]));
+    max_gnorm = std::max(max_gnorm, RelDiff(got[i].gnorm, gnorms[i]));
+    max_lr = std::max(max_lr, RelDiff(got[i].lr, lrs[i]));
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "%s: max relative difference over %zu steps: loss %.2e, gnorm %.2e, lr %.2e",
+                name.c_str(), losses.size(), max_loss, max_gnorm, max_lr);
+  std::cout << "[ parity   ] " << line << std::endl;
+  ::testing::Test::RecordProperty("max_rel_loss", std::to_string(max_loss));
+  ::testing::Test::RecordProperty("max_rel_gnorm", std::to_string(max_gnorm));
+}
+
+TEST(Parity, Golden_mlp_sgd_1n1d) { CheckGolden("mlp_sgd"); }
+TEST(Parity, Golden_mlp_adamw_1n1d) { CheckGolden("mlp_adamw"); }
+TEST(Parity, Golden_mlp_ln_gelu_sgd_1n1d) { CheckGolden("mlp_ln_gelu_sgd"); }
+TEST(Parity, Golden_mlp_ln_gelu_adamw_1n1d) { CheckGolden("mlp_ln_gelu_adamw"); }
+
+TEST(Parity, EveryGoldenRunHasATest) {
+  std::set<std::string> files, listed(std::begin(kGolden), std::end(kGolden));
+  for (const auto& e : fs::directory_iterator("tests/golden"))
+    if (e.path().extension() == ".yaml") files.insert(e.path().stem().string());
+  EXPECT_EQ(files, listed) << "add a TEST(Parity, Golden_NAME_1n1d) for each tests/golden/NAME.yaml";
+}
+
+}  // namespace
