@@ -1,0 +1,959 @@
+// Rung 1 of the ladder (DESIGN.md §6): every op in the table against a reference.
+//  - Forward.*   each op's CPU kernel against a naive reference written here (plain loops, double
+//                accumulation), tolerance 1e-5 relative / 1e-6 absolute.
+//  - Grad.*      each differentiable op's gradient rule, run through ir::Backward and the kernels,
+//                against central finite differences of L = sum(out * R), R fixed and random.
+//  - Registry.*  the table itself; Infer.* shape-inference errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness.h"
+#include "ir/autodiff.h"
+
+namespace fr::test {
+namespace {
+
+using ir::ValueId;
+constexpr double kRtol = 1e-5, kAtol = 1e-6;
+
+ir::Attrs A(std::initializer_list<std::pair<const char*, ir::AttrValue>> kv) {
+  ir::Attrs a;
+  for (const auto& [k, v] : kv) a.Set(k, v);
+  return a;
+}
+ir::Attrs ShapeAttr(std::vector<int64_t> d) { return A({{"shape", std::move(d)}}); }
+int64_t I(bool b) { return b ? 1 : 0; }
+
+// ---- Reference computations: index arithmetic on multi-indices, double accumulation. ----
+
+std::vector<int64_t> Unravel(int64_t i, const Shape& s) {
+  std::vector<int64_t> idx(static_cast<size_t>(s.rank()));
+  for (int d = s.rank() - 1; d >= 0; --d) {
+    idx[static_cast<size_t>(d)] = i % s[d];
+    i /= s[d];
+  }
+  return idx;
+}
+
+int64_t Ravel(const std::vector<int64_t>& idx, const Shape& s) {
+  int64_t off = 0;
+  for (int d = 0; d < s.rank(); ++d) off = off * s[d] + idx[static_cast<size_t>(d)];
+  return off;
+}
+
+// The flat index in `in` that numpy broadcasting pairs with the (higher-rank) index `idx`.
+int64_t BroadcastFlat(const std::vector<int64_t>& idx, const Shape& in) {
+  size_t lead = idx.size() - static_cast<size_t>(in.rank());
+  int64_t off = 0;
+  for (int d = 0; d < in.rank(); ++d) off = off * in[d] + (in[d] == 1 ? 0 : idx[lead + static_cast<size_t>(d)]);
+  return off;
+}
+
+Shape Dims(const Shape& s, int from, int to) {
+  return Shape(std::vector<int64_t>(s.dims().begin() + from, s.dims().begin() + to));
+}
+
+std::vector<double> RefBinary(OpKind op, const std::vector<double>& a, const Shape& as, const std::vector<double>& b,
+                              const Shape& bs, const Shape& out) {
+  std::vector<double> y(static_cast<size_t>(out.numel()));
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    auto idx = Unravel(i, out);
+    double x = a[static_cast<size_t>(BroadcastFlat(idx, as))], z = b[static_cast<size_t>(BroadcastFlat(idx, bs))];
+    double r = op == OpKind::kAdd ? x + z : op == OpKind::kSub ? x - z : op == OpKind::kMul ? x * z : x / z;
+    y[static_cast<size_t>(i)] = r;
+  }
+  return y;
+}
+
+// Y[..., m, n] = alpha * sum_k op(A)[..., m, k] op(B)[..., k, n], batch dims broadcast onto out's.
+std::vector<double> RefMatMul(const std::vector<double>& a, const Shape& as, const std::vector<double>& b,
+                              const Shape& bs, bool ta, bool tb, double alpha, const Shape& out) {
+  const int r = out.rank();
+  const int64_t M = out[r - 2], N = out[r - 1], K = ta ? as[as.rank() - 2] : as[as.rank() - 1];
+  const Shape batch = Dims(out, 0, r - 2), ab = Dims(as, 0, as.rank() - 2), bb = Dims(bs, 0, bs.rank() - 2);
+  std::vector<double> y(static_cast<size_t>(out.numel()));
+  for (int64_t bi = 0; bi < batch.numel(); ++bi) {
+    auto idx = Unravel(bi, batch);
+    const int64_t ao = BroadcastFlat(idx, ab) * M * K, bo = BroadcastFlat(idx, bb) * K * N;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          double av = a[static_cast<size_t>(ao + (ta ? k * M + m : m * K + k))];
+          double bv = b[static_cast<size_t>(bo + (tb ? n * K + k : k * N + n))];
+          s += av * bv;
+        }
+        y[static_cast<size_t>((bi * M + m) * N + n)] = alpha * s;
+      }
+  }
+  return y;
+}
+
+// Softmax or log-softmax along `axis`: every element walks its own slice of the axis.
+std::vector<double> RefSoftmax(const std::vector<double>& x, const Shape& s, int axis, bool log) {
+  std::vector<double> y(x.size());
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    auto idx = Unravel(i, s);
+    double m = -INFINITY;
+    for (int64_t j = 0; j < s[axis]; ++j) {
+      idx[static_cast<size_t>(axis)] = j;
+      m = std::max(m, x[static_cast<size_t>(Ravel(idx, s))]);
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < s[axis]; ++j) {
+      idx[static_cast<size_t>(axis)] = j;
+      sum += std::exp(x[static_cast<size_t>(Ravel(idx, s))] - m);
+    }
+    double xi = x[static_cast<size_t>(i)];
+    y[static_cast<size_t>(i)] = log ? xi - m - std::log(sum) : std::exp(xi - m) / sum;
+  }
+  return y;
+}
+
+struct LayerNormRef {
+  std::vector<double> y, mean, rstd;
+};
+
+LayerNormRef RefLayerNorm(const std::vector<double>& x, const Shape& s, int axis, const std::vector<double>& scale,
+                          const std::vector<double>* bias, double eps) {
+  const int64_t inner = Dims(s, axis, s.rank()).numel(), rows = Dims(s, 0, axis).numel();
+  LayerNormRef r{std::vector<double>(x.size()), {}, {}};
+  for (int64_t o = 0; o < rows; ++o) {
+    double mu = 0, var = 0;
+    for (int64_t j = 0; j < inner; ++j) mu += x[static_cast<size_t>(o * inner + j)];
+    mu /= static_cast<double>(inner);
+    for (int64_t j = 0; j < inner; ++j) var += std::pow(x[static_cast<size_t>(o * inner + j)] - mu, 2);
+    const double rs = 1.0 / std::sqrt(var / static_cast<double>(inner) + eps);
+    for (int64_t j = 0; j < inner; ++j) {
+      auto k = static_cast<size_t>(o * inner + j), ju = static_cast<size_t>(j);
+      r.y[k] = (x[k] - mu) * rs * scale[ju] + (bias ? (*bias)[ju] : 0.0);
+    }
+    r.mean.push_back(mu);
+    r.rstd.push_back(rs);
+  }
+  return r;
+}
+
+Shape Permuted(const Shape& s, const std::vector<int64_t>& perm) {
+  std::vector<int64_t> d;
+  for (int64_t p : perm) d.push_back(s[static_cast<int>(p)]);
+  return Shape(d);
+}
+
+std::vector<double> RefTranspose(const std::vector<double>& x, const Shape& s, const std::vector<int64_t>& perm) {
+  const Shape out = Permuted(s, perm);
+  std::vector<double> y(x.size());
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    auto oi = Unravel(i, out);
+    std::vector<int64_t> xi(oi.size());
+    for (size_t k = 0; k < perm.size(); ++k) xi[static_cast<size_t>(perm[k])] = oi[k];
+    y[static_cast<size_t>(i)] = x[static_cast<size_t>(Ravel(xi, s))];
+  }
+  return y;
+}
+
+double RefCrossEntropy(const std::vector<double>& logits, int64_t classes, const std::vector<int64_t>& labels) {
+  double total = 0;
+  for (size_t r = 0; r < labels.size(); ++r) {
+    const double* row = logits.data() + r * static_cast<size_t>(classes);
+    double m = *std::max_element(row, row + classes), s = 0;
+    for (int64_t j = 0; j < classes; ++j) s += std::exp(row[j] - m);
+    total += m + std::log(s) - row[labels[r]];
+  }
+  return total / static_cast<double>(labels.size());
+}
+
+// The learning-rate schedule as ops/schedule.h's header states it.
+struct RefSchedule {
+  double lr = 0, min_lr = 0;
+  int kind = 0;
+  int64_t warmup = 0, steps = 1;
+  double At(int64_t s) const {
+    if (s < warmup) return lr * static_cast<double>(s + 1) / static_cast<double>(warmup);
+    double p = static_cast<double>(s - warmup) / static_cast<double>(std::max<int64_t>(1, steps - warmup));
+    if (kind == 1) return lr + (min_lr - lr) * p;
+    if (kind == 2) return min_lr + (lr - min_lr) * (1 + std::cos(M_PI * p)) / 2;
+    return lr;
+  }
+  void AddTo(ir::Attrs& a) const {
+    a.Set("lr", lr);
+    a.Set("min_lr", min_lr);
+    a.Set("schedule", int64_t{kind});
+    a.Set("warmup", warmup);
+    a.Set("steps", steps);
+  }
+};
+
+// ---- Forward: ONNX-facing ops. ----
+
+TEST(Forward, Gemm) {
+  struct Case {
+    int64_t m, k, n;
+    bool ta, tb;
+    double alpha, beta;
+    std::optional<Shape> c;
+  };
+  const Case cases[] = {
+      {3, 4, 5, false, false, 1, 1, std::nullopt},  {3, 4, 5, false, false, 1, 1, Shape{3, 5}},
+      {3, 4, 5, false, false, 1, 1, Shape{5}},      {3, 4, 5, false, false, 0.5, 2, Shape{3, 1}},
+      {3, 4, 5, true, false, 1, 1, Shape{}},        {3, 4, 5, false, true, 2, 0.5, Shape{1, 5}},
+      {3, 4, 5, true, true, -1.5, 1, Shape{3, 5}},  {1, 7, 2, true, true, 1, -1, Shape{2}},
+  };
+  uint32_t seed = 1;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("ta=" + std::to_string(c.ta) + " tb=" + std::to_string(c.tb) + " alpha=" + std::to_string(c.alpha) +
+                 " beta=" + std::to_string(c.beta) + " C=" + (c.c ? c.c->ToString() : "none"));
+    Net net;
+    Shape as = c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, bs = c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n};
+    ValueId a = net.Input("a", Rand(as, seed++)), b = net.Input("b", Rand(bs, seed++));
+    std::vector<ValueId> in = {a, b};
+    if (c.c) in.push_back(net.Input("c", Rand(*c.c, seed++)));
+    ValueId y = net.Op(OpKind::kGemm, in,
+                       A({{"transA", I(c.ta)}, {"transB", I(c.tb)}, {"alpha", c.alpha}, {"beta", c.beta}}));
+    ASSERT_TRUE(net.Run().ok());
+    const Shape ys{c.m, c.n};
+    ASSERT_EQ(net[y].shape(), ys);
+    auto want = RefMatMul(ToDouble(net[a]), as, ToDouble(net[b]), bs, c.ta, c.tb, c.alpha, ys);
+    if (c.c) {
+      auto cv = ToDouble(net[in[2]]);
+      for (int64_t i = 0; i < ys.numel(); ++i)
+        want[static_cast<size_t>(i)] += c.beta * cv[static_cast<size_t>(BroadcastFlat(Unravel(i, ys), *c.c))];
+    }
+    EXPECT_TRUE(AllNear(net[y], want, kRtol, kAtol));
+  }
+}
+
+TEST(Forward, GemmAbsentC) {  // an absent optional input (kNoValue) is an undefined tensor
+  Net net;
+  ValueId a = net.Input("a", Rand({2, 3}, 1)), b = net.Input("b", Rand({3, 4}, 2));
+  ValueId y = net.Op(OpKind::kGemm, {a, b, ir::kNoValue}, A({{"beta", 3.0}}));
+  ASSERT_TRUE(net.Run().ok());
+  EXPECT_TRUE(AllNear(net[y], RefMatMul(ToDouble(net[a]), {2, 3}, ToDouble(net[b]), {3, 4}, false, false, 1, {2, 4}),
+                      kRtol, kAtol));
+}
+
+TEST(Forward, MatMul) {
+  struct Case {
+    Shape a, b;
+    bool ta, tb;
+    double alpha;
+    Shape want;
+  };
+  const Case cases[] = {
+      {{3, 4}, {4, 5}, false, false, 1, {3, 5}},
+      {{3, 4}, {4, 5}, false, false, 2.5, {3, 5}},
+      {{4, 3}, {5, 4}, true, true, 1, {3, 5}},
+      {{2, 3, 4}, {4, 5}, false, false, 1, {2, 3, 5}},          // 3-D x 2-D: batch folded into M
+      {{2, 3, 4}, {5, 4}, false, true, 1, {2, 3, 5}},
+      {{2, 4, 3}, {4, 5}, true, false, 1, {2, 3, 5}},
+      {{2, 3, 3, 4}, {2, 3, 4, 5}, false, false, 1, {2, 3, 3, 5}},  // 4-D x 4-D
+      {{2, 1, 3, 4}, {1, 3, 4, 5}, false, false, 1, {2, 3, 3, 5}},  // broadcast batch dims
+      {{3, 4}, {2, 4, 5}, false, false, 1, {2, 3, 5}},              // 2-D x 3-D
+      {{2, 4, 3}, {2, 5, 4}, true, true, -0.5, {2, 3, 5}},
+      {{3, 1, 4, 3}, {2, 5, 4}, true, true, 1, {3, 2, 3, 5}},
+  };
+  uint32_t seed = 10;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.a.ToString() + " x " + c.b.ToString() + " ta=" + std::to_string(c.ta) +
+                 " tb=" + std::to_string(c.tb));
+    Net net;
+    ValueId a = net.Input("a", Rand(c.a, seed++)), b = net.Input("b", Rand(c.b, seed++));
+    ValueId y = net.Op(OpKind::kMatMul, {a, b}, A({{"transA", I(c.ta)}, {"transB", I(c.tb)}, {"alpha", c.alpha}}));
+    ASSERT_TRUE(net.Run().ok());
+    ASSERT_EQ(net[y].shape(), c.want);
+    EXPECT_TRUE(AllNear(net[y], RefMatMul(ToDouble(net[a]), c.a, ToDouble(net[b]), c.b, c.ta, c.tb, c.alpha, c.want),
+                        kRtol, kAtol));
+  }
+}
+
+TEST(Forward, Binary) {
+  struct Case {
+    Shape a, b, want;
+  };
+  const Case cases[] = {
+      {{2, 3}, {2, 3}, {2, 3}},       {{2, 3}, {}, {2, 3}},          {{}, {2, 3}, {2, 3}},
+      {{4, 3}, {3}, {4, 3}},          {{3}, {4, 3}, {4, 3}},         {{2, 1, 3}, {1, 4, 1}, {2, 4, 3}},
+      {{3, 1}, {1, 4}, {3, 4}},       {{2, 3, 4}, {3, 1}, {2, 3, 4}}, {{2, 1, 1, 5}, {3, 1, 5}, {2, 3, 1, 5}},
+      {{}, {}, {}},
+  };
+  const OpKind ops[] = {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv};
+  uint32_t seed = 30;
+  for (OpKind op : ops)
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(Def(op).name) + " " + c.a.ToString() + " " + c.b.ToString());
+      Net net;
+      ValueId a = net.Input("a", Rand(c.a, seed++));
+      ValueId b = net.Input("b", op == OpKind::kDiv ? RandAwayFromZero(c.b, seed++, 0.5, 1.5) : Rand(c.b, seed++));
+      ValueId y = net.Op(op, {a, b});
+      ASSERT_TRUE(net.Run().ok());
+      ASSERT_EQ(net[y].shape(), c.want);
+      EXPECT_TRUE(AllNear(net[y], RefBinary(op, ToDouble(net[a]), c.a, ToDouble(net[b]), c.b, c.want), kRtol, kAtol));
+    }
+}
+
+TEST(Forward, BinaryInt64) {
+  const std::vector<int64_t> av = {1, -2, 3, 40, 5, -600}, bv = {7, -8, 3};
+  struct Case {
+    OpKind op;
+    std::vector<int64_t> want;
+  };
+  const Case cases[] = {
+      {OpKind::kAdd, {8, -10, 6, 47, -3, -597}},
+      {OpKind::kSub, {-6, 6, 0, 33, 13, -603}},
+      {OpKind::kMul, {7, 16, 9, 280, -40, -1800}},
+      {OpKind::kDiv, {0, 0, 1, 5, 0, -200}},  // C++ truncation toward zero
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Def(c.op).name);
+    Net net;
+    ValueId y = net.Op(c.op, {net.Input("a", Ints({2, 3}, av)), net.Input("b", Ints({3}, bv))});
+    ASSERT_TRUE(net.Run().ok());
+    ASSERT_EQ(net[y].dtype(), DType::kI64);
+    EXPECT_EQ(std::vector<int64_t>(net[y].span<int64_t>().begin(), net[y].span<int64_t>().end()), c.want);
+  }
+}
+
+TEST(Forward, DivInt64ByZeroIsAnError) {
+  Net net;
+  auto y = net.TryOp(OpKind::kDiv, {net.Input("a", Ints({2}, {1, 2})), net.Input("b", Ints({2}, {1, 0}))}, {}, "idiv");
+  ASSERT_TRUE(y.ok());
+  Status s = net.Run();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("idiv"), std::string::npos) << s.message();
+}
+
+TEST(Forward, Unary) {
+  struct Case {
+    OpKind op;
+    double (*f)(double);
+  };
+  const Case cases[] = {
+      {OpKind::kRelu, [](double x) { return x > 0 ? x : 0.0; }},
+      {OpKind::kTanh, [](double x) { return std::tanh(x); }},
+      {OpKind::kSigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }},
+      {OpKind::kErf, [](double x) { return std::erf(x); }},
+      {OpKind::kScale, [](double x) { return -2.5 * x; }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Def(c.op).name);
+    Net net;
+    ValueId x = net.Input("x", Rand({4, 5}, 40, -3, 3));
+    ValueId y = net.Op(c.op, {x}, c.op == OpKind::kScale ? A({{"alpha", -2.5}}) : ir::Attrs{});
+    ASSERT_TRUE(net.Run().ok());
+    std::vector<double> want;
+    for (double v : ToDouble(net[x])) want.push_back(c.f(v));
+    EXPECT_TRUE(AllNear(net[y], want, kRtol, kAtol));
+  }
+}
+
+TEST(Forward, Softmax) {
+  struct Case {
+    Shape s;
+    int64_t axis;
+    double range;
+  };
+  const Case cases[] = {
+      {{3, 5}, -1, 2}, {{2, 3, 4}, -1, 2}, {{2, 4, 3}, 1, 2}, {{2, 3, 4}, 0, 2}, {{5}, 0, 2},
+      {{4, 6}, 1, 60},  // large logits: needs the max subtracted
+  };
+  uint32_t seed = 50;
+  for (OpKind op : {OpKind::kSoftmax, OpKind::kLogSoftmax})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(Def(op).name) + " " + c.s.ToString() + " axis " + std::to_string(c.axis));
+      Net net;
+      ValueId x = net.Input("x", Rand(c.s, seed++, -c.range, c.range));
+      ValueId y = net.Op(op, {x}, A({{"axis", c.axis}}));
+      ASSERT_TRUE(net.Run().ok());
+      int axis = static_cast<int>(c.axis < 0 ? c.axis + c.s.rank() : c.axis);
+      EXPECT_TRUE(AllNear(net[y], RefSoftmax(ToDouble(net[x]), c.s, axis, op == OpKind::kLogSoftmax), kRtol, kAtol));
+    }
+}
+
+TEST(Forward, LayerNormalization) {
+  struct Case {
+    Shape x;
+    int64_t axis;
+    bool bias;
+    std::optional<double> eps;
+    Shape stat;
+  };
+  const Case cases[] = {
+      {{2, 3, 4}, -1, true, std::nullopt, {2, 3, 1}}, {{2, 3, 4}, -1, false, std::nullopt, {2, 3, 1}},
+      {{2, 3, 4}, 1, true, std::nullopt, {2, 1, 1}},  {{2, 3, 4}, 1, false, 1e-3, {2, 1, 1}},
+      {{4, 8}, -1, true, 0.1, {4, 1}},                {{2, 3, 4}, 0, true, std::nullopt, {1, 1, 1}},
+  };
+  uint32_t seed = 60;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.x.ToString() + " axis " + std::to_string(c.axis) + (c.bias ? " bias" : " no bias"));
+    Net net;
+    int axis = static_cast<int>(c.axis < 0 ? c.axis + c.x.rank() : c.axis);
+    Shape norm = Dims(c.x, axis, c.x.rank());
+    ValueId x = net.Input("x", Rand(c.x, seed++, -2, 3));
+    std::vector<ValueId> in = {x, net.Input("scale", Rand(norm, seed++, 0.5, 1.5))};
+    if (c.bias) in.push_back(net.Input("bias", Rand(norm, seed++)));
+    ir::Attrs at = A({{"axis", c.axis}});
+    if (c.eps) at.Set("epsilon", *c.eps);
+    auto y = net.OpN(OpKind::kLayerNormalization, in, at);
+    ASSERT_EQ(y.size(), 3u);
+    ASSERT_TRUE(net.Run().ok());
+    ASSERT_EQ(net[y[0]].shape(), c.x);
+    ASSERT_EQ(net[y[1]].shape(), c.stat);
+    ASSERT_EQ(net[y[2]].shape(), c.stat);
+    std::vector<double> bias = c.bias ? ToDouble(net[in[2]]) : std::vector<double>{};
+    auto want = RefLayerNorm(ToDouble(net[x]), c.x, axis, ToDouble(net[in[1]]), c.bias ? &bias : nullptr,
+                             c.eps.value_or(1e-5));
+    EXPECT_TRUE(AllNear(net[y[0]], want.y, kRtol, kAtol));
+    EXPECT_TRUE(AllNear(net[y[1]], want.mean, kRtol, kAtol));
+    EXPECT_TRUE(AllNear(net[y[2]], want.rstd, kRtol, kAtol));
+  }
+}
+
+TEST(Forward, Reshape) {
+  const Shape targets[] = {{6, 4}, {4, 6}, {24}, {2, 12}, {1, 24, 1}, {2, 3, 4}};
+  for (const Shape& t : targets) {
+    SCOPED_TRACE(t.ToString());
+    Net net;
+    ValueId x = net.Input("x", Rand({2, 3, 4}, 70));
+    ValueId y = net.Op(OpKind::kReshape, {x}, ShapeAttr(t.dims()));
+    ASSERT_TRUE(net.Run().ok());
+    ASSERT_EQ(net[y].shape(), t);
+    EXPECT_TRUE(AllNear(net[y], ToDouble(net[x]), 0, 0));
+  }
+  Net net;  // int64 and to a scalar
+  ValueId y = net.Op(OpKind::kReshape, {net.Input("x", Ints({1, 1}, {42}))}, ShapeAttr({}));
+  ASSERT_TRUE(net.Run().ok());
+  ASSERT_EQ(net[y].shape(), Shape{});
+  EXPECT_EQ(net[y].data<int64_t>()[0], 42);
+}
+
+TEST(Forward, Transpose) {
+  struct Case {
+    Shape x;
+    std::vector<int64_t> perm;  // empty: the ONNX default, reversed dims
+  };
+  const Case cases[] = {
+      {{3, 4}, {1, 0}},           {{3, 4}, {}},                {{3, 4}, {0, 1}},
+      {{2, 3, 4}, {2, 0, 1}},     {{2, 3, 4}, {0, 2, 1}},      {{2, 3, 4}, {1, 2, 0}},
+      {{2, 3, 4}, {}},            {{2, 3, 4, 5}, {0, 2, 1, 3}}, {{2, 3, 4, 5}, {3, 1, 0, 2}},
+      {{2, 3, 4, 5}, {0, 1, 3, 2}}, {{1, 3, 1, 2}, {2, 3, 0, 1}},
+  };
+  uint32_t seed = 80;
+  for (const Case& c : cases) {
+    std::vector<int64_t> perm = c.perm;
+    if (perm.empty())
+      for (int i = c.x.rank() - 1; i >= 0; --i) perm.push_back(i);
+    SCOPED_TRACE(c.x.ToString() + " perm " + Shape(perm).ToString());
+    Net net;
+    ValueId x = net.Input("x", Rand(c.x, seed++));
+    ValueId y = net.Op(OpKind::kTranspose, {x}, c.perm.empty() ? ir::Attrs{} : A({{"perm", c.perm}}));
+    ASSERT_TRUE(net.Run().ok());
+    ASSERT_EQ(net[y].shape(), Permuted(c.x, perm));
+    EXPECT_TRUE(AllNear(net[y], RefTranspose(ToDouble(net[x]), c.x, perm), 0, 0));
+  }
+  Net net;  // int64
+  ValueId x = net.Input("x", Ints({2, 3}, {1, 2, 3, 4, 5, 6}));
+  ValueId y = net.Op(OpKind::kTranspose, {x}, A({{"perm", std::vector<int64_t>{1, 0}}}));
+  ASSERT_TRUE(net.Run().ok());
+  EXPECT_EQ(std::vector<int64_t>(net[y].span<int64_t>().begin(), net[y].span<int64_t>().end()),
+            (std::vector<int64_t>{1, 4, 2, 5, 3, 6}));
+}
+
+// ---- Forward: internal ops (gradients' helpers, losses, the optimizer step). ----
+
+TEST(Forward, SumTo) {
+  struct Case {
+    Shape x, target;
+  };
+  const Case cases[] = {
+      {{2, 3, 4}, {3, 4}}, {{2, 3, 4}, {2, 1, 4}}, {{2, 3, 4}, {4}},    {{2, 3, 4}, {}},
+      {{2, 3, 4}, {1, 3, 1}}, {{4, 3}, {3}},       {{4, 3}, {4, 1}},    {{2, 3}, {2, 3}},
+  };
+  uint32_t seed = 90;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.x.ToString() + " -> " + c.target.ToString());
+    Net net;
+    ValueId x = net.Input("x", Rand(c.x, seed++));
+    ValueId y = net.Op(OpKind::kSumTo, {x}, ShapeAttr(c.target.dims()));
+    ASSERT_TRUE(net.Run().ok());
+    ASSERT_EQ(net[y].shape(), c.target);
+    std::vector<double> want(static_cast<size_t>(c.target.numel()), 0.0), xv = ToDouble(net[x]);
+    for (int64_t i = 0; i < c.x.numel(); ++i)
+      want[static_cast<size_t>(BroadcastFlat(Unravel(i, c.x), c.target))] += xv[static_cast<size_t>(i)];
+    EXPECT_TRUE(AllNear(net[y], want, kRtol, kAtol));
+  }
+}
+
+TEST(Forward, CrossEntropy) {
+  struct Case {
+    Shape logits;
+    std::vector<int64_t> labels;
+  };
+  const Case cases[] = {
+      {{4, 5}, {0, 4, 2, 1}},
+      {{2, 3, 5}, {4, 0, 3, 3, 1, 2}},
+      {{1, 7}, {6}},
+  };
+  uint32_t seed = 100;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.logits.ToString());
+    Net net;
+    Shape ls = Dims(c.logits, 0, c.logits.rank() - 1);
+    ValueId x = net.Input("logits", Rand(c.logits, seed++, -3, 3));
+    ValueId y = net.Op(OpKind::kCrossEntropy, {x, net.Input("labels", Ints(ls, c.labels))});
+    ASSERT_TRUE(net.Run().ok());
+    ASSERT_EQ(net[y].shape(), Shape{});
+    EXPECT_TRUE(AllNear(net[y], {RefCrossEntropy(ToDouble(net[x]), c.logits[c.logits.rank() - 1], c.labels)}, kRtol,
+                        kAtol));
+  }
+}
+
+TEST(Forward, CrossEntropyLabelOutOfRange) {
+  for (int64_t bad : {int64_t{5}, int64_t{-1}}) {
+    Net net;
+    auto y = net.TryOp(OpKind::kCrossEntropy, {net.Input("x", Rand({2, 5}, 1)), net.Input("y", Ints({2}, {0, bad}))},
+                       {}, "ce_loss");
+    ASSERT_TRUE(y.ok());
+    Status s = net.Run();
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("ce_loss"), std::string::npos) << s.message();
+  }
+}
+
+TEST(Forward, Mse) {
+  Net net;
+  ValueId p = net.Input("p", Rand({3, 4}, 110)), t = net.Input("t", Rand({3, 4}, 111));
+  ValueId y = net.Op(OpKind::kMse, {p, t});
+  ASSERT_TRUE(net.Run().ok());
+  auto pv = ToDouble(net[p]), tv = ToDouble(net[t]);
+  double s = 0;
+  for (size_t i = 0; i < pv.size(); ++i) s += (pv[i] - tv[i]) * (pv[i] - tv[i]);
+  EXPECT_TRUE(AllNear(net[y], {s / 12}, kRtol, kAtol));
+}
+
+TEST(Forward, Accumulate) {
+  Net net;
+  ValueId g = net.Input("g", Tensor(DType::kF32, Shape{2, 3}));
+  ValueId acc = net.Op(OpKind::kAccumulate, {g});
+  std::vector<double> sum(6, 0.0);
+  for (int64_t micro = 0; micro < 3; ++micro) {
+    SCOPED_TRACE("micro " + std::to_string(micro));
+    Tensor gi = Rand({2, 3}, 120 + static_cast<uint32_t>(micro));
+    net[g].CopyFrom(gi);
+    ASSERT_TRUE(net.Run(0, micro).ok());
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += gi.data<float>()[i];
+    EXPECT_TRUE(AllNear(net[acc], sum, kRtol, kAtol));
+  }
+  Tensor next = Rand({2, 3}, 130);  // the next step's micro 0 starts over
+  net[g].CopyFrom(next);
+  ASSERT_TRUE(net.Run(1, 0).ok());
+  EXPECT_TRUE(AllNear(net[acc], ToDouble(next), 0, 0));
+}
+
+TEST(Forward, SquareSumAddNClipCoef) {
+  Net net;
+  ValueId x = net.Input("x", Rand({3, 4}, 140, -2, 2));
+  ValueId sq = net.Op(OpKind::kSquareSum, {x});
+  ValueId s0 = net.Input("s0", Tensor::Full({}, 1.5f)), s2 = net.Input("s2", Tensor::Full({}, -0.25f));
+  ValueId sum = net.Op(OpKind::kAddN, {s0, sq, s2});
+  ASSERT_TRUE(net.Run().ok());
+  double want = 0;
+  for (double v : ToDouble(net[x])) want += v * v;
+  EXPECT_TRUE(AllNear(net[sq], {want}, kRtol, kAtol));
+  EXPECT_TRUE(AllNear(net[sum], {1.5 + want - 0.25}, kRtol, kAtol));
+
+  struct Case {
+    float total;
+    double max_norm, want;
+  };
+  const Case cases[] = {
+      {9, 1, 1 / (3 + 1e-6)}, {0.25, 1, 1}, {4, 2, 2 / (2 + 1e-6)}, {0, 1, 1}, {100, 0.5, 0.5 / (10 + 1e-6)},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("total " + std::to_string(c.total) + " max_norm " + std::to_string(c.max_norm));
+    Net n2;
+    ValueId coef = n2.Op(OpKind::kClipCoef, {n2.Input("t", Tensor::Full({}, c.total))}, A({{"max_norm", c.max_norm}}));
+    ASSERT_TRUE(n2.Run().ok());
+    EXPECT_TRUE(AllNear(n2[coef], {c.want}, kRtol, kAtol));
+  }
+}
+
+TEST(Forward, SgdUpdate) {
+  struct Case {
+    double momentum, wd;
+    bool nesterov;
+    std::optional<float> coef;
+    RefSchedule sched;
+  };
+  const Case cases[] = {
+      {0, 0, false, std::nullopt, {0.1, 0, 0, 0, 1}},
+      {0, 0.01, false, std::nullopt, {0.1, 0, 0, 0, 1}},
+      {0.9, 0, false, std::nullopt, {0.1, 0, 0, 0, 1}},
+      {0.9, 0.01, true, std::nullopt, {0.1, 0, 0, 0, 1}},
+      {0.9, 0.05, false, 0.5f, {0.2, 0.02, 1, 1, 3}},  // clip coefficient; linear decay after warm-up
+  };
+  uint32_t seed = 150;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("momentum " + std::to_string(c.momentum) + " wd " + std::to_string(c.wd) +
+                 (c.nesterov ? " nesterov" : "") + (c.coef ? " coef" : ""));
+    Net net;
+    ValueId w = net.Input("w", Rand({3, 4}, seed++));
+    ValueId g = net.Input("g", Tensor(DType::kF32, Shape{3, 4}));
+    std::vector<ValueId> in = {w, g};
+    if (c.coef) in.push_back(net.Input("coef", Tensor::Full({}, *c.coef)));
+    ir::Attrs at = A({{"momentum", c.momentum}, {"weight_decay", c.wd}, {"nesterov", I(c.nesterov)}});
+    c.sched.AddTo(at);
+    auto state = net.OpN(OpKind::kSgdUpdate, in, at);
+    ASSERT_EQ(state.size(), c.momentum > 0 ? 1u : 0u);
+    // PyTorch's SGD (dampening 0), one scalar at a time.
+    std::vector<double> ww = ToDouble(net[w]), buf(ww.size(), 0.0);
+    for (int64_t step = 0; step < 3; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      Tensor gi = Rand({3, 4}, seed++);
+      net[g].CopyFrom(gi);
+      ASSERT_TRUE(net.Run(step).ok());
+      const double lr = c.sched.At(step);
+      for (size_t i = 0; i < ww.size(); ++i) {
+        double d = gi.data<float>()[i] * static_cast<double>(c.coef.value_or(1.f)) + c.wd * ww[i];
+        if (c.momentum > 0) {
+          buf[i] = step == 0 ? d : c.momentum * buf[i] + d;
+          d = c.nesterov ? d + c.momentum * buf[i] : buf[i];
+        }
+        ww[i] -= lr * d;
+      }
+      EXPECT_TRUE(AllNear(net[w], ww, kRtol, kAtol));
+      if (c.momentum > 0) {
+        EXPECT_TRUE(AllNear(net[state[0]], buf, kRtol, kAtol));
+      }
+    }
+  }
+}
+
+TEST(Forward, AdamWUpdate) {
+  struct Case {
+    double b1, b2, eps, wd;
+    std::optional<float> coef;
+    RefSchedule sched;
+    int64_t steps;
+  };
+  const Case cases[] = {
+      {0.9, 0.999, 1e-8, 0.0, std::nullopt, {1e-2, 0, 0, 0, 1}, 2},
+      {0.9, 0.999, 1e-8, 0.1, std::nullopt, {1e-2, 0, 0, 0, 1}, 2},
+      {0.8, 0.95, 1e-6, 0.01, 0.5f, {1e-2, 0, 0, 0, 1}, 2},
+      {0.9, 0.95, 1e-8, 0.1, std::nullopt, {1e-2, 1e-3, 2, 2, 5}, 5},  // cosine with 2 warm-up steps
+      {0.9, 0.999, 1e-8, 0.05, std::nullopt, {3e-3, 0, 1, 1, 4}, 4},    // linear with 1 warm-up step
+  };
+  uint32_t seed = 170;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("b1 " + std::to_string(c.b1) + " b2 " + std::to_string(c.b2) + " wd " + std::to_string(c.wd) +
+                 " schedule " + std::to_string(c.sched.kind) + " warmup " + std::to_string(c.sched.warmup));
+    Net net;
+    ValueId w = net.Input("w", Rand({2, 5}, seed++));
+    ValueId g = net.Input("g", Tensor(DType::kF32, Shape{2, 5}));
+    std::vector<ValueId> in = {w, g};
+    if (c.coef) in.push_back(net.Input("coef", Tensor::Full({}, *c.coef)));
+    ir::Attrs at = A({{"beta1", c.b1}, {"beta2", c.b2}, {"eps", c.eps}, {"weight_decay", c.wd}});
+    c.sched.AddTo(at);
+    auto state = net.OpN(OpKind::kAdamWUpdate, in, at);
+    ASSERT_EQ(state.size(), 2u);
+    // PyTorch's AdamW: decoupled decay, then Adam with bias-corrected moments.
+    std::vector<double> ww = ToDouble(net[w]), m(ww.size(), 0.0), v(ww.size(), 0.0);
+    for (int64_t step = 0; step < c.steps; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      Tensor gi = Rand({2, 5}, seed++);
+      net[g].CopyFrom(gi);
+      ASSERT_TRUE(net.Run(step).ok());
+      const double lr = c.sched.At(step), t = static_cast<double>(step + 1);
+      for (size_t i = 0; i < ww.size(); ++i) {
+        double gr = gi.data<float>()[i] * static_cast<double>(c.coef.value_or(1.f));
+        ww[i] *= 1 - lr * c.wd;
+        m[i] = c.b1 * m[i] + (1 - c.b1) * gr;
+        v[i] = c.b2 * v[i] + (1 - c.b2) * gr * gr;
+        double mhat = m[i] / (1 - std::pow(c.b1, t)), vhat = v[i] / (1 - std::pow(c.b2, t));
+        ww[i] -= lr * mhat / (std::sqrt(vhat) + c.eps);
+      }
+      EXPECT_TRUE(AllNear(net[w], ww, kRtol, kAtol));
+      EXPECT_TRUE(AllNear(net[state[0]], m, kRtol, kAtol));
+      EXPECT_TRUE(AllNear(net[state[1]], v, kRtol, kAtol));
+    }
+  }
+}
+
+// ---- Gradients against central finite differences. ----
+//
+// Kernels are float32, so the step is large: eps = 1e-2 keeps float rounding in L (summed in double
+// from the float output) near 1e-5 after dividing by 2 eps, while the truncation error eps^2 f'''/6
+// stays below 1e-4 for these smooth ops on inputs of order 1.
+constexpr double kFdEps = 1e-2, kGradRtol = 2e-2, kGradAtol = 2e-3;
+
+// Checks d(sum(out * R))/d(w) for every w in `wrt`. The loss is built from ops with gradient rules
+// (SumTo has none: it only ever appears inside gradients): L = Reshape(MatMul(Reshape(out, [1, n]),
+// R [n, 1]), []), seeded with 1.
+void CheckGrads(Net& net, ValueId out, const std::vector<ValueId>& wrt, uint32_t seed = 999) {
+  const size_t n_fwd = net.graph().nodes.size();
+  const int64_t n = net.graph().type(out).shape.numel();
+  Tensor r = Rand({n, 1}, seed);
+  ValueId flat = net.Op(OpKind::kReshape, {out}, ShapeAttr({1, n}));
+  ValueId loss = net.Op(OpKind::kReshape, {net.Op(OpKind::kMatMul, {flat, net.Const("fd_R", r)})}, ShapeAttr({}));
+  auto grads = ir::Backward(net.builder(), loss, net.Const("fd_seed", Tensor::Full({}, 1.f)), wrt);
+  ASSERT_TRUE(grads.ok()) << grads.status().message();
+  ASSERT_TRUE(net.Run().ok());
+  std::vector<Tensor> analytic;
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    ValueId d = (*grads)[k];
+    ASSERT_NE(d, ir::kNoValue) << "no gradient for " << net.graph().value(wrt[k]).name;
+    ASSERT_EQ(net[d].shape(), net[wrt[k]].shape());
+    analytic.push_back(net[d].Clone());
+  }
+  auto loss_at = [&]() {
+    Status s = net.Run(0, 0, n_fwd);  // the op under test only
+    EXPECT_TRUE(s.ok()) << s.message();
+    double l = 0;
+    for (int64_t i = 0; i < n; ++i) l += static_cast<double>(net[out].data<float>()[i]) * r.data<float>()[i];
+    return l;
+  };
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    float* x = net[wrt[k]].data<float>();  // the input's own data
+    std::vector<double> fd;
+    for (int64_t i = 0; i < net[wrt[k]].numel(); ++i) {
+      const float x0 = x[i];
+      const float xp = static_cast<float>(x0 + kFdEps), xm = static_cast<float>(x0 - kFdEps);
+      x[i] = xp;
+      const double lp = loss_at();
+      x[i] = xm;
+      const double lm = loss_at();
+      x[i] = x0;
+      fd.push_back((lp - lm) / (static_cast<double>(xp) - static_cast<double>(xm)));
+    }
+    EXPECT_TRUE(AllNear(analytic[k], fd, kGradRtol, kGradAtol)) << "d/d " << net.graph().value(wrt[k]).name;
+    double biggest = 0;
+    for (double v : fd) biggest = std::max(biggest, std::abs(v));
+    EXPECT_GT(biggest, 10 * kGradAtol) << "the check is vacuous: d/d " << net.graph().value(wrt[k]).name << " ~ 0";
+  }
+}
+
+// One binary op with broadcasting; b is kept away from 0 for Div.
+void CheckBinary(OpKind op, const Shape& as, const Shape& bs) {
+  Net net;
+  ValueId a = net.Input("a", Rand(as, 1));
+  ValueId b = net.Input("b", op == OpKind::kDiv ? RandAwayFromZero(bs, 2, 0.5, 1.5) : Rand(bs, 2));
+  CheckGrads(net, net.Op(op, {a, b}), {a, b});
+}
+
+void CheckMatMul(const Shape& as, const Shape& bs, bool ta, bool tb, double alpha = 1) {
+  Net net;
+  ValueId a = net.Input("a", Rand(as, 3)), b = net.Input("b", Rand(bs, 4));
+  CheckGrads(net, net.Op(OpKind::kMatMul, {a, b}, A({{"transA", I(ta)}, {"transB", I(tb)}, {"alpha", alpha}})), {a, b});
+}
+
+void CheckGemm(bool ta, bool tb, double alpha, double beta, std::optional<Shape> c) {
+  Net net;
+  ValueId a = net.Input("a", Rand(ta ? Shape{4, 3} : Shape{3, 4}, 5));
+  ValueId b = net.Input("b", Rand(tb ? Shape{5, 4} : Shape{4, 5}, 6));
+  std::vector<ValueId> in = {a, b};
+  if (c) in.push_back(net.Input("c", Rand(*c, 7)));
+  ValueId y = net.Op(OpKind::kGemm, in, A({{"transA", I(ta)}, {"transB", I(tb)}, {"alpha", alpha}, {"beta", beta}}));
+  CheckGrads(net, y, in);
+}
+
+void CheckUnary(OpKind op, Tensor x0, ir::Attrs at = {}) {
+  Net net;
+  ValueId x = net.Input("x", std::move(x0));
+  CheckGrads(net, net.Op(op, {x}, std::move(at)), {x});
+}
+
+void CheckLayerNorm(const Shape& xs, int64_t axis, bool bias) {
+  Net net;
+  int ax = static_cast<int>(axis < 0 ? axis + xs.rank() : axis);
+  Shape norm = Dims(xs, ax, xs.rank());
+  ValueId x = net.Input("x", Rand(xs, 8, -2, 2));
+  std::vector<ValueId> in = {x, net.Input("scale", Rand(norm, 9, 0.5, 1.5))};
+  if (bias) in.push_back(net.Input("bias", Rand(norm, 10)));
+  CheckGrads(net, net.OpN(OpKind::kLayerNormalization, in, A({{"axis", axis}}))[0], in);
+}
+
+void CheckTranspose(const Shape& xs, std::vector<int64_t> perm) {
+  CheckUnary(OpKind::kTranspose, Rand(xs, 11), perm.empty() ? ir::Attrs{} : A({{"perm", std::move(perm)}}));
+}
+
+TEST(Grad, Gemm_noC) { CheckGemm(false, false, 1, 1, std::nullopt); }
+TEST(Grad, Gemm_fullC) { CheckGemm(false, false, 1, 1, Shape{3, 5}); }
+TEST(Grad, Gemm_rowC_alpha_beta) { CheckGemm(false, false, 0.5, 2, Shape{5}); }
+TEST(Grad, Gemm_transA_colC) { CheckGemm(true, false, 1, -1, Shape{3, 1}); }
+TEST(Grad, Gemm_transB_scalarC) { CheckGemm(false, true, 2, 0.5, Shape{}); }
+TEST(Grad, Gemm_transA_transB) { CheckGemm(true, true, -1.5, 1, Shape{1, 5}); }
+
+TEST(Grad, MatMul_2x2) { CheckMatMul({3, 4}, {4, 5}, false, false); }
+TEST(Grad, MatMul_2x2_transA) { CheckMatMul({4, 3}, {4, 5}, true, false); }
+TEST(Grad, MatMul_2x2_transB) { CheckMatMul({3, 4}, {5, 4}, false, true); }
+TEST(Grad, MatMul_2x2_transA_transB_alpha) { CheckMatMul({4, 3}, {5, 4}, true, true, 0.5); }
+TEST(Grad, MatMul_3x2) { CheckMatMul({2, 3, 4}, {4, 5}, false, false); }
+TEST(Grad, MatMul_3x2_transA) { CheckMatMul({2, 4, 3}, {4, 5}, true, false); }
+TEST(Grad, MatMul_3x2_transB) { CheckMatMul({2, 3, 4}, {5, 4}, false, true); }
+TEST(Grad, MatMul_3x2_transA_transB) { CheckMatMul({2, 4, 3}, {5, 4}, true, true); }
+TEST(Grad, MatMul_2x3) { CheckMatMul({3, 4}, {2, 4, 5}, false, false); }
+TEST(Grad, MatMul_2x3_transA_transB) { CheckMatMul({4, 3}, {2, 5, 4}, true, true); }
+TEST(Grad, MatMul_3x3_alpha) { CheckMatMul({2, 3, 4}, {2, 4, 5}, false, false, -2); }
+TEST(Grad, MatMul_4x4) { CheckMatMul({2, 3, 2, 4}, {2, 3, 4, 3}, false, false); }
+TEST(Grad, MatMul_4x4_broadcast) { CheckMatMul({2, 1, 3, 4}, {1, 3, 4, 2}, false, false); }
+TEST(Grad, MatMul_4x3_broadcast_transB) { CheckMatMul({2, 1, 3, 4}, {3, 2, 4}, false, true); }
+
+TEST(Grad, Add_same) { CheckBinary(OpKind::kAdd, {2, 3}, {2, 3}); }
+TEST(Grad, Add_NC_C) { CheckBinary(OpKind::kAdd, {4, 3}, {3}); }
+TEST(Grad, Add_B1C_1T1) { CheckBinary(OpKind::kAdd, {2, 1, 3}, {1, 4, 1}); }
+TEST(Grad, Add_scalar) { CheckBinary(OpKind::kAdd, {}, {2, 3}); }
+TEST(Grad, Sub_same) { CheckBinary(OpKind::kSub, {2, 3}, {2, 3}); }
+TEST(Grad, Sub_NC_C) { CheckBinary(OpKind::kSub, {4, 3}, {3}); }
+TEST(Grad, Sub_B1C_1T1) { CheckBinary(OpKind::kSub, {2, 1, 3}, {1, 4, 1}); }
+TEST(Grad, Mul_same) { CheckBinary(OpKind::kMul, {2, 3}, {2, 3}); }
+TEST(Grad, Mul_NC_C) { CheckBinary(OpKind::kMul, {4, 3}, {3}); }
+TEST(Grad, Mul_B1C_1T1) { CheckBinary(OpKind::kMul, {2, 1, 3}, {1, 4, 1}); }
+TEST(Grad, Mul_scalar) { CheckBinary(OpKind::kMul, {2, 3}, {}); }
+TEST(Grad, Div_same) { CheckBinary(OpKind::kDiv, {2, 3}, {2, 3}); }
+TEST(Grad, Div_NC_C) { CheckBinary(OpKind::kDiv, {4, 3}, {3}); }
+TEST(Grad, Div_C_NC) { CheckBinary(OpKind::kDiv, {3}, {4, 3}); }
+TEST(Grad, Div_B1C_1T1) { CheckBinary(OpKind::kDiv, {2, 1, 3}, {1, 4, 1}); }
+
+TEST(Grad, Mul_same_input) {  // x * x: Backward sums the two paths
+  Net net;
+  ValueId x = net.Input("x", Rand({2, 3}, 12));
+  CheckGrads(net, net.Op(OpKind::kMul, {x, x}), {x});
+}
+
+TEST(Grad, Relu) { CheckUnary(OpKind::kRelu, RandAwayFromZero({3, 4}, 13, 0.1, 2)); }  // no kink within eps
+TEST(Grad, Tanh) { CheckUnary(OpKind::kTanh, Rand({3, 4}, 14, -2, 2)); }
+TEST(Grad, Sigmoid) { CheckUnary(OpKind::kSigmoid, Rand({3, 4}, 15, -3, 3)); }
+TEST(Grad, Erf) { CheckUnary(OpKind::kErf, Rand({3, 4}, 16, -2, 2)); }
+TEST(Grad, Scale) { CheckUnary(OpKind::kScale, Rand({3, 4}, 17), A({{"alpha", -1.5}})); }
+
+TEST(Grad, Softmax_last) { CheckUnary(OpKind::kSoftmax, Rand({3, 5}, 18, -2, 2), A({{"axis", int64_t{-1}}})); }
+TEST(Grad, Softmax_mid) { CheckUnary(OpKind::kSoftmax, Rand({2, 4, 3}, 19, -2, 2), A({{"axis", int64_t{1}}})); }
+TEST(Grad, LogSoftmax_last) { CheckUnary(OpKind::kLogSoftmax, Rand({3, 5}, 20, -2, 2), A({{"axis", int64_t{-1}}})); }
+TEST(Grad, LogSoftmax_mid) { CheckUnary(OpKind::kLogSoftmax, Rand({2, 4, 3}, 21, -2, 2), A({{"axis", int64_t{1}}})); }
+
+TEST(Grad, LayerNorm_last_bias) { CheckLayerNorm({2, 3, 4}, -1, true); }
+TEST(Grad, LayerNorm_last_nobias) { CheckLayerNorm({2, 3, 4}, -1, false); }
+TEST(Grad, LayerNorm_axis1_bias) { CheckLayerNorm({2, 3, 4}, 1, true); }
+TEST(Grad, LayerNorm_axis1_nobias) { CheckLayerNorm({2, 3, 4}, 1, false); }
+
+TEST(Grad, Reshape) { CheckUnary(OpKind::kReshape, Rand({2, 3, 4}, 22), ShapeAttr({4, 6})); }
+TEST(Grad, Transpose_2d) { CheckTranspose({3, 4}, {1, 0}); }
+TEST(Grad, Transpose_2d_default) { CheckTranspose({3, 4}, {}); }
+TEST(Grad, Transpose_3d_201) { CheckTranspose({2, 3, 4}, {2, 0, 1}); }
+TEST(Grad, Transpose_3d_120) { CheckTranspose({2, 3, 4}, {1, 2, 0}); }
+TEST(Grad, Transpose_4d_3102) { CheckTranspose({2, 3, 4, 2}, {3, 1, 0, 2}); }
+
+TEST(Grad, CrossEntropy_2d) {
+  Net net;
+  ValueId x = net.Input("logits", Rand({4, 5}, 23, -2, 2));
+  CheckGrads(net, net.Op(OpKind::kCrossEntropy, {x, net.Input("labels", Ints({4}, {0, 4, 2, 2}))}), {x});
+}
+
+TEST(Grad, CrossEntropy_3d) {
+  Net net;
+  ValueId x = net.Input("logits", Rand({2, 3, 4}, 24, -2, 2));
+  CheckGrads(net, net.Op(OpKind::kCrossEntropy, {x, net.Input("labels", Ints({2, 3}, {3, 0, 1, 1, 2, 3}))}), {x});
+}
+
+TEST(Grad, Mse) {  // the target is data: only the prediction gets a gradient
+  Net net;
+  ValueId p = net.Input("pred", Rand({3, 4}, 25));
+  CheckGrads(net, net.Op(OpKind::kMse, {p, net.Input("target", Rand({3, 4}, 26))}), {p});
+}
+
+// ---- The table. ----
+
+TEST(Registry, EveryOpIsComplete) {
+  struct Row {
+    OpKind kind;
+    const char* name;
+    bool onnx;
+  };
+  constexpr Row rows[] = {
+#define FR_OP_ROW(name, onnx) {OpKind::k##name, #name, onnx},
+      FR_OPS(FR_OP_ROW)
+#undef FR_OP_ROW
+  };
+  static_assert(std::size(rows) == static_cast<size_t>(kNumOps));
+  const std::string supported = SupportedOnnxOps();
+  for (const Row& r : rows) {
+    SCOPED_TRACE(r.name);
+    const OpDef& d = Def(r.kind);
+    EXPECT_STREQ(d.name, r.name);
+    EXPECT_EQ(d.onnx, r.onnx);
+    EXPECT_NE(d.infer, nullptr);
+    EXPECT_NE(d.cpu, nullptr);
+    EXPECT_EQ(Kernel(r.kind, DeviceType::kCpu), d.cpu);
+    EXPECT_NE(Kernel(r.kind, DeviceType::kCuda), nullptr);
+    EXPECT_GE(d.min_in, 1);
+    EXPECT_LE(d.min_in, d.max_in);
+    if (r.onnx) {
+      EXPECT_NE(d.grad, nullptr) << "ONNX ops must be differentiable";
+      EXPECT_EQ(OnnxOp(r.name), r.kind);
+      EXPECT_NE(supported.find(r.name), std::string::npos);
+    } else {
+      EXPECT_EQ(OnnxOp(r.name), std::nullopt);
+    }
+  }
+  EXPECT_EQ(OnnxOp("Conv"), std::nullopt);
+  EXPECT_EQ(OnnxOp("matmul"), std::nullopt);  // ONNX op types are case-sensitive
+  EXPECT_EQ(OnnxOp(""), std::nullopt);
+}
+
+// ---- Shape inference errors: a Status that names the node. ----
+
+TEST(Infer, ErrorsNameTheNode) {
+  auto f32 = [](Shape s) { return ir::TensorType{DType::kF32, std::move(s)}; };
+  auto i64 = [](Shape s) { return ir::TensorType{DType::kI64, std::move(s)}; };
+  auto perm = [](std::vector<int64_t> p) { return A({{"perm", std::move(p)}}); };
+  struct Case {
+    const char* what;
+    OpKind op;
+    std::vector<ir::TensorType> in;
+    ir::Attrs attrs;
+  };
+  const Case cases[] = {
+      {"MatMul inner dims", OpKind::kMatMul, {f32({3, 4}), f32({5, 6})}, {}},
+      {"MatMul transB inner dims", OpKind::kMatMul, {f32({3, 4}), f32({4, 5})}, A({{"transB", int64_t{1}}})},
+      {"MatMul 1-D", OpKind::kMatMul, {f32({4}), f32({4, 5})}, {}},
+      {"MatMul batch dims", OpKind::kMatMul, {f32({2, 3, 4}), f32({3, 4, 5})}, {}},
+      {"Gemm C", OpKind::kGemm, {f32({3, 4}), f32({4, 5}), f32({4})}, {}},
+      {"Gemm 3-D", OpKind::kGemm, {f32({2, 3, 4}), f32({4, 5})}, {}},
+      {"Add shapes", OpKind::kAdd, {f32({2, 3}), f32({4})}, {}},
+      {"Add dtypes", OpKind::kAdd, {f32({2, 3}), i64({3})}, {}},
+      {"Relu int64", OpKind::kRelu, {i64({3})}, {}},
+      {"Transpose repeated perm", OpKind::kTranspose, {f32({2, 3, 4})}, perm({0, 0, 1})},
+      {"Transpose short perm", OpKind::kTranspose, {f32({2, 3, 4})}, perm({1, 0})},
+      {"Transpose perm out of range", OpKind::kTranspose, {f32({2, 3})}, perm({0, 2})},
+      {"LayerNorm scale", OpKind::kLayerNormalization, {f32({2, 3, 4}), f32({3})}, {}},
+      {"LayerNorm axis-1 scale", OpKind::kLayerNormalization, {f32({2, 3, 4}), f32({4})}, A({{"axis", int64_t{1}}})},
+      {"LayerNorm bias", OpKind::kLayerNormalization, {f32({2, 3, 4}), f32({4}), f32({3})}, {}},
+      {"LayerNorm axis", OpKind::kLayerNormalization, {f32({2, 3}), f32({3})}, A({{"axis", int64_t{2}}})},
+      {"Softmax axis", OpKind::kSoftmax, {f32({2, 3})}, A({{"axis", int64_t{-3}}})},
+      {"Reshape numel", OpKind::kReshape, {f32({2, 3})}, ShapeAttr({4, 2})},
+      {"CrossEntropy label shape", OpKind::kCrossEntropy, {f32({2, 5}), i64({5})}, {}},
+      {"CrossEntropy float labels", OpKind::kCrossEntropy, {f32({2, 5}), f32({2})}, {}},
+      {"Mse shapes", OpKind::kMse, {f32({2, 5}), f32({5, 2})}, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Net net;
+    std::vector<ValueId> in;
+    for (const ir::TensorType& t : c.in)
+      in.push_back(net.Input("x" + std::to_string(in.size()), Tensor(t.dtype, t.shape)));
+    auto r = net.TryOp(c.op, in, c.attrs, "bad_node");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Code::kInvalidInput);
+    EXPECT_NE(r.status().message().find("bad_node"), std::string::npos) << r.status().message();
+    EXPECT_TRUE(net.graph().nodes.empty());  // a failed Add appends nothing
+  }
+}
+
+}  // namespace
+}  // namespace fr::test
