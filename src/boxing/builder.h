@@ -1,0 +1,71 @@
+// Internal to boxing/: the one place that appends buffers and tasks to a plan and keeps the
+// bookkeeping every strategy needs (tags, collective ids, bytes on the wire per rank).
+//
+// A dry builder keeps buffers (their shapes drive the byte counts) but drops tasks: Price() runs
+// the same strategies through it, so its figures agree with Box() by construction.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "boxing/boxing.h"
+
+namespace fr::boxing {
+
+using Region = std::vector<sbp::Range>;  // one range per tensor axis
+
+// The whole of a tensor of shape `s`, and the shape of a region.
+Region Whole(const Shape& s);
+Shape ShapeOf(const Region& r);
+
+// A collective's kind and parameters, as carried by each member's Task.
+struct CollectiveSpec {
+  Op op = Op::kAllReduce;
+  sbp::Reduce reduce = sbp::Reduce::kSum;
+  int concat_axis = -1;
+  int split_axis = -1;
+};
+
+class Builder {
+ public:
+  // Creates one buffer per src device (ids 0..n-1, in device order).
+  Builder(const Request& r, bool dry);
+
+  const Request& request() const { return r_; }
+  bool dry() const { return dry_; }
+  const std::vector<int>& src() const { return src_; }
+  bool IsSrc(int id) const { return id < static_cast<int>(src_.size()); }
+  const Buffer& buffer(int id) const { return buffers_[static_cast<size_t>(id)]; }
+
+  int Slice(int in, Region region);  // on in's rank; `region` in in's coordinates
+  int Assemble(int rank, Shape shape, std::vector<int> ins, std::vector<Region> at);
+  int Zero(int rank, Shape shape);
+  int Copy(int in);
+  int Reduce(std::vector<int> ins, sbp::Reduce op);  // all on one rank
+  // Sends `in` to `to` (a different rank) and returns the received buffer there.
+  int Transfer(int in, int to);
+  // One collective: ins[k] lives on group[k], whose output has shape outs[k]. Returns the outputs.
+  std::vector<int> Collective(const CollectiveSpec& spec, const std::vector<int>& group,
+                              const std::vector<int>& ins, const std::vector<Shape>& outs);
+
+  double bytes_per_rank_max() const;
+  int collectives_per_rank_max() const;
+  Plan Finish(std::string strategy, std::vector<int> dst) &&;
+
+ private:
+  int NewBuffer(int rank, Shape shape);
+  void Add(Task t);
+  double Bytes(const Shape& s) const;
+
+  const Request& r_;
+  bool dry_;
+  std::vector<Buffer> buffers_;
+  std::vector<Task> tasks_;
+  std::vector<int> src_;
+  int next_tag_ = 0, next_collective_ = 0;
+  std::map<int, double> sent_, received_;
+  std::map<int, int> collectives_;
+};
+
+}  // namespace fr::boxing

@@ -1,0 +1,162 @@
+// Identity and the same-placement strategy (1-D and N-D).
+//
+// The N-D decomposition. On one placement, src and dst differ on some mesh axes (axes of size 1
+// do not count: every SBP gives the same piece there). Changing one axis a while the others stay
+// is a 1-D step inside every group of devices along a (the devices that share all other mesh
+// coordinates). The other axes give each group one region of the logical tensor, the group tensor;
+// the group's pieces are its 1-D pieces of that region, so the 1-D steps apply unchanged, and all
+// groups' collectives go into the one plan. Several differing axes change one at a time. Changing
+// axis a, from the current nd-SBP `cur`, is valid when:
+//   - a 1-D step exists for cur[a]→dst[a];
+//   - if that step splits or gathers tensor axis k, no later mesh axis (size > 1) splits k: a later
+//     axis splits inside a's parts, so the group's pieces would not be a 1-D split of its tensor;
+//   - if it reduces (P→B, P→S), every later partial axis reduces with the same op: inner axes
+//     reduce first (boxing.h), and reducing an outer axis across an inner one of another kind
+//     changes the value; an outer partial axis is fine whatever its kind;
+//   - the new nd-SBP still fits the shape (sbp::Check).
+// Introducing P (zero-fill, assemble, copy) is valid under any other axes. Among the valid orders
+// the one with the fewest bytes wins; ties prefer slicing first (it shrinks what later steps
+// move), then resolving P, then all-to-all, all-gather, and introducing P last. When no order is
+// valid the strategy declines and the fallback plans it.
+#include <algorithm>
+#include <numeric>
+
+#include "boxing/steps.h"
+#include "boxing/strategies.h"
+
+namespace fr::boxing {
+
+using sbp::NdSbp;
+using sbp::Sbp;
+
+namespace {
+
+bool Trivial(const sbp::Placement& p, int axis) { return p.hierarchy()[axis] == 1; }
+
+// Tie-break rank of a step; lower goes first.
+int Priority(Step s) {
+  switch (s) {
+    case Step::kSlice: return 0;
+    case Step::kAllReduce:
+    case Step::kReduceScatter: return 1;
+    case Step::kAllToAll: return 2;
+    case Step::kAllGather: return 3;
+    default: return 4;
+  }
+}
+
+// The steps of `order` from `src`, or nullopt when one is not valid (see the file comment).
+std::optional<std::vector<Step>> Validate(const Request& r, NdSbp cur, const std::vector<int>& order) {
+  const sbp::Placement& pl = r.src_place;
+  std::vector<Step> steps;
+  for (int a : order) {
+    Sbp from = cur[a], to = r.dst[a];
+    std::optional<Step> step = Classify(from, to);
+    if (!step) return std::nullopt;
+    for (int c = a + 1; c < pl.ndim(); ++c) {
+      if (Trivial(pl, c)) continue;
+      const Sbp& later = cur[c];
+      if (later.is_split() && ((from.is_split() && from.axis() == later.axis()) || (to.is_split() && to.axis() == later.axis())))
+        return std::nullopt;
+      if (from.is_partial() && !to.is_partial() && later.is_partial() && later.reduce() != from.reduce())
+        return std::nullopt;
+    }
+    cur[a] = to;
+    if (!sbp::Check(r.logical, cur, pl).ok()) return std::nullopt;
+    steps.push_back(*step);
+  }
+  return steps;
+}
+
+// Builds the steps of a valid `order` into `b`; returns the dst buffers and names the steps.
+std::vector<int> Build(Builder& b, NdSbp cur, const std::vector<int>& order, const std::vector<Step>& steps,
+                       std::string* name) {
+  const Request& r = b.request();
+  const sbp::Placement& pl = r.src_place;
+  std::vector<int> bufs = b.src();  // per device index
+  for (size_t s = 0; s < order.size(); ++s) {
+    int a = order[s];
+    int64_t stride = 1;
+    for (int c = a + 1; c < pl.ndim(); ++c) stride *= pl.hierarchy()[c];
+    NdSbp whole = cur;
+    whole[a] = Sbp::B();
+    for (int first = 0; first < pl.size(); ++first) {
+      if (pl.Coords(first)[static_cast<size_t>(a)] != 0) continue;
+      Group g;
+      g.region = sbp::PieceRanges(r.logical, whole, pl, first);
+      for (int64_t k = 0; k < pl.hierarchy()[a]; ++k) {
+        int dev = first + static_cast<int>(k * stride);
+        g.ranks.push_back(pl.ranks()[static_cast<size_t>(dev)]);
+        g.in.push_back(bufs[static_cast<size_t>(dev)]);
+      }
+      std::vector<int> out = Apply(b, steps[s], g, cur[a], r.dst[a]);
+      for (int64_t k = 0; k < pl.hierarchy()[a]; ++k) bufs[static_cast<size_t>(first + k * stride)] = out[static_cast<size_t>(k)];
+    }
+    cur[a] = r.dst[a];
+    if (pl.ndim() == 1) {
+      *name = std::string(Name(steps[s]));
+    } else {
+      *name += (s ? " > " : "") + std::string(Name(steps[s])) + "@" + std::to_string(a);
+    }
+  }
+  return bufs;
+}
+
+}  // namespace
+
+std::optional<Built> Identity(Builder& b) {
+  const Request& r = b.request();
+  if (!(r.src_place == r.dst_place)) return std::nullopt;
+  for (int a = 0; a < r.src.size(); ++a)
+    if (!(r.src[a] == r.dst[a]) && !Trivial(r.src_place, a)) return std::nullopt;
+  return Built{"identity", b.src()};
+}
+
+std::optional<Built> SamePlacement(Builder& b) {
+  const Request& r = b.request();
+  if (!(r.src_place == r.dst_place)) return std::nullopt;
+  const sbp::Placement& pl = r.src_place;
+  NdSbp start = r.src;
+  std::vector<int> axes;
+  for (int a = 0; a < pl.ndim(); ++a) {
+    if (Trivial(pl, a)) {
+      start[a] = r.dst[a];
+    } else if (!(r.src[a] == r.dst[a])) {
+      axes.push_back(a);
+    }
+  }
+  if (axes.empty() || !sbp::Check(r.logical, start, pl).ok()) return std::nullopt;  // empty: identity's
+
+  // Every order of the differing axes (few: a mesh has 1 to 3 axes); keep the best valid one.
+  std::optional<std::vector<int>> best_order;
+  std::vector<Step> best_steps;
+  double best_bytes = 0;
+  std::vector<int> best_key;
+  std::vector<int> order = axes;
+  do {
+    std::optional<std::vector<Step>> steps = Validate(r, start, order);
+    if (!steps) continue;
+    double bytes = 0;
+    if (order.size() > 1) {
+      Builder trial(r, /*dry=*/true);
+      std::string unused;
+      Build(trial, start, order, *steps, &unused);
+      bytes = trial.bytes_per_rank_max();
+    }
+    std::vector<int> key;
+    for (Step s : *steps) key.push_back(Priority(s));
+    if (!best_order || bytes < best_bytes || (bytes == best_bytes && key < best_key)) {
+      best_order = order;
+      best_steps = *steps;
+      best_bytes = bytes;
+      best_key = key;
+    }
+  } while (std::next_permutation(order.begin(), order.end()));
+  if (!best_order) return std::nullopt;
+
+  Built built;
+  built.dst = Build(b, start, *best_order, best_steps, &built.strategy);
+  return built;
+}
+
+}  // namespace fr::boxing

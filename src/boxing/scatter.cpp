@@ -1,0 +1,146 @@
+// The region-intersection strategies: send-recv (across placements, src without P) and the
+// general fallback. Both build every dst piece the same way:
+//   - a dst device on a P(sum) axis at coordinate != 0 holds zeros; every other dst device holds
+//     the fully reduced data of its region (on P(max|min) axes every coordinate holds a copy);
+//   - for each combination of src partial-axis coordinates, the src pieces that intersect the dst
+//     region send their intersection (one holder per B-replicated piece, chosen as DstPiece says),
+//     or slice or copy it when on the dst rank, and the dst assembles them;
+//   - the combinations are reduced, innermost partial axis first, each with its own op.
+#include <map>
+
+#include "boxing/strategies.h"
+
+namespace fr::boxing {
+
+namespace {
+
+using Coords = std::vector<int64_t>;
+
+bool Intersect(const Region& a, const Region& b, Region* out) {
+  out->clear();
+  for (size_t i = 0; i < a.size(); ++i) {
+    sbp::Range r{std::max(a[i].begin, b[i].begin), std::min(a[i].end, b[i].end)};
+    if (r.begin >= r.end) return false;
+    out->push_back(r);
+  }
+  return true;
+}
+
+// `r` in the coordinates of a buffer that holds `origin`.
+Region Relative(const Region& r, const Region& origin) {
+  Region out = r;
+  for (size_t i = 0; i < r.size(); ++i) out[i] = sbp::Range{r[i].begin - origin[i].begin, r[i].end - origin[i].begin};
+  return out;
+}
+
+// Reduces contributions keyed by their coordinates along `partial` (src mesh axes), innermost
+// first. When every axis reduces with the same op one task does it all.
+int ReduceNested(Builder& b, std::map<Coords, int> level, const std::vector<int>& partial) {
+  const sbp::NdSbp& src = b.request().src;
+  bool same = true;
+  for (int a : partial) same = same && src[a].reduce() == src[partial[0]].reduce();
+  if (same && level.size() > 1) {
+    std::vector<int> ins;
+    for (const auto& [c, buf] : level) ins.push_back(buf);
+    return b.Reduce(std::move(ins), src[partial[0]].reduce());
+  }
+  for (size_t t = partial.size(); t-- > 0;) {
+    std::map<Coords, std::vector<int>> groups;
+    for (const auto& [c, buf] : level) groups[Coords(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(t))].push_back(buf);
+    level.clear();
+    for (auto& [c, bufs] : groups) level[c] = bufs.size() == 1 ? bufs[0] : b.Reduce(bufs, src[partial[t]].reduce());
+  }
+  return level.begin()->second;
+}
+
+// The dst piece of device `d`, built from the src pieces.
+int DstPiece(Builder& b, int d, const std::vector<int>& partial, const std::vector<Coords>& src_coords,
+             const std::vector<Region>& src_regions) {
+  const Request& r = b.request();
+  const sbp::Placement& sp = r.src_place;
+  const int rank = r.dst_place.ranks()[static_cast<size_t>(d)];
+  const Region region = sbp::PieceRanges(r.logical, r.dst, r.dst_place, d);
+  const Shape shape = ShapeOf(region);
+  const Coords dc = r.dst_place.Coords(d);
+  for (int a = 0; a < r.dst.size(); ++a) {
+    if (r.dst[a].is_partial() && r.dst[a].reduce() == sbp::Reduce::kSum && dc[static_cast<size_t>(a)] != 0)
+      return b.Zero(rank, shape);
+  }
+  // Replicas along a B axis hold the same logical value, but with P inner to that axis each replica
+  // may split it into different partial pieces: so one dst device takes every piece from the same
+  // coordinate along each B axis, its own rank's when the dst rank holds src data, else the first.
+  const int local = sp.IndexOf(rank);
+  int offset = 0;  // from a coordinate-0 replica to the chosen one, in device indices
+  std::vector<bool> replica_axis(static_cast<size_t>(sp.ndim()));
+  for (int a = 0, stride = sp.size(); a < sp.ndim(); ++a) {
+    stride /= static_cast<int>(sp.hierarchy()[a]);
+    replica_axis[static_cast<size_t>(a)] = r.src[a].is_broadcast() && sp.hierarchy()[a] > 1;
+    if (replica_axis[static_cast<size_t>(a)] && local >= 0)
+      offset += static_cast<int>(src_coords[static_cast<size_t>(local)][static_cast<size_t>(a)]) * stride;
+  }
+
+  std::map<Coords, std::pair<std::vector<int>, std::vector<Region>>> pieces;  // per partial combination
+  for (int s = 0; s < sp.size(); ++s) {
+    const Coords& sc = src_coords[static_cast<size_t>(s)];
+    bool first_replica = true;
+    for (int a = 0; a < sp.ndim(); ++a)
+      first_replica = first_replica && (!replica_axis[static_cast<size_t>(a)] || sc[static_cast<size_t>(a)] == 0);
+    Region meet;
+    if (!first_replica || !Intersect(region, src_regions[static_cast<size_t>(s)], &meet)) continue;
+    const int holder = s + offset;
+    int buf = b.src()[static_cast<size_t>(holder)];
+    const Region& held = src_regions[static_cast<size_t>(holder)];
+    if (meet != held) buf = b.Slice(buf, Relative(meet, held));
+    if (b.buffer(buf).rank != rank) buf = b.Transfer(buf, rank);
+    Coords combo;
+    for (int a : partial) combo.push_back(sc[static_cast<size_t>(a)]);
+    auto& [bufs, at] = pieces[combo];
+    bufs.push_back(buf);
+    at.push_back(Relative(meet, region));
+  }
+
+  std::map<Coords, int> contributions;
+  for (auto& [combo, p] : pieces) {
+    auto& [bufs, at] = p;
+    bool whole = bufs.size() == 1 && at[0] == Whole(shape);
+    contributions[combo] = whole ? bufs[0] : b.Assemble(rank, shape, std::move(bufs), std::move(at));
+  }
+  FR_CHECK(!contributions.empty(), "the src pieces cover every region");
+  int out = contributions.size() == 1 ? contributions.begin()->second : ReduceNested(b, std::move(contributions), partial);
+  // A rank that is both source and destination copies its piece rather than sending it to itself.
+  return b.IsSrc(out) ? b.Copy(out) : out;
+}
+
+std::vector<int> Scatter(Builder& b, const std::vector<int>& partial) {
+  const Request& r = b.request();
+  std::vector<Coords> src_coords;
+  std::vector<Region> src_regions;
+  for (int s = 0; s < r.src_place.size(); ++s) {
+    src_coords.push_back(r.src_place.Coords(s));
+    src_regions.push_back(sbp::PieceRanges(r.logical, r.src, r.src_place, s));
+  }
+  std::vector<int> dst;
+  for (int d = 0; d < r.dst_place.size(); ++d) dst.push_back(DstPiece(b, d, partial, src_coords, src_regions));
+  return dst;
+}
+
+// The src mesh axes whose coordinates index separate contributions.
+std::vector<int> PartialAxes(const Request& r) {
+  std::vector<int> axes;
+  for (int a = 0; a < r.src.size(); ++a)
+    if (r.src[a].is_partial() && r.src_place.hierarchy()[a] > 1) axes.push_back(a);
+  return axes;
+}
+
+}  // namespace
+
+std::optional<Built> CrossPlacement(Builder& b) {
+  const Request& r = b.request();
+  std::vector<int> partial = PartialAxes(r);
+  if (r.src_place == r.dst_place || !partial.empty()) return std::nullopt;
+  return Built{"send-recv", Scatter(b, partial)};
+}
+
+std::optional<Built> Fallback(Builder& b) { return Built{"fallback", Scatter(b, PartialAxes(b.request()))}; }
+
+}  // namespace fr::boxing

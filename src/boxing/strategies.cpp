@@ -1,0 +1,52 @@
+// The chain: request validation, then the strategies in order (boxing.h), for Box() and Price().
+#include <limits>
+#include <set>
+
+#include "boxing/strategies.h"
+
+namespace fr::boxing {
+
+namespace {
+
+using StrategyFn = std::optional<Built> (*)(Builder&);
+
+// In order; the last never declines.
+constexpr StrategyFn kChain[] = {Identity, SamePlacement, CrossPlacement, Fallback};
+
+Status CheckSide(const char* side, const Shape& logical, const sbp::NdSbp& nd, const sbp::Placement& p) {
+  std::string where = std::string("[boxing] ") + side + " " + nd.ToString() + " on " + p.ToString() + ": ";
+  if (p.size() == 0) return Status::Invalid(where + "the placement is empty");
+  std::set<int> seen;
+  for (int r : p.ranks()) {
+    if (r < 0 || !seen.insert(r).second) return Status::Invalid(where + "rank " + std::to_string(r) + " is negative or repeated");
+  }
+  return sbp::Check(logical, nd, p).With(where);
+}
+
+Status CheckRequest(const Request& r) {
+  RETURN_IF_ERROR(CheckSide("src", r.logical, r.src, r.src_place));
+  return CheckSide("dst", r.logical, r.dst, r.dst_place);
+}
+
+}  // namespace
+
+Result<Plan> Box(const Request& r) {
+  RETURN_IF_ERROR(CheckRequest(r));
+  for (StrategyFn strategy : kChain) {
+    Builder b(r, /*dry=*/false);
+    if (std::optional<Built> got = strategy(b)) return std::move(b).Finish(std::move(got->strategy), std::move(got->dst));
+  }
+  Fatal(__FILE__, __LINE__, "boxing:", "the fallback declined");
+}
+
+Estimate Price(const Request& r) {
+  if (!CheckRequest(r).ok()) return Estimate{"invalid", std::numeric_limits<double>::infinity(), 0};
+  for (StrategyFn strategy : kChain) {
+    Builder b(r, /*dry=*/true);
+    if (std::optional<Built> got = strategy(b))
+      return Estimate{std::move(got->strategy), b.bytes_per_rank_max(), b.collectives_per_rank_max()};
+  }
+  Fatal(__FILE__, __LINE__, "boxing:", "the fallback declined");
+}
+
+}  // namespace fr::boxing
