@@ -19,6 +19,10 @@ Out InferAccumulate(const ir::Node& n, Types in) {
 
 Out InferScalar(const ir::Node& n, Types in) {
   for (size_t i = 0; i < in.size(); ++i) RETURN_IF_ERROR(ExpectFloat(n, in, static_cast<int>(i)));
+  if (n.op != OpKind::kSquareSum) {  // AddN and ClipCoef combine scalars
+    for (const ir::TensorType& t : in)
+      if (t.shape.numel() != 1) return Status::Invalid(n.name + ": expects scalars, got " + t.shape.ToString());
+  }
   return std::vector<ir::TensorType>{{DType::kF32, Shape{}}};
 }
 
