@@ -19,7 +19,6 @@
 // move), then resolving P, then all-to-all, all-gather, and introducing P last. When no order is
 // valid the strategy declines and the fallback plans it.
 #include <algorithm>
-#include <numeric>
 
 #include "boxing/steps.h"
 #include "boxing/strategies.h"

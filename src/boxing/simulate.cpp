@@ -83,7 +83,7 @@ Region Part(const Shape& s, int axis, int p, int k) {
 
 class Sim {
  public:
-  Sim(const Plan& p) : p_(p), val_(p.buffers.size()) {}
+  explicit Sim(const Plan& p) : p_(p), val_(p.buffers.size()) {}
   Result<std::vector<Tensor>> Run(const std::vector<Tensor>& src);
 
  private:

@@ -297,6 +297,7 @@ TEST(Boxing, CrossPlacement) {
   // Meshes on both sides, and one mesh re-viewed with another hierarchy.
   RunAll(Pairs({Shape{7, 5}}, Mesh({2, 2}), Ranks({4, 5, 6}), {kS0, kS1, kB, kP}), "CrossPlacement_2x2_to_3");
   RunAll(Pairs({Shape{7, 5}}, Ranks({0, 1, 2, 3}), Mesh({2, 2}), {kS0, kS1, kB, kP}), "CrossPlacement_4_to_2x2");
+  RunAll(Pairs({Shape{7, 5}}, Mesh({2, 2}), Mesh({2, 2}, 4), {kS0, kS1, kB, kP}), "CrossPlacement_2x2_to_2x2");
 }
 
 TEST(Boxing, CrossPlacementMoves) {
@@ -334,6 +335,27 @@ TEST(Boxing, PriceAgrees) {
     ++checked;
   }
   EXPECT_GT(checked, 100);
+}
+
+TEST(Boxing, SimulatorRejectsBrokenPlans) {
+  Request r = Req(k84, Ranks({0, 1}), {kS0}, Ranks({0, 1}), {kB});
+  std::mt19937 rng(3);
+  std::vector<Tensor> src = MakePieces(Logical(k84, DType::kF32, rng), r.src, r.src_place, rng);
+  Plan p = Box(r).value();
+  Plan missing = p;
+  missing.tasks.pop_back();  // one member of the all-gather
+  EXPECT_FALSE(Simulate(missing, src).ok());
+  Plan reshaped = p;
+  reshaped.buffers[static_cast<size_t>(reshaped.dst[1])].shape = Shape{4, 4};
+  EXPECT_FALSE(Simulate(reshaped, src).ok());
+  Plan moved = MustBox(Req(Shape{6, 4}, Ranks({0}), {kB}, Ranks({1}), {kB}));
+  ASSERT_EQ(moved.tasks.size(), 2u);  // send, recv
+  std::vector<Tensor> one = {Logical(Shape{6, 4}, DType::kF32, rng)};
+  Plan unmatched = moved;
+  unmatched.tasks[1].tag += 1;  // the recv waits forever
+  Result<std::vector<Tensor>> dead = Simulate(unmatched, one);
+  ASSERT_FALSE(dead.ok());
+  EXPECT_NE(dead.status().message().find("deadlock"), std::string::npos) << dead.status().message();
 }
 
 TEST(Boxing, InvalidRequest) {
