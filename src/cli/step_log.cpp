@@ -55,9 +55,11 @@ void StepLog::OnStep(const actor::StepRecord& r) {
   const double tps = static_cast<double>(o_.tokens_per_step) / dt;
   const double gflops = o_.flops_per_step / dt / 1e9 / o_.devices;
   const double eta = dt * static_cast<double>(o_.steps - n);
+  char ms[32];
+  std::snprintf(ms, sizeof ms, dt < 0.01 ? "%.2f" : "%.0f", dt * 1e3);
   char line[256];
-  std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.1e | gnorm %.2f | %.0f ms | %s %s | %.1f GFLOP/s/dev | eta %s",
-                static_cast<long long>(n), static_cast<long long>(o_.steps), r.loss, lr, r.grad_norm, dt * 1e3,
+  std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.1e | gnorm %.2f | %s ms | %s %s | %.1f GFLOP/s/dev | eta %s",
+                static_cast<long long>(n), static_cast<long long>(o_.steps), r.loss, lr, r.grad_norm, ms,
                 Si(tps).c_str(), o_.tokens ? "tok/s" : "samples/s", gflops, Clock(eta).c_str());
   std::cout << line << std::endl;
   if (jsonl_.is_open()) {
