@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "actor/runtime.h"
+#include "boxing/simulate.h"
 #include "ops/op.h"
 
 namespace fr::actor {
@@ -15,7 +16,9 @@ Actor::Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task) : rt_(
   const bool variable = task.kind == TaskKind::kVariable;
   // Ratio of this task's acts to a regst's pieces: M when a per-micro-batch task meets a per-step regst.
   auto ratio = [&](const ir::RegstDesc& r) { return (!task.per_step && r.per_step) ? m : int64_t{1}; };
-  for (int r : task.in) {
+  std::vector<int> reads = task.kind == TaskKind::kBoxing ? task.move.in : std::vector<int>{};
+  for (const ir::TaskInput& i : task.in) reads.push_back(i.regst);
+  for (int r : reads) {
     if (r < 0 || InPort(r)) continue;
     const ir::RegstDesc& rd = plan.regsts[static_cast<size_t>(r)];
     Port p;
@@ -36,9 +39,10 @@ Actor::Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task) : rt_(
     p.pending.assign(static_cast<size_t>(rd.regst_num), 0);
     out_.push_back(std::move(p));
   }
-  if (variable && task.node >= 0) {
-    for (ir::ValueId s : rt.graph().node(task.node).out)
-      state_.emplace_back(rt.graph().type(s).dtype, rt.graph().type(s).shape, task.device);
+  if (variable && task.node >= 0) {  // optimizer state has the parameter piece's shape
+    const ir::TensorType& piece = plan.regsts[static_cast<size_t>(task.out[0])].type;
+    for (size_t i = 0; i < plan.nodes[static_cast<size_t>(task.node)].out.size(); ++i)
+      state_.emplace_back(piece.dtype, piece.shape, task.device);
   }
 }
 
@@ -111,14 +115,14 @@ void Actor::ActOnce() {
 }
 
 Tensor Actor::InputTensor(size_t i) const {
-  const ir::Node& node = rt_.graph().node(task_.node);
-  ir::ValueId v = node.in[i];
-  int r = task_.in[i];
-  if (v == ir::kNoValue) return Tensor();
-  if (r < 0) {
-    if (task_.kind == TaskKind::kVariable && i == 0) return rt_.Slot(task_.out[0], 0);
-    return rt_.graph().value(v).data;
-  }
+  const ir::TaskInput& in = task_.in[i];
+  if (task_.kind == TaskKind::kVariable && i == 0) return rt_.Slot(task_.out[0], 0);
+  if (in.konst >= 0) return plan_.consts[static_cast<size_t>(in.konst)];
+  if (in.regst < 0) return Tensor();
+  return RegstTensor(in.regst);
+}
+
+Tensor Actor::RegstTensor(int r) const {
   for (const Port& p : in_)
     if (p.regst == r) return rt_.Slot(r, p.slots.front());
   FR_CHECK(false, "no port for regst " + std::to_string(r));
@@ -126,7 +130,7 @@ Tensor Actor::InputTensor(size_t i) const {
 }
 
 Status Actor::Compute(int64_t step, int64_t micro) {
-  const ir::Node& node = rt_.graph().node(task_.node);
+  const ir::Node& node = plan_.nodes[static_cast<size_t>(task_.node)];
   std::vector<Tensor> in, out;
   for (size_t i = 0; i < node.in.size(); ++i) in.push_back(InputTensor(i));
   for (size_t i = 0; i < out_.size(); ++i) out.push_back(rt_.Slot(out_[i].regst, out_[i].current));
@@ -136,11 +140,33 @@ Status Actor::Compute(int64_t step, int64_t micro) {
 
 Status Actor::Variable(int64_t k) {
   if (k == 0 || task_.node < 0) return Status::Ok();  // act 0 only emits the initial value
-  const ir::Node& node = rt_.graph().node(task_.node);
+  const ir::Node& node = plan_.nodes[static_cast<size_t>(task_.node)];
   std::vector<Tensor> in;
   for (size_t i = 0; i < node.in.size(); ++i) in.push_back(InputTensor(i));
   KernelCtx ctx{node, in, state_, k - 1, 0, plan_.micro_batches};
   return Kernel(node.op, task_.device.type)(ctx);
+}
+
+// Local data movement runs here; collectives and send/recv need the multi-rank runtime.
+Status Actor::Move() {
+  const boxing::Task& m = task_.move;
+  Tensor out = m.out >= 0 ? rt_.Slot(m.out, out_[0].current) : Tensor();
+  switch (m.op) {
+    case boxing::Op::kCopy: out.CopyFrom(RegstTensor(m.in[0])); return Status::Ok();
+    case boxing::Op::kSlice: out.CopyFrom(boxing::SliceOf(RegstTensor(m.in[0]), m.regions[0])); return Status::Ok();
+    case boxing::Op::kZero: out.Zero(); return Status::Ok();
+    case boxing::Op::kAssemble:
+      out.Zero();
+      for (size_t i = 0; i < m.in.size(); ++i) boxing::WriteRegion(out, m.regions[i], RegstTensor(m.in[i]));
+      return Status::Ok();
+    case boxing::Op::kReduce:
+      out.CopyFrom(RegstTensor(m.in[0]));
+      for (size_t i = 1; i < m.in.size(); ++i) boxing::ReduceInto(out, RegstTensor(m.in[i]), m.reduce);
+      return Status::Ok();
+    default:
+      return Status::Runtime("[actor] " + task_.name + ": " + boxing::Name(m.op) +
+                             " needs the multi-rank runtime, which this version of flowrun does not have");
+  }
 }
 
 Status Actor::Body(int64_t k) {
@@ -150,11 +176,9 @@ Status Actor::Body(int64_t k) {
     case TaskKind::kCompute: return Compute(step, micro);
     case TaskKind::kVariable: return Variable(k);
     case TaskKind::kData:
-      for (const Port& p : out_) {
-        const std::string& name = rt_.graph().value(plan_.regsts[static_cast<size_t>(p.regst)].value).name;
-        RETURN_IF_ERROR(rt_.Feed(name, step, micro, rt_.Slot(p.regst, p.current)));
-      }
+      for (const Port& p : out_) RETURN_IF_ERROR(rt_.Feed(p.regst, step, micro, rt_.Slot(p.regst, p.current)));
       return Status::Ok();
+    case TaskKind::kBoxing: return Move();
     case TaskKind::kLossSink: {
       loss_sum_ += rt_.Slot(in_[0].regst, in_[0].slots.front()).data<float>()[0];
       if (micro == m - 1) {

@@ -51,6 +51,8 @@ class Actor {
   Status Variable(int64_t k);
   // The tensor behind node input i for this act (a regst slot, a constant or the parameter).
   Tensor InputTensor(size_t i) const;
+  Tensor RegstTensor(int regst) const;
+  Status Move();
   Port* InPort(int regst);
 
   Runtime& rt_;

@@ -1,17 +1,22 @@
 #include "actor/runtime.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "boxing/simulate.h"
 
 namespace fr::actor {
 
 Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank) : plan_(plan), graph_(graph), rank_(rank) {
   slots_.resize(plan.regsts.size());
   for (const ir::RegstDesc& r : plan.regsts) {
-    if (plan.tasks[static_cast<size_t>(r.producer)].rank != rank_) continue;
+    if (r.rank != rank_) continue;
     for (int s = 0; s < r.regst_num; ++s) slots_[static_cast<size_t>(r.id)].emplace_back(r.type.dtype, r.type.shape, r.device);
   }
-  for (const ir::TaskDesc& t : plan.tasks) {  // a variable's slot starts as the parameter's initial value
-    if (t.rank == rank_ && t.kind == ir::TaskKind::kVariable) Slot(t.out[0], 0).CopyFrom(graph.value(t.param).data);
+  for (const ir::TaskDesc& t : plan.tasks) {  // a variable's slot starts as its initial piece
+    if (t.rank == rank_ && t.kind == ir::TaskKind::kVariable) {
+      Slot(t.out[0], 0).CopyFrom(plan.consts[static_cast<size_t>(t.param_piece)]);
+    }
   }
 }
 
@@ -21,14 +26,27 @@ Runtime::~Runtime() {
 
 Tensor Runtime::Param(ir::ValueId v) const {
   for (const ir::TaskDesc& t : plan_.tasks)
-    if (t.kind == ir::TaskKind::kVariable && t.param == v) return slots_[static_cast<size_t>(t.out[0])][0];
+    if (t.kind == ir::TaskKind::kVariable && t.param == v && t.rank == rank_) return slots_[static_cast<size_t>(t.out[0])][0];
   return Tensor();
 }
 
 void Runtime::Send(const Msg& m) { streams_[static_cast<size_t>(stream_of_[static_cast<size_t>(m.dst)])]->Push(m); }
 
-Status Runtime::Feed(const std::string& input, int64_t step, int64_t micro, const Tensor& out) {
-  return opt_.feeder->Fill(input, step, micro, out);
+Status Runtime::Feed(int regst, int64_t step, int64_t micro, const Tensor& out) {
+  const ir::RegstDesc& r = plan_.regsts[static_cast<size_t>(regst)];
+  const ir::Value& v = graph_.value(r.value);
+  if (r.type.shape == v.type.shape) return opt_.feeder->Fill(v.name, step, micro, out);
+  // This rank holds a piece: read the micro-batch, keep the piece.
+  for (const ir::ValuePlacement& vp : plan_.values) {
+    if (vp.value != r.value) continue;
+    auto d = std::find(vp.regsts.begin(), vp.regsts.end(), regst) - vp.regsts.begin();
+    Tensor whole(v.type.dtype, v.type.shape);
+    RETURN_IF_ERROR(opt_.feeder->Fill(v.name, step, micro, whole));
+    const sbp::Placement& pl = plan_.stages[static_cast<size_t>(vp.stage)];
+    out.CopyFrom(boxing::SliceOf(whole, sbp::PieceRanges(v.type.shape, vp.sbp, pl, static_cast<int>(d))));
+    return Status::Ok();
+  }
+  return Status::Runtime("[actor] no placement for data regst " + std::to_string(regst));
 }
 
 void Runtime::Fail(const Status& s) {

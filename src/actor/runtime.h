@@ -48,14 +48,15 @@ class Runtime {
   ~Runtime();
   Status Run(const RunOptions& opt);
 
-  // The current value of a parameter (after Run: the trained value).
+  // This rank's piece of a parameter (after Run: the trained value).
   Tensor Param(ir::ValueId v) const;
 
   // For actors.
   const ir::Graph& graph() const { return graph_; }
   Tensor& Slot(int regst, int slot) { return slots_[static_cast<size_t>(regst)][static_cast<size_t>(slot)]; }
   void Send(const Msg& m);
-  Status Feed(const std::string& input, int64_t step, int64_t micro, const Tensor& out);
+  // Fills data regst `regst` (this rank's piece of a graph input) for a micro-batch.
+  Status Feed(int regst, int64_t step, int64_t micro, const Tensor& out);
   void ReportLoss(int64_t step, double loss);
   void ReportGradNormSq(int64_t step, double sq);
   void Fail(const Status& s);

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
+#include "boxing/simulate.h"
 #include "ops/op.h"
 
 namespace fr::boxing {
 
-using ir::Plan;
+using ir::NodeId;
 using ir::RegstDesc;
 using ir::TaskDesc;
 using ir::TaskKind;
@@ -15,103 +17,343 @@ using ir::ValueId;
 
 namespace {
 
+constexpr int kComputeStream = 0, kDataStream = 1, kCommStream = 2;
+
 class Lowering {
  public:
-  Lowering(const ir::TrainingGraph& tg, Plan& p) : tg_(tg), g_(tg.graph), p_(p) {}
+  Lowering(const ir::TrainingGraph& tg, const sbp::Assignment& a, const LowerOptions& o, ir::Plan& p)
+      : tg_(tg), g_(tg.graph), a_(a), o_(o), p_(p) {}
 
-  void Run() {
-    p_.streams = {"compute", "data"};
-    TaskDesc& data = NewTask(TaskKind::kData, "data", kDataStream, false);
-    for (ValueId v : g_.inputs) data.out.push_back(NewRegst(v, data.id, /*per_step=*/false, /*num=*/2));
-    for (const ir::ParamGrad& pg : tg_.params) {
-      TaskDesc& t = NewTask(TaskKind::kVariable, g_.value(pg.param).name, kComputeStream, true);
-      t.node = pg.update;
-      t.param = pg.param;
-      t.out.push_back(NewRegst(pg.param, t.id, true, 1));
-    }
+  Status Run() {
+    p_.streams = {"compute", "data", "comm"};
+    p_.stages = o_.stages;
+    std::set<int> ranks;
+    for (const sbp::Placement& pl : p_.stages) ranks.insert(pl.ranks().begin(), pl.ranks().end());
+    p_.ranks = ranks.empty() ? 1 : *ranks.rbegin() + 1;
+    p_.node_stage = o_.node_stage;
+    for (const sbp::NdSignature& s : a_.node_sig) p_.node_sig.push_back(s.ToString());
+    value_index_.assign(g_.values.size(), -1);
     std::vector<bool> is_update(g_.nodes.size(), false);
     for (const ir::ParamGrad& pg : tg_.params) is_update[static_cast<size_t>(pg.update)] = true;
+
+    for (ValueId v : g_.inputs) AddDataPieces(v);
+    for (const ir::ParamGrad& pg : tg_.params) AddVariable(pg);
+    std::vector<std::vector<int>> node_tasks(g_.nodes.size());
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
-      if (is_update[n]) continue;
-      const ir::Node& node = g_.nodes[n];
-      bool per_step = node.phase == ir::Phase::kOptimizer;
-      TaskDesc& t = NewTask(TaskKind::kCompute, node.name, kComputeStream, per_step);
-      t.node = static_cast<ir::NodeId>(n);
-      bool out_per_step = per_step || node.op == OpKind::kAccumulate;
-      for (ValueId v : node.out) t.out.push_back(NewRegst(v, t.id, out_per_step, 1));
+      if (!is_update[n]) node_tasks[n] = AddCompute(static_cast<NodeId>(n));
     }
-    for (TaskDesc& t : p_.tasks) {
-      if (t.kind != TaskKind::kCompute && t.kind != TaskKind::kVariable) continue;
-      if (t.node < 0) continue;
-      const ir::Node& node = g_.node(t.node);
-      for (size_t i = 0; i < node.in.size(); ++i) {
-        ValueId v = node.in[i];
-        bool own_param = t.kind == TaskKind::kVariable && i == 0;
-        t.in.push_back(v == ir::kNoValue || own_param ? -1 : RegstOf(v));
-      }
+    // Wire every node input, boxing where the producer's layout is not the one wanted.
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      auto id = static_cast<NodeId>(n);
+      const std::vector<int>& tasks = is_update[n] ? variable_tasks_[id] : node_tasks[n];
+      RETURN_IF_ERROR(Wire(id, tasks));
     }
-    TaskDesc& loss = NewTask(TaskKind::kLossSink, "loss", kComputeStream, false);
-    loss.in.push_back(RegstOf(tg_.loss));
-    TaskDesc& norm = NewTask(TaskKind::kNormSink, "grad_norm", kComputeStream, true);
-    norm.in.push_back(RegstOf(tg_.grad_norm_sq));
+    RETURN_IF_ERROR(AddSink(TaskKind::kLossSink, "loss", tg_.loss, false));
+    RETURN_IF_ERROR(AddSink(TaskKind::kNormSink, "grad_norm", tg_.grad_norm_sq, true));
     for (const TaskDesc& t : p_.tasks) {
-      for (int r : t.in) {
+      std::vector<int> regs = t.kind == TaskKind::kBoxing ? t.move.in : std::vector<int>{};
+      for (const ir::TaskInput& in : t.in) regs.push_back(in.regst);
+      for (int r : regs) {
         if (r < 0) continue;
         auto& cons = p_.regsts[static_cast<size_t>(r)].consumers;
         if (std::find(cons.begin(), cons.end(), t.id) == cons.end()) cons.push_back(t.id);
       }
     }
+    p_.predicted_compute_s = a_.compute_seconds;
+    p_.predicted_boxing_s = a_.boxing_seconds;
+    return Status::Ok();
   }
 
  private:
-  static constexpr int kComputeStream = 0, kDataStream = 1;
+  const sbp::Placement& StageOf(ValueId v) const {
+    return p_.stages[static_cast<size_t>(a_.value_stage[static_cast<size_t>(v)])];
+  }
+  bool PerStep(ValueId v) const {
+    const ir::Value& val = g_.value(v);
+    if (val.kind == ir::ValueKind::kParam) return true;
+    if (val.producer < 0) return false;
+    const ir::Node& n = g_.node(val.producer);
+    return n.phase == ir::Phase::kOptimizer || n.op == OpKind::kAccumulate;
+  }
 
-  TaskDesc& NewTask(TaskKind kind, std::string name, int stream, bool per_step) {
+  TaskDesc& NewTask(TaskKind kind, std::string name, int rank, int stream, bool per_step) {
     TaskDesc t;
     t.id = static_cast<int>(p_.tasks.size());
     t.kind = kind;
     t.name = std::move(name);
+    t.rank = rank;
     t.stream = stream;
     t.per_step = per_step;
     p_.tasks.push_back(std::move(t));
     return p_.tasks.back();
   }
 
-  int NewRegst(ValueId v, int producer, bool per_step, int num) {
+  int NewRegst(ValueId v, ir::TensorType type, int rank, int producer, bool per_step, int num) {
     RegstDesc r;
     r.id = static_cast<int>(p_.regsts.size());
     r.value = v;
-    r.type = g_.type(v);
+    r.type = std::move(type);
+    r.rank = rank;
     r.producer = producer;
     r.per_step = per_step;
     r.regst_num = num;
-    p_.regsts.push_back(r);
-    regst_of_[v] = r.id;
-    return r.id;
+    p_.regsts.push_back(std::move(r));
+    return p_.regsts.back().id;
   }
 
-  // The regst holding a value, or -1 for constants.
-  int RegstOf(ValueId v) const {
-    auto it = regst_of_.find(v);
-    if (it != regst_of_.end()) return it->second;
-    FR_CHECK(g_.value(v).kind == ir::ValueKind::kConst, "value '" + g_.value(v).name + "' has no producer task");
-    return -1;
+  std::string TaskName(const std::string& base, int rank) const {
+    return p_.ranks > 1 ? base + "@" + std::to_string(rank) : base;
+  }
+
+  ir::ValuePlacement& Placed(ValueId v) {
+    if (value_index_[static_cast<size_t>(v)] < 0) {
+      value_index_[static_cast<size_t>(v)] = static_cast<int>(p_.values.size());
+      ir::ValuePlacement vp;
+      vp.value = v;
+      vp.stage = a_.value_stage[static_cast<size_t>(v)];
+      vp.sbp = a_.value_sbp[static_cast<size_t>(v)];
+      p_.values.push_back(vp);
+    }
+    return p_.values[static_cast<size_t>(value_index_[static_cast<size_t>(v)])];
+  }
+
+  ir::TensorType Piece(ValueId v, const sbp::NdSbp& nd, const sbp::Placement& pl, int d) const {
+    return {g_.type(v).dtype, sbp::PieceShape(g_.type(v).shape, nd, pl, d)};
+  }
+
+  void AddDataPieces(ValueId v) {
+    const sbp::Placement& pl = StageOf(v);
+    ir::ValuePlacement& vp = Placed(v);
+    for (int d = 0; d < pl.size(); ++d) {
+      int rank = pl.ranks()[static_cast<size_t>(d)];
+      auto it = data_task_.find(rank);
+      if (it == data_task_.end()) {
+        it = data_task_.emplace(rank, NewTask(TaskKind::kData, TaskName("data", rank), rank, kDataStream, false).id).first;
+      }
+      int r = NewRegst(v, Piece(v, vp.sbp, pl, d), rank, it->second, false, 2);
+      p_.tasks[static_cast<size_t>(it->second)].out.push_back(r);
+      Placed(v).regsts.push_back(r);
+    }
+  }
+
+  void AddVariable(const ir::ParamGrad& pg) {
+    const sbp::Placement& pl = StageOf(pg.param);
+    const sbp::NdSbp nd = a_.value_sbp[static_cast<size_t>(pg.param)];
+    const Tensor& init = g_.value(pg.param).data;
+    for (int d = 0; d < pl.size(); ++d) {
+      int rank = pl.ranks()[static_cast<size_t>(d)];
+      TaskDesc& t = NewTask(TaskKind::kVariable, TaskName(g_.value(pg.param).name, rank), rank, kComputeStream, true);
+      int tid = t.id;
+      p_.tasks[static_cast<size_t>(tid)].param = pg.param;
+      p_.tasks[static_cast<size_t>(tid)].logical = pg.update;
+      p_.tasks[static_cast<size_t>(tid)].param_piece = static_cast<int>(p_.consts.size());
+      p_.consts.push_back(SliceOf(init, sbp::PieceRanges(init.shape(), nd, pl, d)));
+      int r = NewRegst(pg.param, Piece(pg.param, nd, pl, d), rank, tid, true, 1);
+      p_.tasks[static_cast<size_t>(tid)].out.push_back(r);
+      Placed(pg.param).regsts.push_back(r);
+      variable_tasks_[pg.update].push_back(tid);
+    }
+    // The update node runs inside the variable task, on the physical piece.
+    for (int d = 0; d < pl.size(); ++d) {
+      TaskDesc& t = p_.tasks[static_cast<size_t>(variable_tasks_[pg.update][static_cast<size_t>(d)])];
+      t.node = AddPhysicalNode(pg.update, pl, d);
+    }
+  }
+
+  // A physical copy of node `id` for device d of placement `pl`, with piece shapes.
+  int AddPhysicalNode(NodeId id, const sbp::Placement& pl, int d) {
+    const ir::Node& n = g_.node(id);
+    const sbp::NdSignature& s = a_.node_sig[static_cast<size_t>(id)];
+    ir::Node phys = n;
+    std::vector<ir::TensorType> logical_in, physical_out;
+    for (ValueId v : n.in) logical_in.push_back(v == ir::kNoValue ? ir::TensorType{} : g_.type(v));
+    for (size_t i = 0; i < n.out.size(); ++i) physical_out.push_back(Piece(n.out[i], s.out[i], pl, d));
+    if (Def(n.op).physical) Def(n.op).physical(phys, logical_in, physical_out);
+    p_.nodes.push_back(std::move(phys));
+    return static_cast<int>(p_.nodes.size() - 1);
+  }
+
+  std::vector<int> AddCompute(NodeId id) {
+    const ir::Node& n = g_.node(id);
+    const sbp::Placement& pl = p_.stages[static_cast<size_t>(o_.node_stage[static_cast<size_t>(id)])];
+    const sbp::NdSignature& s = a_.node_sig[static_cast<size_t>(id)];
+    bool per_step = n.phase == ir::Phase::kOptimizer;
+    bool out_per_step = per_step || n.op == OpKind::kAccumulate;
+    std::vector<int> tasks;
+    for (int d = 0; d < pl.size(); ++d) {
+      int rank = pl.ranks()[static_cast<size_t>(d)];
+      int tid = NewTask(TaskKind::kCompute, TaskName(n.name, rank), rank, kComputeStream, per_step).id;
+      p_.tasks[static_cast<size_t>(tid)].node = AddPhysicalNode(id, pl, d);
+      p_.tasks[static_cast<size_t>(tid)].logical = id;
+      for (size_t i = 0; i < n.out.size(); ++i) {
+        int r = NewRegst(n.out[i], Piece(n.out[i], s.out[i], pl, d), rank, tid, out_per_step, 1);
+        p_.tasks[static_cast<size_t>(tid)].out.push_back(r);
+        Placed(n.out[i]).regsts.push_back(r);
+      }
+      tasks.push_back(tid);
+    }
+    return tasks;
+  }
+
+  // The constant piece device d of `pl` reads under `want`: a slice, or zeros off the partial root.
+  int ConstPiece(ValueId v, const sbp::Placement& pl, const sbp::NdSbp& want, int d) {
+    const Tensor& data = g_.value(v).data;
+    std::vector<int64_t> coords = pl.Coords(d);
+    bool root = true;
+    for (int a = 0; a < want.size(); ++a) root = root && (!want[a].is_partial() || want[a].reduce() != sbp::Reduce::kSum || coords[static_cast<size_t>(a)] == 0);
+    Tensor piece = SliceOf(data, sbp::PieceRanges(data.shape(), want, pl, d));
+    if (!root) piece.Zero();
+    p_.consts.push_back(piece);
+    return static_cast<int>(p_.consts.size() - 1);
+  }
+
+  Status Wire(NodeId id, const std::vector<int>& tasks) {
+    const ir::Node& n = g_.node(id);
+    const sbp::Placement& pl = p_.stages[static_cast<size_t>(o_.node_stage[static_cast<size_t>(id)])];
+    int stage = o_.node_stage[static_cast<size_t>(id)];
+    const sbp::NdSignature& s = a_.node_sig[static_cast<size_t>(id)];
+    bool update = n.phase == ir::Phase::kOptimizer && (n.op == OpKind::kSgdUpdate || n.op == OpKind::kAdamWUpdate);
+    for (size_t i = 0; i < n.in.size(); ++i) {
+      ValueId v = n.in[i];
+      std::vector<ir::TaskInput> per_device(static_cast<size_t>(pl.size()));
+      if (v == ir::kNoValue || (update && i == 0)) {
+        // absent, or the variable's own parameter
+      } else if (g_.value(v).kind == ir::ValueKind::kConst) {
+        for (int d = 0; d < pl.size(); ++d) per_device[static_cast<size_t>(d)].konst = ConstPiece(v, pl, s.in[i], d);
+      } else {
+        ASSIGN_OR_RETURN(std::vector<int> regs, Deliver(v, stage, s.in[i], n.name));
+        for (int d = 0; d < pl.size(); ++d) per_device[static_cast<size_t>(d)].regst = regs[static_cast<size_t>(d)];
+      }
+      for (int d = 0; d < pl.size(); ++d) p_.tasks[static_cast<size_t>(tasks[static_cast<size_t>(d)])].in.push_back(per_device[static_cast<size_t>(d)]);
+    }
+    return Status::Ok();
+  }
+
+  // The regsts holding `v` as `want` on stage `stage`, one per device: the producer's own when
+  // they match, else the output of boxing tasks (planned once per (v, stage, want)).
+  Result<std::vector<int>> Deliver(ValueId v, int stage, const sbp::NdSbp& want, const std::string& consumer) {
+    ir::ValuePlacement& vp = Placed(v);
+    const sbp::Placement& src = p_.stages[static_cast<size_t>(vp.stage)];
+    const sbp::Placement& dst = p_.stages[static_cast<size_t>(stage)];
+    if (vp.stage == stage && vp.sbp == want) return vp.regsts;
+    auto key = std::make_tuple(v, stage, want.ToString());
+    auto it = boxed_.find(key);
+    if (it != boxed_.end()) {
+      p_.edges[static_cast<size_t>(it->second.first)].consumers.push_back(consumer);
+      return it->second.second;
+    }
+    Request req{g_.type(v).shape, g_.type(v).dtype, src, vp.sbp, dst, want};
+    auto plan = Box(req);
+    if (!plan.ok()) return plan.status().With("edge '" + g_.value(v).name + "' -> '" + consumer + "': ");
+    std::vector<int> srcs = vp.regsts;  // copy: regsts may grow
+    std::vector<int> dsts = Emit(*plan, v, srcs, PerStep(v));
+    ir::BoxingEdge e;
+    e.value = v;
+    e.src_stage = vp.stage;
+    e.dst_stage = stage;
+    e.src = vp.sbp;
+    e.dst = want;
+    e.strategy = plan->strategy;
+    e.bytes_per_rank = plan->bytes_per_rank_max;
+    e.per_step = PerStep(v);
+    e.consumers.push_back(consumer);
+    p_.edges.push_back(e);
+    boxed_[key] = {static_cast<int>(p_.edges.size() - 1), dsts};
+    return dsts;
+  }
+
+  // Turns a boxing plan's tasks into Plan tasks; returns the regst of each dst device.
+  std::vector<int> Emit(const boxing::Plan& bp, ValueId v, const std::vector<int>& src_regsts, bool per_step) {
+    std::vector<int> regst_of(bp.buffers.size(), -1);
+    for (size_t d = 0; d < bp.src.size(); ++d) regst_of[static_cast<size_t>(bp.src[d])] = src_regsts[d];
+    int collective_base = next_collective_, tag_base = next_tag_;
+    for (const boxing::Task& bt : bp.tasks) {
+      std::string name = TaskName(g_.value(v).name + "/" + boxing::Name(bt.op), bt.rank);
+      TaskDesc& t = NewTask(TaskKind::kBoxing, name, bt.rank, kCommStream, per_step);
+      int tid = t.id;
+      boxing::Task mv = bt;
+      mv.in.clear();
+      for (int b : bt.in) mv.in.push_back(regst_of[static_cast<size_t>(b)]);
+      if (bt.out >= 0) {
+        const boxing::Buffer& buf = bp.buffers[static_cast<size_t>(bt.out)];
+        regst_of[static_cast<size_t>(bt.out)] = NewRegst(v, {bp.dtype, buf.shape}, bt.rank, tid, per_step, 1);
+        mv.out = regst_of[static_cast<size_t>(bt.out)];
+        p_.tasks[static_cast<size_t>(tid)].out.push_back(mv.out);
+      }
+      if (mv.collective >= 0) {
+        mv.collective += collective_base;
+        next_collective_ = std::max(next_collective_, mv.collective + 1);
+      }
+      if (mv.tag >= 0) {
+        mv.tag += tag_base;
+        next_tag_ = std::max(next_tag_, mv.tag + 1);
+      }
+      p_.tasks[static_cast<size_t>(tid)].move = std::move(mv);
+    }
+    std::vector<int> out;
+    for (int b : bp.dst) out.push_back(regst_of[static_cast<size_t>(b)]);
+    return out;
+  }
+
+  // A sink on global rank 0 that reads `v` as B.
+  Status AddSink(TaskKind kind, const std::string& name, ValueId v, bool per_step) {
+    int stage = SinkStage();
+    const sbp::Placement& pl = p_.stages[static_cast<size_t>(stage)];
+    ASSIGN_OR_RETURN(std::vector<int> regs, Deliver(v, stage, sbp::NdSbp::Broadcast(pl.ndim()), name));
+    TaskDesc& t = NewTask(kind, name, 0, kComputeStream, per_step);
+    t.in.push_back(ir::TaskInput{regs[0], -1});
+    return Status::Ok();
+  }
+
+  // The stage whose placement is rank 0 alone, added on first use when rank 0 is not already one.
+  int SinkStage() {
+    for (size_t i = 0; i < p_.stages.size(); ++i)
+      if (p_.stages[i].size() == 1 && p_.stages[i].ranks()[0] == 0) return static_cast<int>(i);
+    p_.stages.push_back(sbp::Placement(p_.stages[0].type(), {0}, Shape{1}));
+    return static_cast<int>(p_.stages.size() - 1);
   }
 
   const ir::TrainingGraph& tg_;
   const ir::Graph& g_;
-  Plan& p_;
-  std::map<ValueId, int> regst_of_;
+  const sbp::Assignment& a_;
+  const LowerOptions& o_;
+  ir::Plan& p_;
+  std::vector<int> value_index_;
+  std::map<int, int> data_task_;                       // rank -> data task
+  std::map<NodeId, std::vector<int>> variable_tasks_;  // update node -> variable task per device
+  std::map<std::tuple<ValueId, int, std::string>, std::pair<int, std::vector<int>>> boxed_;
+  int next_collective_ = 0, next_tag_ = 0;
 };
 
 }  // namespace
 
-Result<Plan> Lower(const ir::TrainingGraph& tg, const LowerOptions& opt) {
-  Plan p;
+Result<ir::Plan> Lower(const ir::TrainingGraph& tg, const sbp::Assignment& a, const LowerOptions& opt) {
+  ir::Plan p;
   p.steps = opt.steps;
   p.micro_batches = opt.micro_batches;
-  Lowering(tg, p).Run();
+  RETURN_IF_ERROR(Lowering(tg, a, opt, p).Run());
   return p;
+}
+
+Result<ir::Plan> LowerOneDevice(const ir::TrainingGraph& tg, int64_t steps, int64_t micro_batches) {
+  const ir::Graph& g = tg.graph;
+  sbp::Assignment a;
+  a.value_stage.assign(g.values.size(), 0);
+  a.value_sbp.assign(g.values.size(), sbp::NdSbp{sbp::Sbp::B()});
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].kind == ir::ValueKind::kConst) a.value_sbp[v] = sbp::NdSbp();
+  for (const ir::Node& n : g.nodes) {
+    sbp::NdSignature s;
+    s.in.assign(n.in.size(), sbp::NdSbp{sbp::Sbp::B()});
+    s.out.assign(n.out.size(), sbp::NdSbp{sbp::Sbp::B()});
+    a.node_sig.push_back(s);
+  }
+  LowerOptions o;
+  o.steps = steps;
+  o.micro_batches = micro_batches;
+  o.stages = {sbp::Placement::Range(DeviceType::kCpu, 0, 1)};
+  o.node_stage.assign(g.nodes.size(), 0);
+  return Lower(tg, a, o);
 }
 
 }  // namespace fr::boxing

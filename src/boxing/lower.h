@@ -1,22 +1,34 @@
-// Lowering: turns the training graph into a Plan of tasks and registers.
+// Lowering: turns the training graph and its SBP assignment into the physical Plan.
 //
-// This is the one-device lowering: every task is on rank 0; compute tasks run on the "compute"
-// stream and the data loader on its own "data" stream so it prefetches ahead of compute. The
-// data regsts get two slots (double buffering); every other regst one, which is all a single
-// compute stream can use. The SBP issue adds per-rank expansion and boxing tasks here.
+// Every logical op becomes one compute task per device of its placement, running a physical copy
+// of the node. Every edge whose producer's (placement, nd-SBP) differs from what the consumer's
+// signature wants gets the boxing tasks of boxing::Box, once per (tensor, placement, nd-SBP)
+// wanted, shared by the consumers that want it. Data inputs are read per rank (each rank its
+// pieces); each parameter becomes one variable task per device holding its piece. The loss and
+// the squared gradient norm are boxed to B on rank 0, where the sinks feed the step log.
+//
+// Streams: "compute" for ops and variables, "data" for the loader (it prefetches: its regsts get
+// two slots), "comm" for boxing. Other regsts get one slot, except that regsts crossing pipeline
+// stages get enough to keep every stage busy (see the schedule in the README).
 #pragma once
 
 #include "base/status.h"
 #include "ir/plan.h"
 #include "ir/training.h"
+#include "sbp/assign.h"
 
 namespace fr::boxing {
 
 struct LowerOptions {
   int64_t steps = 1;
   int64_t micro_batches = 1;
+  std::vector<sbp::Placement> stages;  // empty: one device
+  std::vector<int> node_stage;         // per node (with stages)
 };
 
-Result<ir::Plan> Lower(const ir::TrainingGraph& tg, const LowerOptions& opt);
+Result<ir::Plan> Lower(const ir::TrainingGraph& tg, const sbp::Assignment& a, const LowerOptions& opt);
+
+// One device, every tensor B: the plan of a single-process run.
+Result<ir::Plan> LowerOneDevice(const ir::TrainingGraph& tg, int64_t steps, int64_t micro_batches);
 
 }  // namespace fr::boxing

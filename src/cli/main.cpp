@@ -6,6 +6,7 @@
 #include "cli/config.h"
 #include "cli/pipeline.h"
 #include "cli/step_log.h"
+#include "ir/plan_dump.h"
 
 namespace fr {
 namespace {
@@ -14,6 +15,8 @@ struct Args {
   std::string config;
   std::vector<std::string> set;
   bool dump = false;
+  int ranks = 0;
+  std::string format = "text";
 };
 
 int Fail(const Status& s) {
@@ -24,7 +27,8 @@ int Fail(const Status& s) {
 int Train(const Args& a) {
   auto cfg = LoadConfig(a.config, a.set);
   if (!cfg.ok()) return Fail(cfg.status());
-  auto c = Compile(*cfg);
+  if (Status s = CheckTrainable(*cfg, 1); !s.ok()) return Fail(s);
+  auto c = Compile(*cfg, 1);
   if (!c.ok()) return Fail(c.status());
   data::Loader loader(*c->dataset, c->input_field, cfg->data, cfg->train);
   StepLogOptions lo;
@@ -52,17 +56,30 @@ int Train(const Args& a) {
 int Plan(const Args& a) {
   auto cfg = LoadConfig(a.config, a.set);
   if (!cfg.ok()) return Fail(cfg.status());
-  auto c = Compile(*cfg);
+  int ranks = a.ranks > 0 ? a.ranks : cfg->parallel.ranks > 0 ? static_cast<int>(cfg->parallel.ranks) : 1;
+  if (a.ranks > 0 && cfg->parallel.ranks > 0 && a.ranks != cfg->parallel.ranks) {
+    return Fail(Status::Invalid("[config] " + cfg->path + ": parallel.ranks is " + std::to_string(cfg->parallel.ranks) +
+                                " but --ranks is " + std::to_string(a.ranks)));
+  }
+  auto c = Compile(*cfg, ranks);
   if (!c.ok()) return Fail(c.status());
   const ir::Plan& p = c->plan;
-  if (a.dump) {
-    std::cout << p.Dump(c->training.graph);
+  const ir::Graph& g = c->training.graph;
+  if (a.format == "json") {
+    std::cout << ir::DumpJson(p, g);
+  } else if (a.format == "dot") {
+    std::cout << ir::DumpDot(p, g);
+  } else if (a.dump) {
+    std::cout << ir::DumpText(p, g);
   } else {
-    std::cout << cfg->path << ": " << c->training.graph.nodes.size() << " ops, " << p.tasks.size() << " tasks, "
-              << p.regsts.size() << " registers on " << p.ranks << " rank(s); --dump shows them" << std::endl;
+    std::cout << cfg->path << ": " << g.nodes.size() << " ops, " << p.tasks.size() << " tasks, " << p.regsts.size()
+              << " registers, " << p.edges.size() << " boxing edges on " << p.ranks << " rank(s); --dump shows them"
+              << std::endl;
   }
-  for (const std::string& f : c->training.frozen)
-    std::cout << "note: initializer '" << f << "' does not affect the loss and is not trained" << std::endl;
+  if (a.format == "text") {
+    for (const std::string& f : c->training.frozen)
+      std::cout << "note: initializer '" << f << "' does not affect the loss and is not trained" << std::endl;
+  }
   return 0;
 }
 
@@ -80,7 +97,9 @@ int main(int argc, char** argv) {
   auto* plan = app.add_subcommand("plan", "compile only and show the plan");
   plan->add_option("config", args.config, "the YAML config")->required();
   plan->add_option("--set", args.set, "override a config key: key.path=value (repeatable)");
-  plan->add_flag("--dump", args.dump, "print every op, task and register");
+  plan->add_flag("--dump", args.dump, "print every op, boxing edge, task and register");
+  plan->add_option("--ranks", args.ranks, "plan for N ranks (default: parallel.ranks, or 1)")->check(CLI::Range(1, 1 << 20));
+  plan->add_option("--format", args.format, "text (with --dump), json or dot")->check(CLI::IsMember({"text", "json", "dot"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

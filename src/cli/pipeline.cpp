@@ -1,28 +1,12 @@
 #include "cli/pipeline.h"
 
 #include "boxing/lower.h"
+#include "cli/layout.h"
 #include "ir/onnx_import.h"
 #include "ops/op.h"
 
 namespace fr {
 namespace {
-
-// Multi-rank training, CUDA and the SBP hints are later milestones; until they land, asking for
-// them is an error rather than something silently ignored.
-Status CheckSupported(const Config& cfg) {
-  const ParallelConfig& p = cfg.parallel;
-  auto no = [&](const std::string& key, const std::string& what) {
-    return Status::Invalid("[config] " + cfg.path + ": parallel." + key + ": " + what +
-                           " is not implemented in this version of flowrun");
-  };
-  if (p.device == ParallelConfig::Device::kCuda) return no("device", "training on CUDA");
-  if (p.ranks > 1) return no("ranks", "training on more than one rank");
-  if (!p.mesh.empty() && !(p.mesh.size() == 1 && (p.mesh[0] == 1 || p.mesh[0] == -1))) return no("mesh", "a device mesh");
-  if (!p.stages.empty()) return no("stages", "pipeline parallelism");
-  if (!p.sbp.empty()) return no("sbp", "SBP hints");
-  if (p.zero) return no("zero", "ZeRO");
-  return Status::Ok();
-}
 
 ir::TrainingSpec SpecOf(const Config& cfg, const data::Dataset& ds) {
   ir::TrainingSpec s;
@@ -91,8 +75,20 @@ Status CheckLabels(const Config& cfg, const data::Dataset& ds, const ir::Graph& 
 
 }  // namespace
 
-Result<Compiled> Compile(const Config& cfg) {
-  RETURN_IF_ERROR(CheckSupported(cfg));
+Status CheckTrainable(const Config& cfg, int world) {
+  const ParallelConfig& p = cfg.parallel;
+  auto no = [&](const std::string& key, const std::string& what) {
+    return Status::Invalid("[config] " + cfg.path + ": parallel." + key + ": " + what +
+                           " is not implemented in this version of flowrun (flowrun plan shows the plan)");
+  };
+  if (p.device == ParallelConfig::Device::kCuda) return no("device", "training on CUDA");
+  if (p.ranks > 1 || world > 1) return no("ranks", "training on more than one rank");
+  if (!p.stages.empty()) return no("stages", "pipeline-parallel training");
+  if (p.zero) return no("zero", "ZeRO training");
+  return Status::Ok();
+}
+
+Result<Compiled> Compile(const Config& cfg, int ranks) {
   Compiled c;
   ASSIGN_OR_RETURN(c.dataset, data::OpenDataset(cfg.data, cfg.train.seed));
   const auto& fields = c.dataset->fields();
@@ -121,10 +117,20 @@ Result<Compiled> Compile(const Config& cfg) {
   ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(cfg.model.onnx, bound));
   ASSIGN_OR_RETURN(c.training, ir::BuildTraining(std::move(forward), SpecOf(cfg, *c.dataset)));
   RETURN_IF_ERROR(CheckLabels(cfg, *c.dataset, c.training.graph));
-  boxing::LowerOptions lo;
-  lo.steps = cfg.train.steps;
-  lo.micro_batches = cfg.accumulation();
-  ASSIGN_OR_RETURN(c.plan, boxing::Lower(c.training, lo));
+  if (ranks <= 1 && cfg.parallel.sbp.empty()) {
+    ASSIGN_OR_RETURN(c.plan, boxing::LowerOneDevice(c.training, cfg.train.steps, cfg.accumulation()));
+  } else {
+    ASSIGN_OR_RETURN(sbp::AssignOptions ao, Layout(cfg, c.training, ranks));
+    ASSIGN_OR_RETURN(sbp::Assignment a, sbp::Assign(c.training, ao));
+    boxing::LowerOptions lo;
+    lo.steps = cfg.train.steps;
+    lo.micro_batches = cfg.accumulation();
+    lo.stages = ao.stages;
+    lo.node_stage = ao.node_stage;
+    auto plan = boxing::Lower(c.training, a, lo);
+    if (!plan.ok()) return plan.status().With("[boxing] " + cfg.path + ": ");
+    c.plan = std::move(plan).value();
+  }
   c.flops_per_step = MatMulFlops(c.training.graph, cfg.accumulation());
   c.tokens_per_step = cfg.train.global_batch * (cfg.data.format == DataConfig::Format::kTokens ? cfg.data.seq_len : 1);
   return c;

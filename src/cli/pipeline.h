@@ -23,6 +23,10 @@ struct Compiled {
   int64_t tokens_per_step = 0;  // global_batch x seq_len for tokens, else global_batch samples
 };
 
-Result<Compiled> Compile(const Config& cfg);
+// Compiles for `ranks` ranks (the world size of a run, or `plan --ranks`).
+Result<Compiled> Compile(const Config& cfg, int ranks);
+
+// Training supports what this version runs: one CPU rank, no pipeline, no ZeRO.
+Status CheckTrainable(const Config& cfg, int world);
 
 }  // namespace fr

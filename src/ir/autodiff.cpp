@@ -27,8 +27,12 @@ Result<std::vector<ValueId>> Backward(Builder& b, ValueId loss, ValueId seed, co
   std::vector<ValueId> grad(g.values.size(), kNoValue);
   auto add_grad = [&](ValueId v, ValueId d) {
     ValueId& slot = grad[static_cast<size_t>(v)];
-    slot = slot == kNoValue ? d : b.Op(OpKind::kAdd, {slot, d}, {}, b.UniqueName(g.value(v).name + "/grad_sum"),
-                                       Phase::kBackward);
+    if (slot == kNoValue) {
+      slot = d;
+      return;
+    }
+    slot = b.Op(OpKind::kAdd, {slot, d}, {}, b.UniqueName(g.value(v).name + "/grad_sum"), Phase::kBackward);
+    g.nodes.back().origin = g.value(v).producer;  // -1 for parameters: placed with their consumers
   };
   grad[static_cast<size_t>(loss)] = seed;
   for (size_t n = n_fwd; n-- > 0;) {
@@ -51,7 +55,9 @@ Result<std::vector<ValueId>> Backward(Builder& b, ValueId loss, ValueId seed, co
       return Status::Invalid("[ir] node '" + node.name + "' (" + d.name + ") has no gradient rule");
     }
     GradCtx ctx(b, node, dout, need);
+    const size_t before = g.nodes.size();
     d.grad(ctx);
+    for (size_t k = before; k < g.nodes.size(); ++k) g.nodes[k].origin = static_cast<NodeId>(n);
     for (size_t i = 0; i < node.in.size(); ++i) {
       if (!need[i]) continue;
       ValueId di = ctx.din()[i];

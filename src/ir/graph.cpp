@@ -68,8 +68,12 @@ ValueId Graph::Find(const std::string& name) const {
 }
 
 void Graph::KeepNodes(const std::vector<bool>& keep) {
+  std::vector<NodeId> renumber(nodes.size(), -1);
+  for (size_t n = 0, k = 0; n < nodes.size(); ++n)
+    if (keep[n]) renumber[n] = static_cast<NodeId>(k++);
   std::vector<Node> kept;
   for (size_t n = 0; n < nodes.size(); ++n) {
+    if (nodes[n].origin >= 0) nodes[n].origin = renumber[static_cast<size_t>(nodes[n].origin)];
     if (keep[n]) {
       kept.push_back(std::move(nodes[n]));
     } else {

@@ -76,6 +76,7 @@ struct Node {
   std::vector<ValueId> out;
   Attrs attrs;
   Phase phase = Phase::kForward;
+  NodeId origin = -1;  // backward nodes: the forward node whose gradient they compute
 };
 
 struct Graph {

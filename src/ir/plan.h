@@ -1,12 +1,18 @@
-// The Plan: the physical program of one training job. Every rank runs a subset of its tasks; each
-// task becomes one actor. Tasks exchange registers (regsts): a regst has regst_num slots that its
-// producer fills and its consumers read and give back, which bounds memory and gives back pressure.
+// The Plan: the physical program of one training job, the same on every rank. Each rank runs its
+// own tasks; each task becomes one actor. Tasks exchange registers (regsts): a regst lives on one
+// rank and has regst_num slots that its producer fills and its consumers read and give back, which
+// bounds memory and gives back pressure.
+//
+// Physical view: every logical op becomes one compute task per device of its placement, running a
+// physical copy of the node (Plan::nodes, shapes of the pieces). Every data movement is a task too:
+// boxing tasks (slice, assemble, reduce, copy, send, recv and collectives, see boxing/boxing.h)
+// carry a boxing::Task with their parameters, collectives numbered in one compile-time order.
 //
 // Time shape: a step has M micro-batches. A task acts once per micro-batch (per_step = false) or
 // once per step. A per-step regst read by a per-micro-batch task is held for the M acts of the
 // step (parameters); a per-micro-batch task writing a per-step regst fills one slot over M acts
-// (gradient accumulation). A variable task owns one parameter and its optimizer state: it emits
-// the parameter once per step and applies the update when the step's gradient arrives, after
+// (gradient accumulation). A variable task owns one parameter piece and its optimizer state: it
+// emits the piece once per step and applies the update when the step's gradient arrives, after
 // every reader has given the previous value back.
 #pragma once
 
@@ -14,14 +20,17 @@
 #include <string>
 #include <vector>
 
+#include "boxing/boxing.h"
 #include "ir/graph.h"
+#include "sbp/sbp.h"
 
 namespace fr::ir {
 
 enum class TaskKind : uint8_t {
-  kData,      // reads micro-batches from the data source
-  kCompute,   // runs one node's kernel
-  kVariable,  // owns a parameter; runs its update node
+  kData,      // reads its rank's pieces of the micro-batches from the data source
+  kCompute,   // runs one physical node's kernel
+  kVariable,  // owns a parameter piece; runs its update node
+  kBoxing,    // one boxing::Task: data movement
   kLossSink,  // collects the loss per micro-batch for the step log
   kNormSink,  // collects the squared gradient norm per step
 };
@@ -29,14 +38,21 @@ const char* Name(TaskKind k);
 
 struct RegstDesc {
   int id = 0;
-  ValueId value = kNoValue;
-  TensorType type;
+  ValueId value = kNoValue;    // the logical tensor it holds a piece of (or a boxing intermediate of)
+  TensorType type;             // the piece
+  int rank = 0;
   int producer = -1;           // task id
   std::vector<int> consumers;  // task ids
   int regst_num = 1;
   bool per_step = false;
   Device device;               // where its slots live
   int64_t bytes() const { return type.shape.numel() * static_cast<int64_t>(SizeOf(type.dtype)); }
+};
+
+// A node input of a task: a regst, a constant piece (Plan::consts), or nothing.
+struct TaskInput {
+  int regst = -1;
+  int konst = -1;
 };
 
 struct TaskDesc {
@@ -46,25 +62,57 @@ struct TaskDesc {
   Device device;               // where it computes; kernels are looked up by device.type
   TaskKind kind = TaskKind::kCompute;
   std::string name;
-  NodeId node = -1;            // kCompute: its node; kVariable: the update node
-  ValueId param = kNoValue;    // kVariable
-  std::vector<int> in;         // regst per node input (-1: a constant, absent, or the variable's own param)
+  int node = -1;               // kCompute: index into Plan::nodes; kVariable: its update node (or -1)
+  NodeId logical = -1;         // the logical node, for dumps
+  ValueId param = kNoValue;    // kVariable: the parameter
+  int param_piece = -1;        // kVariable: index into Plan::consts of its initial piece
+  std::vector<TaskInput> in;   // per node input (kCompute, kVariable: in[0] is the parameter itself)
   std::vector<int> out;        // regsts it writes
   bool per_step = false;
+  boxing::Task move;           // kBoxing; its in/out are regst ids
+};
+
+// Where a logical tensor lives and what data movement its consumers needed.
+struct ValuePlacement {
+  ValueId value = kNoValue;
+  int stage = 0;
+  sbp::NdSbp sbp;
+  std::vector<int> regsts;     // its piece per device of the stage's placement
+};
+
+struct BoxingEdge {
+  ValueId value = kNoValue;
+  int src_stage = 0, dst_stage = 0;
+  sbp::NdSbp src, dst;
+  std::string strategy;
+  int64_t bytes_per_rank = 0;  // per act
+  bool per_step = false;
+  std::vector<std::string> consumers;  // logical node names
 };
 
 struct Plan {
   int ranks = 1;
   int64_t steps = 0;
   int64_t micro_batches = 1;
-  std::vector<std::string> streams;  // "compute", "data", ...
+  std::vector<std::string> streams;       // "compute", "data", "comm"
+  std::vector<sbp::Placement> stages;
+  std::vector<Node> nodes;                // physical nodes
+  std::vector<Tensor> consts;             // constant pieces and initial parameter pieces
   std::vector<TaskDesc> tasks;
   std::vector<RegstDesc> regsts;
+  std::vector<ValuePlacement> values;     // per logical value with a producer or source
+  std::vector<std::string> node_sig;      // per logical node: its nd-signature, for dumps
+  std::vector<int> node_stage;            // per logical node
+  std::vector<BoxingEdge> edges;
+  double predicted_compute_s = 0, predicted_boxing_s = 0;
 
   // Acts of a task over the whole run.
   int64_t Acts(const TaskDesc& t) const;
-  // Human-readable: the training graph's nodes with shapes, then tasks per rank and memory.
-  std::string Dump(const Graph& g) const;
+  // Bytes a rank sends per step, summed over its boxing tasks.
+  int64_t BytesMoved(int rank) const;
+  // Memory per rank: parameters, optimizer state and registers x regst_num.
+  struct Memory { int64_t params = 0, state = 0, regsts = 0; };
+  Memory MemoryOf(int rank, const Graph& g) const;
 };
 
 }  // namespace fr::ir

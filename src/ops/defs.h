@@ -2,12 +2,37 @@
 // (elementwise, matmul, nn, shape, loss, optim) and put into the table in ops/registry.cpp.
 #pragma once
 
+#include <algorithm>
+
 #include "ops/op.h"
 
 namespace fr::defs {
 
 using Types = std::span<const ir::TensorType>;
 using Out = Result<std::vector<ir::TensorType>>;
+using Sigs = std::vector<sbp::Signature>;
+using sbp::Sbp;
+
+// ---- Helpers for the SBP rules (OpDef::sbp). ----
+
+// Whether optional input i is there.
+inline bool Present(const ir::Node& n, size_t i) { return i < n.in.size() && n.in[i] != ir::kNoValue; }
+// A `parts`-way split of `dim` gives every device at least one element (as sbp::Check requires).
+inline bool Splits(int64_t dim, int64_t parts) { return dim >= parts; }
+// The signature with `s` on every input and output.
+inline sbp::Signature Uniform(const ir::Node& n, size_t outs, Sbp s) {
+  return sbp::Signature{std::vector<Sbp>(n.in.size(), s), std::vector<Sbp>(outs, s)};
+}
+// Appends g unless it is already there.
+inline void AddSig(Sigs& s, sbp::Signature g) {
+  if (std::find(s.begin(), s.end(), g) == s.end()) s.push_back(std::move(g));
+}
+// Sbp of an input of shape `in` when the output of rank `out_rank` is split on axis i, with numpy
+// alignment from the right: S on the aligned axis, B where the input is broadcast along i.
+inline Sbp AlignedSplit(const Shape& in, int out_rank, int i) {
+  int a = i - (out_rank - in.rank());
+  return a >= 0 && in[a] != 1 ? Sbp::S(a) : Sbp::B();
+}
 
 // elementwise.cpp
 Out InferBinary(const ir::Node& n, Types in);
@@ -23,12 +48,20 @@ void GradTanh(GradCtx& c);
 void GradSigmoid(GradCtx& c);
 void GradErf(GradCtx& c);
 void GradScale(GradCtx& c);
+Sigs SbpBinary(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpActivation(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpScale(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpActivationGrad(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpSumTo(const ir::Node& n, Types in, Types out, int64_t parts);
+void PhysicalSumTo(ir::Node& n, Types logical_in, Types physical_out);
 
 // matmul.cpp
 Out InferGemm(const ir::Node& n, Types in);
 Out InferMatMul(const ir::Node& n, Types in);
 void GradGemm(GradCtx& c);
 void GradMatMul(GradCtx& c);
+Sigs SbpGemm(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpMatMul(const ir::Node& n, Types in, Types out, int64_t parts);
 
 // nn.cpp
 Out InferSoftmax(const ir::Node& n, Types in);
@@ -37,12 +70,19 @@ Out InferLayerNormGrad(const ir::Node& n, Types in);
 void GradSoftmax(GradCtx& c);
 void GradLogSoftmax(GradCtx& c);
 void GradLayerNorm(GradCtx& c);
+Sigs SbpSoftmax(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpSoftmaxGrad(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpLayerNorm(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpLayerNormGrad(const ir::Node& n, Types in, Types out, int64_t parts);
 
 // shape.cpp
 Out InferReshape(const ir::Node& n, Types in);
 Out InferTranspose(const ir::Node& n, Types in);
 void GradReshape(GradCtx& c);
 void GradTranspose(GradCtx& c);
+Sigs SbpReshape(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpTranspose(const ir::Node& n, Types in, Types out, int64_t parts);
+void PhysicalReshape(ir::Node& n, Types logical_in, Types physical_out);
 
 // loss.cpp
 Out InferCrossEntropy(const ir::Node& n, Types in);
@@ -50,11 +90,21 @@ Out InferMse(const ir::Node& n, Types in);
 Out InferLossGrad(const ir::Node& n, Types in);
 void GradCrossEntropy(GradCtx& c);
 void GradMse(GradCtx& c);
+Sigs SbpCrossEntropy(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpMse(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpLossGrad(const ir::Node& n, Types in, Types out, int64_t parts);
+void PhysicalCrossEntropy(ir::Node& n, Types logical_in, Types physical_out);
+void PhysicalMse(ir::Node& n, Types logical_in, Types physical_out);
 
 // optim.cpp
 Out InferAccumulate(const ir::Node& n, Types in);
 Out InferScalar(const ir::Node& n, Types in);
 Out InferSgdUpdate(const ir::Node& n, Types in);
 Out InferAdamWUpdate(const ir::Node& n, Types in);
+Sigs SbpAccumulate(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpSquareSum(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpAddN(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpClipCoef(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpUpdate(const ir::Node& n, Types in, Types out, int64_t parts);
 
 }  // namespace fr::defs

@@ -5,7 +5,8 @@
 // Their gradients are fused kernels taking the upstream scalar gradient as input 0.
 //
 // SBP: S on any batch-like axis gives P (each rank sums its part; the mean divides by the global
-// count); the class axis of the logits must not be split.
+// count, which the physical hook stores in attr "count"); the class axis of the logits must not be
+// split. The losses are nonlinear in their inputs and take no P; their gradients are linear in dL.
 #include "ops/defs.h"
 
 namespace fr::defs {
@@ -42,5 +43,53 @@ void GradCrossEntropy(GradCtx& c) {
 }
 
 void GradMse(GradCtx& c) { c.set_din(0, c.Op(OpKind::kMseGrad, {c.dout(0), c.in(0), c.in(1)})); }
+
+// ---- SBP rules ----
+
+// CrossEntropy(logits [3, 5, 7], labels [3, 5]) -> loss []: rows are independent, the class axis
+// is not. Each device's mean over its rows, divided by the logical row count, is a partial sum:
+//   (S(0), S(0)) -> P, (S(1), S(1)) -> P, (B, B) -> B
+Sigs SbpCrossEntropy(const ir::Node& n, Types in, Types, int64_t parts) {
+  Sigs s{Uniform(n, 1, Sbp::B())};
+  const Shape& lg = in[0].shape;
+  for (int i = 0; i + 1 < lg.rank(); ++i)
+    if (Splits(lg[i], parts)) AddSig(s, {{Sbp::S(i), Sbp::S(i)}, {Sbp::P()}});
+  return s;
+}
+
+// Mse(pred [5, 7], target [5, 7]) -> loss []: every axis is elementwise.
+//   (S(0), S(0)) -> P, (S(1), S(1)) -> P, (B, B) -> B
+Sigs SbpMse(const ir::Node& n, Types in, Types, int64_t parts) {
+  Sigs s{Uniform(n, 1, Sbp::B())};
+  for (int i = 0; i < in[0].shape.rank(); ++i)
+    if (Splits(in[0].shape[i], parts)) AddSig(s, {{Sbp::S(i), Sbp::S(i)}, {Sbp::P()}});
+  return s;
+}
+
+// CrossEntropyGrad(dL [], logits [5, 7], labels [5]) and MseGrad(dL [], pred [5, 7], target [5, 7])
+// -> d [5, 7]: the rows (CrossEntropy) or elements (Mse) are independent given the whole dL, and
+// the result is linear in dL:
+//   (B, S(0), S(0)) -> S(0); MseGrad also (B, S(1), S(1)) -> S(1); (P, B, B) -> P; (B, B, B) -> B
+Sigs SbpLossGrad(const ir::Node& n, Types in, Types, int64_t parts) {
+  Sigs s{Uniform(n, 1, Sbp::B())};
+  const Shape& x = in[1].shape;
+  const int split_axes = n.op == OpKind::kCrossEntropyGrad ? x.rank() - 1 : x.rank();
+  for (int i = 0; i < split_axes; ++i)
+    if (Splits(x[i], parts)) AddSig(s, {{Sbp::B(), Sbp::S(i), Sbp::S(i)}, {Sbp::S(i)}});
+  AddSig(s, {{Sbp::P(), Sbp::B(), Sbp::B()}, {Sbp::P()}});
+  return s;
+}
+
+// The kernels average over attr "count" when it is there: the logical number of rows (logits
+// without the class axis) for CrossEntropy and its gradient, of elements for Mse and its gradient.
+void PhysicalCrossEntropy(ir::Node& n, Types logical_in, Types) {
+  const Shape& lg = logical_in[n.op == OpKind::kCrossEntropy ? 0 : 1].shape;
+  const int64_t classes = lg[lg.rank() - 1];
+  n.attrs.Set("count", classes ? lg.numel() / classes : int64_t{0});
+}
+
+void PhysicalMse(ir::Node& n, Types logical_in, Types) {
+  n.attrs.Set("count", logical_in[n.op == OpKind::kMse ? 0 : 1].shape.numel());
+}
 
 }  // namespace fr::defs

@@ -5,7 +5,7 @@
 // with broadcast batch dims. flowrun adds attributes transA / transB (on the last two dims) and
 // alpha, so that gradients are MatMuls too.
 //
-// SBP rule (one mesh axis), the classic table:
+// SBP rule (one mesh axis), the classic table for Y = A·B, A [M, K], B [K, N]:
 //   A     B     Y
 //   S(0)  B     S(0)     rows of A are independent
 //   B     S(1)  S(1)     columns of B are independent
@@ -13,6 +13,8 @@
 //   P     B     P        linear in A
 //   B     P     P        linear in B
 //   B     B     B
+// With transA (transB) the M and K (K and N) axes of A (B) swap; batch axes and Gemm's C are in
+// the rules at the end of this file.
 #include "ops/defs.h"
 
 namespace fr::defs {
@@ -102,6 +104,66 @@ void GradGemm(GradCtx& c) {
     }
     c.set_din(2, dc);
   }
+}
+
+// ---- SBP rules ----
+
+// Gemm: Y [M, N] = alpha * op(A) op(B) + beta * C, C broadcast to Y (absent: B). The classic table,
+// with C following Y: split where it has the axis (dim > 1), else B; P when Y is P, since the
+// pieces' beta * C_k must sum to beta * C. Worked example, A [5, 7], B [7, 6], C [6]:
+//   (S(0), B,    B)    -> S(0)
+//   (B,    S(1), S(0)) -> S(1)
+//   (S(1), S(0), P)    -> P
+//   (P,    B,    P)    -> P
+//   (B,    P,    P)    -> P
+// With transA, A is [7, 5]: its M axis is 0 -> 1 and its K axis 1 -> 0 (same for B with transB).
+Sigs SbpGemm(const ir::Node& n, Types in, Types out, int64_t parts) {
+  const bool ta = n.attrs.Int("transA"), tb = n.attrs.Int("transB");
+  const bool has_c = Present(n, 2);
+  const Shape& y = out[0].shape;
+  const int64_t k = in[0].shape[ta ? 0 : 1];
+  const int a_m = ta ? 1 : 0, a_k = 1 - a_m, b_k = tb ? 1 : 0, b_n = 1 - b_k;
+  auto with_c = [&](Sbp a, Sbp b, Sbp c, Sbp y_sbp) {
+    sbp::Signature g{{a, b}, {y_sbp}};
+    if (n.in.size() > 2) g.in.push_back(has_c ? c : Sbp::B());
+    return g;
+  };
+  auto c_split = [&](int i) { return has_c ? AlignedSplit(in[2].shape, 2, i) : Sbp::B(); };
+  Sigs s{Uniform(n, 1, Sbp::B())};
+  if (Splits(y[0], parts)) AddSig(s, with_c(Sbp::S(a_m), Sbp::B(), c_split(0), Sbp::S(0)));
+  if (Splits(y[1], parts)) AddSig(s, with_c(Sbp::B(), Sbp::S(b_n), c_split(1), Sbp::S(1)));
+  if (Splits(k, parts)) AddSig(s, with_c(Sbp::S(a_k), Sbp::S(b_k), Sbp::P(), Sbp::P()));
+  AddSig(s, with_c(Sbp::P(), Sbp::B(), Sbp::P(), Sbp::P()));
+  AddSig(s, with_c(Sbp::B(), Sbp::P(), Sbp::P(), Sbp::P()));
+  return s;
+}
+
+// MatMul: Y [..., M, N] = alpha * op(A) [..., M, K] op(B) [..., K, N], batch dims broadcast. A
+// batch axis of Y splits A and B on their aligned batch axis where they have it (dim > 1) and
+// leaves B where they broadcast; M, N and K follow the classic table. Worked example,
+// A [3, 1, 5, 7], B [4, 7, 6] -> Y [3, 4, 5, 6]:
+//   (S(0), B)    -> S(0)    only A has axis 0
+//   (B,    S(0)) -> S(1)    axis 1 of Y is B's axis 0; A broadcasts it
+//   (S(2), B)    -> S(2)    M
+//   (B,    S(2)) -> S(3)    N
+//   (S(3), S(1)) -> P       K
+//   (P, B) -> P, (B, P) -> P, (B, B) -> B
+Sigs SbpMatMul(const ir::Node& n, Types in, Types out, int64_t parts) {
+  const bool ta = n.attrs.Int("transA"), tb = n.attrs.Int("transB");
+  const Shape &a = in[0].shape, &b = in[1].shape, &y = out[0].shape;
+  const int ra = a.rank(), rb = b.rank(), r = y.rank();
+  const int a_m = ta ? ra - 1 : ra - 2, a_k = ta ? ra - 2 : ra - 1;
+  const int b_k = tb ? rb - 1 : rb - 2, b_n = tb ? rb - 2 : rb - 1;
+  Sigs s{Uniform(n, 1, Sbp::B())};
+  for (int i = 0; i < r - 2; ++i) {
+    if (Splits(y[i], parts)) AddSig(s, {{AlignedSplit(a, r, i), AlignedSplit(b, r, i)}, {Sbp::S(i)}});
+  }
+  if (Splits(y[r - 2], parts)) AddSig(s, {{Sbp::S(a_m), Sbp::B()}, {Sbp::S(r - 2)}});
+  if (Splits(y[r - 1], parts)) AddSig(s, {{Sbp::B(), Sbp::S(b_n)}, {Sbp::S(r - 1)}});
+  if (Splits(a[a_k], parts)) AddSig(s, {{Sbp::S(a_k), Sbp::S(b_k)}, {Sbp::P()}});
+  AddSig(s, {{Sbp::P(), Sbp::B()}, {Sbp::P()}});
+  AddSig(s, {{Sbp::B(), Sbp::P()}, {Sbp::P()}});
+  return s;
 }
 
 }  // namespace fr::defs

@@ -58,4 +58,64 @@ void GradLayerNorm(GradCtx& c) {
     if (c.need(i)) c.set_din(i, g[static_cast<size_t>(i)]);
 }
 
+// ---- SBP rules ----
+
+// Softmax, LogSoftmax along `axis`: rows along the axis are independent, so any other axis splits;
+// no P (softmax is nonlinear). Softmax(X [4, 5, 7], axis 1):
+//   (S(0)) -> S(0), (S(2)) -> S(2), (B) -> B; never S(1).
+Sigs SbpSoftmax(const ir::Node& n, Types in, Types, int64_t parts) {
+  const Shape& x = in[0].shape;
+  const int axis = *x.Axis(n.attrs.Int("axis", -1));
+  Sigs s{Uniform(n, 1, Sbp::B())};
+  for (int i = 0; i < x.rank(); ++i)
+    if (i != axis && Splits(x[i], parts)) AddSig(s, Uniform(n, 1, Sbp::S(i)));
+  return s;
+}
+
+// SoftmaxGrad(dY, Y), LogSoftmaxGrad(dY, Y): the same splits on both inputs, and both linear in dY
+// (dx = y * (dy - <dy, y>), dx = dy - exp(y) * sum(dy)), so (P, B) -> P. On [5, 7], axis -1:
+//   (S(0), S(0)) -> S(0), (P, B) -> P, (B, B) -> B
+Sigs SbpSoftmaxGrad(const ir::Node& n, Types in, Types out, int64_t parts) {
+  Sigs s = SbpSoftmax(n, in, out, parts);
+  AddSig(s, {{Sbp::P(), Sbp::B()}, {Sbp::P()}});
+  return s;
+}
+
+// LayerNormalization(X, scale, bias) -> (Y, Mean, InvStdDev), normalising the dims from `axis` on:
+// the dims before it are independent rows; scale and bias (whole, B) act along the normalised
+// ones. X [4, 5, 7], axis 2, scale [7], bias [7]:
+//   (S(0), B, B) -> (S(0), S(0), S(0))     Mean and InvStdDev are [4, 5, 1]
+//   (S(1), B, B) -> (S(1), S(1), S(1))
+//   (B, B, B)    -> (B, B, B)
+Sigs SbpLayerNorm(const ir::Node& n, Types in, Types, int64_t parts) {
+  const Shape& x = in[0].shape;
+  const int axis = *x.Axis(n.attrs.Int("axis", -1));
+  Sigs s{Uniform(n, 3, Sbp::B())};
+  for (int i = 0; i < axis; ++i) {
+    if (!Splits(x[i], parts)) continue;
+    sbp::Signature g = Uniform(n, 3, Sbp::S(i));
+    for (size_t k = 1; k < g.in.size(); ++k) g.in[k] = Sbp::B();
+    AddSig(s, g);
+  }
+  return s;
+}
+
+// LayerNormGrad(dY, X, scale, mean, rstd) -> (dX, dScale, dBias). Rows split as in the forward op;
+// dScale and dBias sum over rows, so each device holds a partial sum. All three outputs are linear
+// in dY. X [4, 5, 7], axis 2:
+//   (S(0), S(0), B, S(0), S(0)) -> (S(0), P, P)
+//   (P, B, B, B, B)             -> (P, P, P)
+Sigs SbpLayerNormGrad(const ir::Node& n, Types in, Types, int64_t parts) {
+  const Shape& x = in[1].shape;
+  const int axis = *x.Axis(n.attrs.Int("axis", -1));
+  Sigs s{Uniform(n, 3, Sbp::B())};
+  for (int i = 0; i < axis; ++i) {
+    if (!Splits(x[i], parts)) continue;
+    Sbp si = Sbp::S(i);
+    AddSig(s, {{si, si, Sbp::B(), si, si}, {si, Sbp::P(), Sbp::P()}});
+  }
+  AddSig(s, {{Sbp::P(), Sbp::B(), Sbp::B(), Sbp::B(), Sbp::B()}, {Sbp::P(), Sbp::P(), Sbp::P()}});
+  return s;
+}
+
 }  // namespace fr::defs

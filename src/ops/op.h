@@ -10,6 +10,16 @@
 //  - kernel: reads ctx.in, writes ctx.out (preallocated with the inferred types). Kernels for ops
 //    with Phase kOptimizer mutate in[0] (the parameter) and their outputs (optimizer state) in
 //    place. A kernel returns a non-ok Status only for bad data (e.g. a label out of range).
+//  - sbp: every legal SBP signature of the node on one mesh axis of `parts` (>= 2) devices, given
+//    its LOGICAL input and output types (absent optional inputs: TensorType{}, always B). The
+//    first is all-B; there are no duplicates. A split is offered only where every split dim has
+//    at least `parts` elements (sbp::Check); P means P(sum) unless a rule says otherwise. An
+//    input may be P only where the op is linear in it (DESIGN.md §1). tests/sbp/rules_test.cpp
+//    evaluates every signature on physical pieces against the logical result.
+//  - physical: nullptr when the node runs unchanged on a physical piece. Otherwise it adjusts a
+//    copy of the node to run on one device's piece, given the logical input types and the
+//    physical output types (the output's piece under the chosen signature); after it, infer on
+//    the physical input types gives exactly those physical output types.
 #pragma once
 
 #include <optional>
@@ -23,6 +33,7 @@
 #include "base/tensor.h"
 #include "ir/graph.h"
 #include "ops/op_kind.h"
+#include "sbp/signature.h"
 
 namespace fr {
 
@@ -40,6 +51,10 @@ class GradCtx;
 using InferFn = Result<std::vector<ir::TensorType>> (*)(const ir::Node&, std::span<const ir::TensorType>);
 using GradFn = void (*)(GradCtx&);
 using KernelFn = Status (*)(const KernelCtx&);
+using SbpFn = std::vector<sbp::Signature> (*)(const ir::Node& n, std::span<const ir::TensorType> in,
+                                              std::span<const ir::TensorType> out, int64_t parts);
+using PhysicalFn = void (*)(ir::Node& physical, std::span<const ir::TensorType> logical_in,
+                            std::span<const ir::TensorType> physical_out);
 
 struct OpDef {
   const char* name;
@@ -48,6 +63,8 @@ struct OpDef {
   InferFn infer;
   GradFn grad;     // nullptr: the op is never on a gradient path (losses' labels, optimizer ops)
   KernelFn cpu;
+  SbpFn sbp;            // never nullptr
+  PhysicalFn physical;  // nullptr: the node runs unchanged on physical pieces
 };
 
 const OpDef& Def(OpKind k);

@@ -13,40 +13,40 @@ using namespace defs;  // NOLINT: the table reads best unqualified
 constexpr int kMany = 1 << 20;
 
 constexpr std::array<OpDef, kNumOps> kTable = {{
-    {"Gemm", true, 2, 3, InferGemm, GradGemm, cpu::Gemm},
-    {"MatMul", true, 2, 2, InferMatMul, GradMatMul, cpu::MatMul},
-    {"Add", true, 2, 2, InferBinary, GradAdd, cpu::Add},
-    {"Sub", true, 2, 2, InferBinary, GradSub, cpu::Sub},
-    {"Mul", true, 2, 2, InferBinary, GradMul, cpu::Mul},
-    {"Div", true, 2, 2, InferBinary, GradDiv, cpu::Div},
-    {"Relu", true, 1, 1, InferFloatUnary, GradRelu, cpu::Relu},
-    {"Tanh", true, 1, 1, InferFloatUnary, GradTanh, cpu::Tanh},
-    {"Sigmoid", true, 1, 1, InferFloatUnary, GradSigmoid, cpu::Sigmoid},
-    {"Erf", true, 1, 1, InferFloatUnary, GradErf, cpu::Erf},
-    {"Softmax", true, 1, 1, InferSoftmax, GradSoftmax, cpu::Softmax},
-    {"LogSoftmax", true, 1, 1, InferSoftmax, GradLogSoftmax, cpu::LogSoftmax},
-    {"LayerNormalization", true, 2, 3, InferLayerNorm, GradLayerNorm, cpu::LayerNormalization},
-    {"Reshape", true, 1, 1, InferReshape, GradReshape, cpu::Reshape},
-    {"Transpose", true, 1, 1, InferTranspose, GradTranspose, cpu::Transpose},
-    {"ReluGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::ReluGrad},
-    {"TanhGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::TanhGrad},
-    {"SigmoidGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::SigmoidGrad},
-    {"ErfGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::ErfGrad},
-    {"SoftmaxGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::SoftmaxGrad},
-    {"LogSoftmaxGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::LogSoftmaxGrad},
-    {"LayerNormGrad", false, 5, 5, InferLayerNormGrad, nullptr, cpu::LayerNormGrad},
-    {"SumTo", false, 1, 1, InferSumTo, nullptr, cpu::SumTo},
-    {"Scale", false, 1, 1, InferFloatUnary, GradScale, cpu::Scale},
-    {"CrossEntropy", false, 2, 2, InferCrossEntropy, GradCrossEntropy, cpu::CrossEntropy},
-    {"CrossEntropyGrad", false, 3, 3, InferLossGrad, nullptr, cpu::CrossEntropyGrad},
-    {"Mse", false, 2, 2, InferMse, GradMse, cpu::Mse},
-    {"MseGrad", false, 3, 3, InferLossGrad, nullptr, cpu::MseGrad},
-    {"Accumulate", false, 1, 1, InferAccumulate, nullptr, cpu::Accumulate},
-    {"SquareSum", false, 1, 1, InferScalar, nullptr, cpu::SquareSum},
-    {"AddN", false, 1, kMany, InferScalar, nullptr, cpu::AddN},
-    {"ClipCoef", false, 1, 1, InferScalar, nullptr, cpu::ClipCoef},
-    {"SgdUpdate", false, 2, 3, InferSgdUpdate, nullptr, cpu::SgdUpdate},
-    {"AdamWUpdate", false, 2, 3, InferAdamWUpdate, nullptr, cpu::AdamWUpdate},
+    {"Gemm", true, 2, 3, InferGemm, GradGemm, cpu::Gemm, SbpGemm, nullptr},
+    {"MatMul", true, 2, 2, InferMatMul, GradMatMul, cpu::MatMul, SbpMatMul, nullptr},
+    {"Add", true, 2, 2, InferBinary, GradAdd, cpu::Add, SbpBinary, nullptr},
+    {"Sub", true, 2, 2, InferBinary, GradSub, cpu::Sub, SbpBinary, nullptr},
+    {"Mul", true, 2, 2, InferBinary, GradMul, cpu::Mul, SbpBinary, nullptr},
+    {"Div", true, 2, 2, InferBinary, GradDiv, cpu::Div, SbpBinary, nullptr},
+    {"Relu", true, 1, 1, InferFloatUnary, GradRelu, cpu::Relu, SbpActivation, nullptr},
+    {"Tanh", true, 1, 1, InferFloatUnary, GradTanh, cpu::Tanh, SbpActivation, nullptr},
+    {"Sigmoid", true, 1, 1, InferFloatUnary, GradSigmoid, cpu::Sigmoid, SbpActivation, nullptr},
+    {"Erf", true, 1, 1, InferFloatUnary, GradErf, cpu::Erf, SbpActivation, nullptr},
+    {"Softmax", true, 1, 1, InferSoftmax, GradSoftmax, cpu::Softmax, SbpSoftmax, nullptr},
+    {"LogSoftmax", true, 1, 1, InferSoftmax, GradLogSoftmax, cpu::LogSoftmax, SbpSoftmax, nullptr},
+    {"LayerNormalization", true, 2, 3, InferLayerNorm, GradLayerNorm, cpu::LayerNormalization, SbpLayerNorm, nullptr},
+    {"Reshape", true, 1, 1, InferReshape, GradReshape, cpu::Reshape, SbpReshape, PhysicalReshape},
+    {"Transpose", true, 1, 1, InferTranspose, GradTranspose, cpu::Transpose, SbpTranspose, nullptr},
+    {"ReluGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::ReluGrad, SbpActivationGrad, nullptr},
+    {"TanhGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::TanhGrad, SbpActivationGrad, nullptr},
+    {"SigmoidGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::SigmoidGrad, SbpActivationGrad, nullptr},
+    {"ErfGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::ErfGrad, SbpActivationGrad, nullptr},
+    {"SoftmaxGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::SoftmaxGrad, SbpSoftmaxGrad, nullptr},
+    {"LogSoftmaxGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::LogSoftmaxGrad, SbpSoftmaxGrad, nullptr},
+    {"LayerNormGrad", false, 5, 5, InferLayerNormGrad, nullptr, cpu::LayerNormGrad, SbpLayerNormGrad, nullptr},
+    {"SumTo", false, 1, 1, InferSumTo, nullptr, cpu::SumTo, SbpSumTo, PhysicalSumTo},
+    {"Scale", false, 1, 1, InferFloatUnary, GradScale, cpu::Scale, SbpScale, nullptr},
+    {"CrossEntropy", false, 2, 2, InferCrossEntropy, GradCrossEntropy, cpu::CrossEntropy, SbpCrossEntropy, PhysicalCrossEntropy},
+    {"CrossEntropyGrad", false, 3, 3, InferLossGrad, nullptr, cpu::CrossEntropyGrad, SbpLossGrad, PhysicalCrossEntropy},
+    {"Mse", false, 2, 2, InferMse, GradMse, cpu::Mse, SbpMse, PhysicalMse},
+    {"MseGrad", false, 3, 3, InferLossGrad, nullptr, cpu::MseGrad, SbpLossGrad, PhysicalMse},
+    {"Accumulate", false, 1, 1, InferAccumulate, nullptr, cpu::Accumulate, SbpAccumulate, nullptr},
+    {"SquareSum", false, 1, 1, InferScalar, nullptr, cpu::SquareSum, SbpSquareSum, nullptr},
+    {"AddN", false, 1, kMany, InferScalar, nullptr, cpu::AddN, SbpAddN, nullptr},
+    {"ClipCoef", false, 1, 1, InferScalar, nullptr, cpu::ClipCoef, SbpClipCoef, nullptr},
+    {"SgdUpdate", false, 2, 3, InferSgdUpdate, nullptr, cpu::SgdUpdate, SbpUpdate, nullptr},
+    {"AdamWUpdate", false, 2, 3, InferAdamWUpdate, nullptr, cpu::AdamWUpdate, SbpUpdate, nullptr},
 }};
 
 // The rows must follow FR_OPS, one for one.
@@ -61,6 +61,13 @@ constexpr bool NamesMatch() {
   return true;
 }
 static_assert(NamesMatch(), "ops/registry.cpp: the table's rows must follow FR_OPS in ops/op_kind.h");
+
+constexpr bool EveryOpHasSbpRule() {
+  for (const OpDef& d : kTable)
+    if (d.sbp == nullptr) return false;
+  return true;
+}
+static_assert(EveryOpHasSbpRule(), "ops/registry.cpp: every op needs an SBP rule");
 
 }  // namespace
 

@@ -2,7 +2,8 @@
 // the target shape resolved into the attribute `shape`; Identity and Dropout import as nothing.
 //
 // SBP: reshape keeps a split when the split axis maps to an axis whose leading part is unchanged
-// (e.g. S(0) through [B, T, C] -> [B*T, C]); P passes through (linear). Transpose permutes split axes.
+// (e.g. S(0) through [B, T, C] -> [B*T, C] when B splits evenly); P passes through (linear).
+// Transpose permutes split axes. Both only move elements, so P(max) and P(min) pass too.
 #include "ops/defs.h"
 
 namespace fr::defs {
@@ -53,6 +54,71 @@ void GradTranspose(GradCtx& c) {
   ir::Attrs a;
   a.Set("perm", inv);
   c.set_din(0, c.Op(OpKind::kTranspose, {c.dout(0)}, a));
+}
+
+// ---- SBP rules ----
+
+namespace {
+
+// Partial pieces of any reduction pass through an op that only moves elements:
+// max_k(move(X_k)) = move(max_k X_k).
+void AddPartials(const ir::Node& n, Sigs& s) {
+  for (sbp::Reduce r : {sbp::Reduce::kSum, sbp::Reduce::kMax, sbp::Reduce::kMin}) AddSig(s, Uniform(n, 1, Sbp::P(r)));
+}
+
+int64_t Prod(const Shape& s, int end) {
+  int64_t p = 1;
+  for (int i = 0; i < end; ++i) p *= s[i];
+  return p;
+}
+
+}  // namespace
+
+// Reshape X [I] -> Y [O]. Input axis i splits into the contiguous blocks [a*L + b_k, a*L + e_k) of
+// the flat data, a < prod(I[:i]), L = I[i] * prod(I[i+1:]); output axis j likewise. The pieces
+// are the same elements in the same order iff prod(I[:i]) == prod(O[:j]) (then L is the same) and
+// every piece boundary k * L / parts lines up: begin_k(I[i]) / I[i] == begin_k(O[j]) / O[j] for
+// all k. That holds when I[i] == O[j]. When they differ it holds iff both divide evenly by parts:
+// an uneven split's first and last pieces differ in size by one row, so the ratio of their sizes,
+// (q + 1) / q with q = dim / parts, fixes q, and the count of larger pieces fixes dim % parts, so
+// two uneven dims line up only if they are equal. Worked examples:
+//   [4, 5, 6] -> [20, 6]:  S(0) -> S(0) when 4 and 20 divide by parts (parts 2, not 3)
+//                          S(2) -> S(1) (6 == 6 after the same 20 leading elements); S(1): none
+//   [6, 5] -> [6, 1, 5]:   S(0) -> S(0), S(1) -> S(2)
+//   [5, 6] -> [30]:        S(0) -> none: 5 splits unevenly, so no output split lines up
+//   (P) -> P, (P(max)) -> P(max), (P(min)) -> P(min), (B) -> B
+Sigs SbpReshape(const ir::Node& n, Types in, Types out, int64_t parts) {
+  const Shape &x = in[0].shape, &y = out[0].shape;
+  Sigs s{Uniform(n, 1, Sbp::B())};
+  for (int i = 0; i < x.rank(); ++i) {
+    if (!Splits(x[i], parts)) continue;
+    for (int j = 0; j < y.rank(); ++j) {
+      if (!Splits(y[j], parts) || Prod(x, i) != Prod(y, j)) continue;
+      if (x[i] == y[j] || (x[i] % parts == 0 && y[j] % parts == 0)) AddSig(s, {{Sbp::S(i)}, {Sbp::S(j)}});
+    }
+  }
+  AddPartials(n, s);
+  return s;
+}
+
+// A piece reshapes to its own piece of the target.
+void PhysicalReshape(ir::Node& n, Types, Types physical_out) { n.attrs.Set("shape", physical_out[0].shape.dims()); }
+
+// Transpose: output axis j is input axis perm[j]. Transpose(X [2, 5, 7], perm [1, 2, 0]) -> [5, 7, 2]:
+//   (S(1)) -> S(0), (S(2)) -> S(1), (S(0)) -> S(2), P (any reduction) -> the same P, (B) -> B
+Sigs SbpTranspose(const ir::Node& n, Types in, Types out, int64_t parts) {
+  std::vector<int64_t> perm = n.attrs.Ints("perm");
+  const int r = in[0].shape.rank();
+  if (perm.empty())
+    for (int i = r - 1; i >= 0; --i) perm.push_back(i);
+  Sigs s{Uniform(n, 1, Sbp::B())};
+  for (int j = 0; j < r; ++j) {
+    if (Splits(out[0].shape[j], parts)) {
+      AddSig(s, {{Sbp::S(static_cast<int>(perm[static_cast<size_t>(j)]))}, {Sbp::S(j)}});
+    }
+  }
+  AddPartials(n, s);
+  return s;
 }
 
 }  // namespace fr::defs

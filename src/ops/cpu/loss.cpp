@@ -1,4 +1,6 @@
-// CPU kernels for the losses and their fused gradients. Sums accumulate in double.
+// CPU kernels for the losses and their fused gradients. Sums accumulate in double. The means divide
+// by attr "count" when the node has it (a piece of a split loss divides by the logical count, so
+// the pieces' results sum to the logical mean; see ops/loss.cpp), else by the local count.
 #include <cmath>
 
 #include "ops/cpu/kernels.h"
@@ -10,6 +12,8 @@ Status BadLabel(const KernelCtx& c, int64_t label, int64_t classes) {
   return Status::Invalid("[data] " + c.node.name + ": label " + std::to_string(label) + " is outside [0, " +
                          std::to_string(classes) + ")");
 }
+
+int64_t CountOf(const KernelCtx& c, int64_t local) { return c.node.attrs.Int("count", local); }
 
 }  // namespace
 
@@ -28,15 +32,15 @@ Status CrossEntropy(const KernelCtx& c) {
     for (int64_t j = 0; j < classes; ++j) s += std::exp(row[j] - m);
     total += static_cast<double>(m + std::log(s) - row[y[r]]);
   }
-  c.out[0].data<float>()[0] = static_cast<float>(total / static_cast<double>(rows));
+  c.out[0].data<float>()[0] = static_cast<float>(total / static_cast<double>(CountOf(c, rows)));
   return Status::Ok();
 }
 
-// d logits = (softmax(logits) - onehot(label)) * dL / rows.
+// d logits = (softmax(logits) - onehot(label)) * dL / count.
 Status CrossEntropyGrad(const KernelCtx& c) {
   const Tensor& L = c.in[1];
   int64_t classes = L.shape()[L.shape().rank() - 1], rows = L.numel() / classes;
-  const float scale = c.in[0].data<float>()[0] / static_cast<float>(rows);
+  const float scale = c.in[0].data<float>()[0] / static_cast<float>(CountOf(c, rows));
   const float* x = L.data<float>();
   const int64_t* y = c.in[2].data<int64_t>();
   float* dx = c.out[0].data<float>();
@@ -61,7 +65,7 @@ Status Mse(const KernelCtx& c) {
   int64_t n = c.in[0].numel();
   double total = 0;
   for (int64_t i = 0; i < n; ++i) total += static_cast<double>((p[i] - t[i]) * (p[i] - t[i]));
-  c.out[0].data<float>()[0] = static_cast<float>(total / static_cast<double>(n));
+  c.out[0].data<float>()[0] = static_cast<float>(total / static_cast<double>(CountOf(c, n)));
   return Status::Ok();
 }
 
@@ -69,7 +73,7 @@ Status MseGrad(const KernelCtx& c) {
   const float* p = c.in[1].data<float>();
   const float* t = c.in[2].data<float>();
   int64_t n = c.in[1].numel();
-  const float scale = 2.f * c.in[0].data<float>()[0] / static_cast<float>(n);
+  const float scale = 2.f * c.in[0].data<float>()[0] / static_cast<float>(CountOf(c, n));
   float* d = c.out[0].data<float>();
   for (int64_t i = 0; i < n; ++i) d[i] = scale * (p[i] - t[i]);
   return Status::Ok();

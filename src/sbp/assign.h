@@ -1,0 +1,76 @@
+// SBP assignment: picks a placement and nd-SBP for every tensor and an nd-signature for every op of
+// the training graph, minimising the cost model's predicted step time.
+//
+// Inputs: the placement of each pipeline stage, the stage of each node and source value, and the
+// user's hints. Hints are hard constraints: `name: [nd-SBP]` fixes the tensor of that name (glob),
+// `NODE:i: [nd-SBP]` fixes the tensor feeding input i of a node (glob), first match wins.
+//
+// The cost of an assignment, per step, per rank:
+//   compute  FLOPs of each op / (peak FLOP/s x the devices that share its work), where a mesh axis
+//            shares the work when the op's signature on that axis splits or partials anything;
+//   boxing   for every tensor and every distinct (placement, nd-SBP) its consumers want that
+//            differs from what it is: boxing::Price's bytes / bandwidth + collectives x latency.
+// Micro-batch ops and their tensors count M times a step, per-step ones once.
+//
+// Algorithm (deterministic):
+//   1. Candidates: each op's 1-D rule (ops/op.h, OpDef::sbp) on every mesh axis, expanded to the
+//      cartesian product over the axes, keeping those whose every tensor fits (sbp::Check) and that
+//      honour the hints on the op's outputs. Sources (data inputs, parameters) may take any nd-SBP
+//      of S and B that fits; constants follow whatever their consumer wants, at no cost.
+//   2. Greedy pass in topological order: each op takes its cheapest candidate given the tensors
+//      already placed; a source not yet placed takes the SBP its first consumer wants (so a weight
+//      is placed where the op that reads it first needs it).
+//   3. Refinement sweeps over all ops (coordinate descent on the global cost: each op re-picks its
+//      candidate counting the boxing on both its input and its output edges, with consumers' wants
+//      fixed) until no op changes or 8 sweeps.
+// Constraints: an optimizer update reads its parameter in place, so its signature takes the
+// parameter's nd-SBP as is. Without ZeRO a parameter is B on every mesh axis along which the data
+// is split (data parallelism replicates weights); with ZeRO it must be S on those axes, so its
+// optimizer state is sharded and its readers gather it.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ir/training.h"
+#include "sbp/sbp.h"
+
+namespace fr::sbp {
+
+// The machine the cost model prices (DESIGN.md §4). Defaults are this CPU machine's.
+struct Cluster {
+  double flops = 5e10;          // per device, FLOP/s
+  double bandwidth = 4e9;       // bytes/s per rank, collectives and point-to-point
+  double latency = 2e-5;        // seconds per collective or message
+  double memory = 16.0 * (1 << 30);  // bytes per device
+};
+
+struct NdSignature {
+  std::vector<NdSbp> in, out;
+  std::string ToString() const;
+};
+
+struct AssignOptions {
+  std::vector<Placement> stages;                      // at least one
+  std::vector<int> node_stage;                        // per node
+  std::vector<int> value_stage;                       // per value (sources; others follow producers)
+  std::vector<std::pair<std::string, NdSbp>> hints;   // in config order
+  bool zero = false;
+  int64_t micro_batches = 1;
+  Cluster cluster;
+};
+
+struct Assignment {
+  std::vector<int> value_stage;       // per value
+  std::vector<NdSbp> value_sbp;       // per value as produced or held; empty for constants
+  std::vector<NdSignature> node_sig;  // per node
+  double compute_seconds = 0;         // predicted per step, summed over ops
+  double boxing_seconds = 0;          // predicted per step, summed over boxing edges
+};
+
+// Errors ("[sbp] ...") name the hint, tensor and op: a hint that matches nothing, a hint that
+// does not fit its tensor, a hint that the producing op cannot honour (with what it accepts).
+Result<Assignment> Assign(const ir::TrainingGraph& tg, const AssignOptions& opt);
+
+}  // namespace fr::sbp
