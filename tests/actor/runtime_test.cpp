@@ -82,7 +82,7 @@ TEST(Runtime, MessagesAreTriviallyCopyable) { EXPECT_TRUE(std::is_trivially_copy
 
 TEST(Runtime, BackPressureBoundsRegstsInFlight_1n1d) {
   ir::TrainingGraph tg = TinyMlp(4);
-  auto plan = boxing::Lower(tg, {6, 4});
+  auto plan = boxing::LowerOneDevice(tg, 6, 4);
   ASSERT_TRUE(plan.ok());
   const ir::TaskDesc& data = plan->tasks[0];
   ASSERT_EQ(data.kind, ir::TaskKind::kData);
@@ -111,7 +111,7 @@ TEST(Runtime, BackPressureBoundsRegstsInFlight_1n1d) {
 
 TEST(Runtime, LoaderOverlapsCompute_1n1d) {
   ir::TrainingGraph tg = TinyMlp(2);
-  auto plan = boxing::Lower(tg, {5, 2});
+  auto plan = boxing::LowerOneDevice(tg, 5, 2);
   ASSERT_TRUE(plan.ok());
   ConstFeeder feeder(3000);  // a slow loader on its own stream
   int compute = -1;
@@ -135,7 +135,7 @@ TEST(Runtime, LoaderOverlapsCompute_1n1d) {
 
 TEST(Runtime, KernelFailureStopsTheRun_1n1d) {
   ir::TrainingGraph tg = TinyMlp(1);
-  auto plan = boxing::Lower(tg, {3, 1});
+  auto plan = boxing::LowerOneDevice(tg, 3, 1);
   ASSERT_TRUE(plan.ok());
   struct Failing : actor::Feeder {
     Status Fill(const std::string&, int64_t step, int64_t, const Tensor&) override {
