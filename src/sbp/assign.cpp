@@ -361,8 +361,50 @@ class Assigner {
     a_.node_sig[static_cast<size_t>(id)] = s;
   }
 
+  // Re-picks a parameter's nd-SBP together with its update op (which must take it as it is):
+  // the cost of the boxing to its readers plus the update's cheapest signature.
+  bool RefineParam(const ir::ParamGrad& pg) {
+    ValueId v = pg.param;
+    const NdSbp cur = a_.value_sbp[static_cast<size_t>(v)];
+    const NdSignature cur_update = a_.node_sig[static_cast<size_t>(pg.update)];
+    auto cost_with = [&](const NdSbp& nd, NdSignature* best_update) {
+      a_.value_sbp[static_cast<size_t>(v)] = nd;
+      double c = 0;
+      for (NodeId u : consumers_[static_cast<size_t>(v)]) {
+        if (u == pg.update) continue;
+        const NdSignature& us = a_.node_sig[static_cast<size_t>(u)];
+        for (size_t i = 0; i < us.in.size(); ++i)
+          if (g_.node(u).in[i] == v) c += Boxing(v, nd, PlaceOfNode(u), us.in[i]);
+      }
+      double best = kInf;
+      for (const NdSignature& s : cands_[static_cast<size_t>(pg.update)]) {
+        double cu = Cost(pg.update, s, true);
+        if (cu < best) {
+          best = cu;
+          *best_update = s;
+        }
+      }
+      return c + best;
+    };
+    NdSignature upd = cur_update, tmp;
+    double best = cost_with(cur, &upd);
+    NdSbp best_nd = cur;
+    for (const NdSbp& nd : SourceCandidates(v)) {
+      double c = cost_with(nd, &tmp);
+      if (c < best - 1e-12) {
+        best = c;
+        best_nd = nd;
+        upd = tmp;
+      }
+    }
+    a_.value_sbp[static_cast<size_t>(v)] = best_nd;
+    if (best < kInf) Place(pg.update, upd);
+    return !(best_nd == cur);
+  }
+
   bool Refine() {
     bool changed = false;
+    for (const ir::ParamGrad& pg : tg_.params) changed = RefineParam(pg) || changed;
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       auto id = static_cast<NodeId>(n);
       const auto& cands = cands_[n];
