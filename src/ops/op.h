@@ -16,6 +16,11 @@
 //    at least `parts` elements (sbp::Check); P means P(sum) unless a rule says otherwise. An
 //    input may be P only where the op is linear in it (DESIGN.md §1). tests/sbp/rules_test.cpp
 //    evaluates every signature on physical pieces against the logical result.
+//    N-D meshes: a signature is proved for the types it was asked about. When several mesh axes
+//    split the same tensor axis, mesh axis a > 0 splits the pieces left by the earlier axes, so
+//    ask its rule about those piece types: Reshape's S(i) -> S(j) with in[i] != out[j] needs
+//    both dims to split evenly at every level ([6, 2] -> [12] is fine for 2 parts of the logical
+//    6 and 12, not for 2 parts of the pieces 3 and 6).
 //  - physical: nullptr when the node runs unchanged on a physical piece. Otherwise it adjusts a
 //    copy of the node to run on one device's piece, given the logical input types and the
 //    physical output types (the output's piece under the chosen signature); after it, infer on

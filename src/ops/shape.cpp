@@ -74,14 +74,16 @@ int64_t Prod(const Shape& s, int end) {
 
 }  // namespace
 
-// Reshape X [I] -> Y [O]. Input axis i splits into the contiguous blocks [a*L + b_k, a*L + e_k) of
-// the flat data, a < prod(I[:i]), L = I[i] * prod(I[i+1:]); output axis j likewise. The pieces
-// are the same elements in the same order iff prod(I[:i]) == prod(O[:j]) (then L is the same) and
-// every piece boundary k * L / parts lines up: begin_k(I[i]) / I[i] == begin_k(O[j]) / O[j] for
-// all k. That holds when I[i] == O[j]. When they differ it holds iff both divide evenly by parts:
-// an uneven split's first and last pieces differ in size by one row, so the ratio of their sizes,
-// (q + 1) / q with q = dim / parts, fixes q, and the count of larger pieces fixes dim % parts, so
-// two uneven dims line up only if they are equal. Worked examples:
+// Reshape X [I] -> Y [O]. A split of input axis i cuts the flat data into the runs
+// [a*L + begin_k * L / I[i], a*L + end_k * L / I[i]) for a < prod(I[:i]), L = prod(I[i:]), where
+// [begin_k, end_k) = sbp::SplitRange(I[i], parts, k); a split of output axis j likewise with O.
+// Device k holds the same elements in the same order iff prod(I[:i]) == prod(O[:j]) (then L is the
+// same) and begin_k(I[i]) / I[i] == begin_k(O[j]) / O[j] for every k. That holds when I[i] == O[j];
+// otherwise iff both dims divide evenly by parts. Only if: the condition keeps the pieces' sizes in
+// proportion; an uneven split of d = q * parts + r gives r pieces of q + 1, then pieces of q, so the
+// ratio (q + 1) / q fixes q and the place of the drop fixes r, and an even split has no drop. So
+// two uneven dims line up only if equal. On an N-D mesh the condition concerns the dims each mesh
+// axis actually splits (see OpDef::sbp in ops/op.h). Worked examples:
 //   [4, 5, 6] -> [20, 6]:  S(0) -> S(0) when 4 and 20 divide by parts (parts 2, not 3)
 //                          S(2) -> S(1) (6 == 6 after the same 20 leading elements); S(1): none
 //   [6, 5] -> [6, 1, 5]:   S(0) -> S(0), S(1) -> S(2)
