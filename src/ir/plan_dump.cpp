@@ -110,7 +110,7 @@ std::string DumpText(const Plan& p, const Graph& g) {
   char t[160];
   std::snprintf(t, sizeof t, "  predicted step time: %.3f ms (compute %.3f ms, boxing %.3f ms)\n",
                 (p.predicted_compute_s + p.predicted_boxing_s) * 1e3, p.predicted_compute_s * 1e3, p.predicted_boxing_s * 1e3);
-  os << t;
+  if (p.ranks > 1) os << t;
   return os.str();
 }
 

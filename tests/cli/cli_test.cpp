@@ -178,9 +178,15 @@ TEST(Cli, EveryConfigPlans) {
     SCOPED_TRACE(cfg);
     Output r = Flowrun({"plan", cfg, "--dump"});
     EXPECT_EQ(r.code, 0) << r.out;
-    EXPECT_NE(r.out.find("== training graph"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("== ops: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("== tasks: "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("rank 0: "), std::string::npos) << r.out;
     EXPECT_GT(CountLines(r.out, "  task "), 5) << r.out;
+    for (const char* format : {"json", "dot"}) {
+      Output f = Flowrun({"plan", cfg, "--format", format});
+      EXPECT_EQ(f.code, 0) << f.out;
+      EXPECT_NE(f.out.find(std::string(format) == "json" ? "\"ops\": [" : "digraph plan {"), std::string::npos) << f.out;
+    }
     Output s = Flowrun({"plan", cfg});
     EXPECT_EQ(s.code, 0) << s.out;
     EXPECT_NE(s.out.find(" tasks, "), std::string::npos) << s.out;
