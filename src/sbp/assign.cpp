@@ -61,9 +61,8 @@ class Assigner {
     for (ValueId p : g_.params) per_step_[static_cast<size_t>(p)] = true;
     RETURN_IF_ERROR(ResolveHints());
     for (size_t n = 0; n < g_.nodes.size(); ++n) RETURN_IF_ERROR(Candidates(static_cast<NodeId>(n)));
-    for (size_t n = 0; n < g_.nodes.size(); ++n) RETURN_IF_ERROR(Greedy(static_cast<NodeId>(n)));
-    for (int sweep = 0; sweep < 8; ++sweep)
-      if (!Refine()) break;
+    RETURN_IF_ERROR(Solve());
+    SearchParams();
     Total();
     return a_;
   }
@@ -144,51 +143,82 @@ class Assigner {
     return true;
   }
 
+  // Expands the op's 1-D rule over the mesh axes. The rule for mesh axis a sees the pieces left by
+  // the splits chosen on axes before it (device 0's piece), so that rules whose legality depends
+  // on sizes (Reshape) are asked about what they will really split.
   Status Candidates(NodeId id) {
     const ir::Node& n = g_.node(id);
-    const Placement& p = PlaceOfNode(id);
     std::vector<ir::TensorType> in, out;
     for (ValueId v : n.in) in.push_back(v == ir::kNoValue ? ir::TensorType{} : g_.type(v));
     for (ValueId v : n.out) out.push_back(g_.type(v));
-    std::vector<std::vector<Signature>> per_axis;
-    for (int a = 0; a < p.ndim(); ++a) per_axis.push_back(Def(n.op).sbp(n, in, out, p.hierarchy()[a]));
     std::vector<NdSignature> cands;
-    std::vector<size_t> idx(per_axis.size(), 0);
-    for (;;) {
-      NdSignature s;
-      s.in.assign(n.in.size(), NdSbp());
-      s.out.assign(n.out.size(), NdSbp());
-      for (size_t i = 0; i < n.in.size(); ++i) {
-        std::vector<Sbp> v;
-        for (size_t a = 0; a < per_axis.size(); ++a) v.push_back(per_axis[a][idx[a]].in[i]);
-        s.in[i] = NdSbp(v);
-      }
-      for (size_t i = 0; i < n.out.size(); ++i) {
-        std::vector<Sbp> v;
-        for (size_t a = 0; a < per_axis.size(); ++a) v.push_back(per_axis[a][idx[a]].out[i]);
-        s.out[i] = NdSbp(v);
-      }
-      if (Fits(id, s)) cands.push_back(std::move(s));
-      size_t a = 0;
-      for (; a < idx.size(); ++a) {
-        if (++idx[a] < per_axis[a].size()) break;
-        idx[a] = 0;
-      }
-      if (a == idx.size()) break;
-    }
+    std::vector<Signature> chosen;
+    Expand(id, in, out, chosen, cands);
     if (cands.empty()) return Refused(id);
     cands_.push_back(std::move(cands));
     return Status::Ok();
   }
 
+  static ir::TensorType Split(ir::TensorType t, const Sbp& s, int64_t parts) {
+    if (s.is_split() && s.axis() < t.shape.rank()) t.shape[s.axis()] = SplitRange(t.shape[s.axis()], static_cast<int>(parts), 0).size();
+    return t;
+  }
+
+  void Expand(NodeId id, const std::vector<ir::TensorType>& in, const std::vector<ir::TensorType>& out,
+              std::vector<Signature>& chosen, std::vector<NdSignature>& cands) const {
+    const ir::Node& n = g_.node(id);
+    const Placement& p = PlaceOfNode(id);
+    const auto a = static_cast<int>(chosen.size());
+    if (a == p.ndim()) {
+      NdSignature s;
+      for (size_t i = 0; i < n.in.size(); ++i) {
+        std::vector<Sbp> v;
+        for (const Signature& c : chosen) v.push_back(c.in[i]);
+        s.in.push_back(NdSbp(v));
+      }
+      for (size_t i = 0; i < n.out.size(); ++i) {
+        std::vector<Sbp> v;
+        for (const Signature& c : chosen) v.push_back(c.out[i]);
+        s.out.push_back(NdSbp(v));
+      }
+      if (Fits(id, s)) cands.push_back(std::move(s));
+      return;
+    }
+    const int64_t parts = p.hierarchy()[a];
+    for (const Signature& sig : Def(n.op).sbp(n, in, out, parts)) {
+      std::vector<ir::TensorType> in2 = in, out2 = out;
+      for (size_t i = 0; i < in2.size(); ++i) in2[i] = Split(in2[i], sig.in[i], parts);
+      for (size_t i = 0; i < out2.size(); ++i) out2[i] = Split(out2[i], sig.out[i], parts);
+      chosen.push_back(sig);
+      Expand(id, in2, out2, chosen, cands);
+      chosen.pop_back();
+    }
+  }
+
+  // A tensor axis split by several mesh axes must split evenly, so every device's piece is the
+  // one the rules were asked about.
+  static bool EvenNesting(const Shape& shape, const NdSbp& nd, const Placement& p) {
+    for (int k = 0; k < shape.rank(); ++k) {
+      int64_t parts = 1, splits = 0;
+      for (int a = 0; a < nd.size(); ++a)
+        if (nd[a].is_split() && nd[a].axis() == k) parts *= p.hierarchy()[a], ++splits;
+      if (splits > 1 && shape[k] % parts) return false;
+    }
+    return true;
+  }
+
   bool Fits(NodeId id, const NdSignature& s) const {
     const ir::Node& n = g_.node(id);
     const Placement& p = PlaceOfNode(id);
-    for (size_t i = 0; i < n.in.size(); ++i)
-      if (n.in[i] != ir::kNoValue && !Check(g_.type(n.in[i]).shape, s.in[i], p).ok()) return false;
+    for (size_t i = 0; i < n.in.size(); ++i) {
+      if (n.in[i] == ir::kNoValue) continue;
+      const Shape& sh = g_.type(n.in[i]).shape;
+      if (!Check(sh, s.in[i], p).ok() || !EvenNesting(sh, s.in[i], p)) return false;
+    }
     for (size_t i = 0; i < n.out.size(); ++i) {
       ValueId v = n.out[i];
-      if (!Check(g_.type(v).shape, s.out[i], p).ok()) return false;
+      const Shape& sh = g_.type(v).shape;
+      if (!Check(sh, s.out[i], p).ok() || !EvenNesting(sh, s.out[i], p)) return false;
       const NdSbp& h = hint_[static_cast<size_t>(v)];
       if (h.size() && h != s.out[i]) return false;
     }
@@ -216,10 +246,15 @@ class Assigner {
   double Boxing(ValueId v, const NdSbp& have, const Placement& dst_place, const NdSbp& want) const {
     const Placement& src_place = PlaceOf(v);
     if (src_place == dst_place && have == want) return 0;
+    std::string key = std::to_string(v) + have.ToString() + want.ToString() + dst_place.ToString();
+    auto it = price_memo_.find(key);
+    if (it != price_memo_.end()) return it->second;
     boxing::Request r{g_.type(v).shape, g_.type(v).dtype, src_place, have, dst_place, want};
     boxing::Estimate e = boxing::Price(r);
-    return Rate(per_step_[static_cast<size_t>(v)]) *
-           (e.bytes_per_rank / o_.cluster.bandwidth + e.collectives * o_.cluster.latency);
+    double c = Rate(per_step_[static_cast<size_t>(v)]) *
+               (e.bytes_per_rank / o_.cluster.bandwidth + e.collectives * o_.cluster.latency);
+    price_memo_.emplace(std::move(key), c);
+    return c;
   }
 
   double Compute(NodeId id, const NdSignature& s) const {
@@ -361,6 +396,54 @@ class Assigner {
     a_.node_sig[static_cast<size_t>(id)] = s;
   }
 
+  // Greedy pass, then refinement sweeps, from the current preset sources.
+  Status Solve() {
+    for (size_t n = 0; n < g_.nodes.size(); ++n) RETURN_IF_ERROR(Greedy(static_cast<NodeId>(n)));
+    for (int sweep = 0; sweep < 8; ++sweep)
+      if (!Refine()) break;
+    return Status::Ok();
+  }
+
+  // Coordinate descent over the parameters' layouts, the decisions that shape a strategy (data vs
+  // tensor parallel): for each parameter and each nd-SBP it may take, re-solve every op with the
+  // other parameters held, and keep the change if the whole-graph cost falls. Escapes the local
+  // optima of per-op refinement, where a layer's forward, backward and update must move together.
+  void SearchParams() {
+    double best = Objective();
+    for (int round = 0; round < 3; ++round) {
+      bool improved = false;
+      for (const ir::ParamGrad& pg : tg_.params) {
+        if (hint_[static_cast<size_t>(pg.param)].size()) continue;
+        for (const NdSbp& nd : SourceCandidates(pg.param)) {
+          if (nd == a_.value_sbp[static_cast<size_t>(pg.param)]) continue;
+          Assignment saved = a_;
+          std::vector<NdSbp> held;
+          for (ValueId q : g_.params) held.push_back(a_.value_sbp[static_cast<size_t>(q)]);
+          a_.value_sbp.assign(g_.values.size(), NdSbp());
+          a_.node_sig.assign(g_.nodes.size(), NdSignature());
+          for (size_t i = 0; i < g_.params.size(); ++i) a_.value_sbp[static_cast<size_t>(g_.params[i])] = held[i];
+          a_.value_sbp[static_cast<size_t>(pg.param)] = nd;
+          fix_params_ = true;
+          Status s = Solve();
+          fix_params_ = false;
+          double c = s.ok() ? Objective() : kInf;
+          if (c < best - 1e-12) {
+            best = c;
+            improved = true;
+          } else {
+            a_ = std::move(saved);
+          }
+        }
+      }
+      if (!improved) break;
+    }
+  }
+
+  double Objective() {
+    Total();
+    return a_.compute_seconds + a_.boxing_seconds;
+  }
+
   // Re-picks a parameter's nd-SBP together with its update op (which must take it as it is):
   // the cost of the boxing to its readers plus the update's cheapest signature.
   bool RefineParam(const ir::ParamGrad& pg) {
@@ -404,7 +487,8 @@ class Assigner {
 
   bool Refine() {
     bool changed = false;
-    for (const ir::ParamGrad& pg : tg_.params) changed = RefineParam(pg) || changed;
+    if (!fix_params_)
+      for (const ir::ParamGrad& pg : tg_.params) changed = RefineParam(pg) || changed;
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       auto id = static_cast<NodeId>(n);
       const auto& cands = cands_[n];
@@ -444,6 +528,8 @@ class Assigner {
   std::vector<NdSbp> hint_;
   std::vector<int> dp_axes_;
   std::vector<std::vector<NdSignature>> cands_;
+  mutable std::unordered_map<std::string, double> price_memo_;
+  bool fix_params_ = false;
 };
 
 }  // namespace

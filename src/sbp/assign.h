@@ -42,7 +42,7 @@ namespace fr::sbp {
 struct Cluster {
   double flops = 5e10;          // per device, FLOP/s
   double bandwidth = 4e9;       // bytes/s per rank, collectives and point-to-point
-  double latency = 2e-5;        // seconds per collective or message
+  double latency = 5e-6;        // seconds per collective or message
   double memory = 16.0 * (1 << 30);  // bytes per device
 };
 
