@@ -1,0 +1,75 @@
+// Communicator: moves the data of the boxing tasks that span ranks (collectives, send, recv) for
+// the runtime (DESIGN.md §4), without blocking. A small interface in the MLX manner: the MPI
+// backend (mpi_comm.cpp) carries CPU tensors; a CUDA backend would implement the same class.
+//
+// Semantics are those of boxing::Simulate, task for task (boxing.h): a collective over p ranks
+// splits and concatenates in parts of sbp::SplitRange over p (uneven parts allowed), in the order
+// of task.group; send and recv pair up by (sender, receiver, tag), with global ranks.
+//
+// Rules the caller keeps:
+//   - Every rank calls Prepare with the same list of groups (the plan's, in plan order) before it
+//     starts a collective over any of them. Prepare blocks until the members of each group the
+//     rank belongs to have created that group's communicator together, in list order, so no two
+//     ranks wait on each other. Groups already prepared are skipped.
+//   - Collectives are started in the same order on every member of a group (the plan's collective
+//     order does this). Sends and receives may start in any order; tags in flight are unique per
+//     (sender, receiver).
+//   - The tensors given to Start stay untouched until Test reports the movement done: the inputs
+//     are read and `out` is written in the background. The communicator keeps them alive.
+//   - Every started movement is tested until done before the Communicator is destroyed:
+//     destroying it with movements in flight aborts the job (MPI may still write to their buffers).
+//
+// Errors: Status::Runtime("[actor] rank R: <what>: ...") naming the op and its group or peer, for
+// a task that does not match its tensors, an unprepared group, or any MPI failure. The
+// communicator is then in an unknown state across ranks; the caller reports and calls Abort.
+//
+// Thread-safety: Prepare, Start and Test are called from one thread per rank (the comm stream's).
+// rank(), size() and Abort() may be called from any thread.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "base/status.h"
+#include "base/tensor.h"
+#include "boxing/boxing.h"
+
+namespace fr::actor {
+
+// One data movement in flight; spent once Test has reported it done.
+struct CommHandle {
+  int id = -1;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Creates what collectives over each group need (see the rules above). Errors for a group that
+  // is empty, names a rank twice or a rank outside the world.
+  virtual Status Prepare(const std::vector<std::vector<int>>& groups) = 0;
+
+  // Starts the movement of task `t` (a collective, kSend or kRecv, with t.rank == rank()) with
+  // this rank's inputs (per t.in: one for collectives and kSend, none for kRecv) and its output
+  // (allocated with the task's planned shape and the inputs' dtype; undefined for kSend).
+  // Never blocks: any packing into staging buffers happens here, the transfer in the background.
+  virtual Result<CommHandle> Start(const boxing::Task& t, std::vector<Tensor> in, Tensor out) = 0;
+
+  // True once the movement has finished: `out` holds the result and the inputs may be reused.
+  // Never blocks. An unknown or already spent handle is an error.
+  virtual Result<bool> Test(CommHandle h) = 0;
+
+  // Ends every rank of the job with exit code `code` (MPI_Abort). Does not return.
+  [[noreturn]] virtual void Abort(int code) = 0;
+};
+
+// The MPI communicator over all ranks of MPI_COMM_WORLD; every rank calls it (it duplicates the
+// world communicator, so its traffic never meets the caller's). If MPI is not initialised yet,
+// it initialises it with MPI_THREAD_MULTIPLE (argc and argv may be null) and the returned object
+// finalises it when destroyed; otherwise MPI must run at MPI_THREAD_MULTIPLE and stays the
+// caller's to finalise, after destroying the communicator. Destruction is collective too.
+Result<std::unique_ptr<Communicator>> MpiWorld(int* argc, char*** argv);
+
+}  // namespace fr::actor

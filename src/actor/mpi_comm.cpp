@@ -1,0 +1,414 @@
+// The MPI Communicator (comm.h) for CPU tensors: every movement is one nonblocking MPI call.
+// Collectives run on one communicator per group, created in Prepare; sends and receives run on a
+// duplicate of the world communicator, so a plan's tags never meet anyone else's messages.
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "actor/comm.h"
+
+namespace fr::actor {
+
+namespace {
+
+using boxing::Op;
+using boxing::Task;
+
+// A row-major shape seen around one axis: outer x dim x inner elements. A part along the axis is
+// one contiguous run per outer index; with outer == 1 the parts are contiguous in the tensor.
+struct AxisView {
+  int64_t outer = 1, dim = 1, inner = 1;
+};
+
+AxisView Around(const Shape& s, int axis) {
+  AxisView v;
+  for (int i = 0; i < s.rank(); ++i) {
+    if (i < axis) v.outer *= s[i];
+    if (i == axis) v.dim = s[i];
+    if (i > axis) v.inner *= s[i];
+  }
+  return v;
+}
+
+// Copies the p parts of a tensor along an axis into `staging`, one part after another (pack), or
+// back (unpack). Part j of the staging layout is the tensor of that part, row-major.
+void Move(char* tensor, const AxisView& v, int p, size_t es, char* staging, bool pack) {
+  size_t at = 0;
+  for (int j = 0; j < p; ++j) {
+    const sbp::Range r = sbp::SplitRange(v.dim, p, j);
+    const size_t run = static_cast<size_t>(r.size() * v.inner) * es;
+    for (int64_t o = 0; o < v.outer; ++o) {
+      char* t = tensor + static_cast<size_t>((o * v.dim + r.begin) * v.inner) * es;
+      if (pack) {
+        std::memcpy(staging + at, t, run);
+      } else {
+        std::memcpy(t, staging + at, run);
+      }
+      at += run;
+    }
+  }
+}
+
+// Element counts and displacements of the p parts along an axis, as MPI wants them (int).
+struct Counts {
+  std::vector<int> n, displ;
+};
+
+Counts PartCounts(const AxisView& v, int p) {
+  Counts c;
+  int at = 0;
+  for (int j = 0; j < p; ++j) {
+    c.n.push_back(static_cast<int>(v.outer * sbp::SplitRange(v.dim, p, j).size() * v.inner));
+    c.displ.push_back(at);
+    at += c.n.back();
+  }
+  return c;
+}
+
+std::string GroupString(const std::vector<int>& g) {
+  std::string s = "{";
+  for (size_t i = 0; i < g.size(); ++i) s += (i ? "," : "") + std::to_string(g[i]);
+  return s + "}";
+}
+
+std::string Describe(const Task& t) {
+  switch (t.op) {
+    case Op::kSend: return "send to rank " + std::to_string(t.peer) + " tag " + std::to_string(t.tag);
+    case Op::kRecv: return "recv from rank " + std::to_string(t.peer) + " tag " + std::to_string(t.tag);
+    default:
+      return std::string(boxing::Name(t.op)) + " over group " + GroupString(t.group) + " (collective " +
+             std::to_string(t.collective) + ")";
+  }
+}
+
+std::string MpiError(int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
+  return std::string(text, static_cast<size_t>(len));
+}
+
+MPI_Datatype TypeOf(DType t) {
+  switch (t) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kI64: return MPI_INT64_T;
+    case DType::kI32: return MPI_INT32_T;
+    case DType::kBool:
+    case DType::kU8: return MPI_UINT8_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op OpOf(sbp::Reduce r) {
+  switch (r) {
+    case sbp::Reduce::kSum: return MPI_SUM;
+    case sbp::Reduce::kMax: return MPI_MAX;
+    case sbp::Reduce::kMin: return MPI_MIN;
+  }
+  return MPI_OP_NULL;
+}
+
+// One movement in flight: its request and everything MPI reads or writes until it completes.
+struct Pending {
+  MPI_Request req = MPI_REQUEST_NULL;
+  Task task;                         // for errors and the completion step
+  std::vector<Tensor> in;            // kept alive: MPI reads them
+  Tensor out;                        // kept alive: MPI writes it, or unpack does
+  std::vector<char> send_stage;      // packed input parts, when they are not contiguous
+  std::vector<char> recv_stage;      // received parts, unpacked into `out` on completion
+  AxisView unpack;                   // `out` around the concat axis, when recv_stage is used
+  int parts = 0;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm data, MPI_Comm setup, bool owns_mpi, int tag_ub)
+      : data_(data), setup_(setup), owns_mpi_(owns_mpi), tag_ub_(tag_ub) {
+    MPI_Comm_rank(data_, &rank_);
+    MPI_Comm_size(data_, &size_);
+  }
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status Prepare(const std::vector<std::vector<int>>& groups) override;
+  Result<CommHandle> Start(const Task& t, std::vector<Tensor> in, Tensor out) override;
+  Result<bool> Test(CommHandle h) override;
+  [[noreturn]] void Abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::abort();  // MPI_Abort should not return
+  }
+
+ private:
+  Status Fail(const std::string& what, const std::string& why) const {
+    return Status::Runtime("[actor] rank " + std::to_string(rank_) + ": " + what + ": " + why);
+  }
+  Status Mpi(int rc, const char* call, const std::string& what) const {
+    return rc == MPI_SUCCESS ? Status::Ok() : Fail(what, std::string(call) + ": " + MpiError(rc));
+  }
+  Status CheckTensors(const Task& t, const std::vector<Tensor>& in, const Tensor& out) const;
+  Status StartCollective(Pending& p, MPI_Comm comm, int k);
+
+  MPI_Comm data_;   // sends and receives
+  MPI_Comm setup_;  // parent of the group communicators
+  bool owns_mpi_;
+  int tag_ub_;
+  int rank_ = 0, size_ = 0;
+  std::map<std::vector<int>, MPI_Comm> groups_;  // the communicators of this rank's groups
+  std::unordered_map<int, Pending> pending_;
+  int next_id_ = 0;
+};
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (!pending_.empty()) {
+    std::fprintf(stderr, "[actor] rank %d: communicator destroyed with %zu movements in flight\n", rank_,
+                 pending_.size());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  for (auto& [g, c] : groups_) MPI_Comm_free(&c);
+  MPI_Comm_free(&data_);
+  MPI_Comm_free(&setup_);
+  if (owns_mpi_) MPI_Finalize();
+}
+
+Status MpiCommunicator::Prepare(const std::vector<std::vector<int>>& groups) {
+  for (const std::vector<int>& g : groups) {
+    std::set<int> seen(g.begin(), g.end());
+    if (g.empty() || seen.size() != g.size() || *seen.begin() < 0 || *seen.rbegin() >= size_)
+      return Fail("prepare group " + GroupString(g),
+                  "a group needs distinct ranks of the world (size " + std::to_string(size_) + ")");
+  }
+  MPI_Group world;
+  RETURN_IF_ERROR(Mpi(MPI_Comm_group(setup_, &world), "MPI_Comm_group", "prepare"));
+  Status s;
+  for (size_t i = 0; i < groups.size() && s.ok(); ++i) {
+    const std::vector<int>& g = groups[i];
+    if (groups_.count(g) || std::find(g.begin(), g.end(), rank_) == g.end()) continue;
+    const std::string what = "prepare group " + GroupString(g);
+    MPI_Group sub;
+    s = Mpi(MPI_Group_incl(world, static_cast<int>(g.size()), g.data(), &sub), "MPI_Group_incl", what);
+    if (!s.ok()) break;
+    // Members create their groups in list order; the tag only has to be a valid one.
+    MPI_Comm c = MPI_COMM_NULL;
+    s = Mpi(MPI_Comm_create_group(setup_, sub, static_cast<int>(i % 32768), &c), "MPI_Comm_create_group", what);
+    MPI_Group_free(&sub);
+    if (s.ok()) s = Mpi(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", what);
+    if (c != MPI_COMM_NULL) groups_.emplace(g, c);
+  }
+  MPI_Group_free(&world);
+  return s;
+}
+
+// The shapes a task's tensors must have, as boxing.h defines each op; MPI would not notice some
+// mismatches (a short message, different counts on two members) and leave `out` half written.
+Status MpiCommunicator::CheckTensors(const Task& t, const std::vector<Tensor>& in, const Tensor& out) const {
+  const std::string what = Describe(t);
+  if (t.rank != rank_) return Fail(what, "the task is for rank " + std::to_string(t.rank));
+  const bool needs_in = t.op != Op::kRecv, needs_out = t.op != Op::kSend;
+  if (in.size() != (needs_in ? 1u : 0u) || (needs_in && !in[0].defined()))
+    return Fail(what, "expected " + std::string(needs_in ? "one input" : "no input") + ", got " +
+                          std::to_string(in.size()));
+  if (needs_out != out.defined()) return Fail(what, needs_out ? "no output tensor" : "an output tensor for a send");
+  const Tensor& any = needs_in ? in[0] : out;
+  if (any.device().type != DeviceType::kCpu || (needs_out && out.device().type != DeviceType::kCpu))
+    return Fail(what, "the MPI communicator moves CPU tensors only");
+  if (needs_in && needs_out && in[0].dtype() != out.dtype()) return Fail(what, "input and output dtypes differ");
+  for (const Tensor& x : {any, out})
+    if (x.numel() > INT_MAX) return Fail(what, "a tensor of " + x.shape().ToString() + " is too large for MPI");
+  if (t.op == Op::kSend || t.op == Op::kRecv) {
+    if (t.peer < 0 || t.peer >= size_ || t.peer == rank_) return Fail(what, "bad peer");
+    if (t.tag < 0 || t.tag > tag_ub_) return Fail(what, "tag outside [0, " + std::to_string(tag_ub_) + "]");
+    return Status::Ok();
+  }
+  const int p = static_cast<int>(t.group.size());
+  const int k = static_cast<int>(std::find(t.group.begin(), t.group.end(), rank_) - t.group.begin());
+  if (k == p) return Fail(what, "rank " + std::to_string(rank_) + " is not in the group");
+  const Shape &x = in[0].shape(), &y = out.shape();
+  Shape want = x;
+  auto axis_ok = [&](int a) { return a >= 0 && a < x.rank() && x.rank() == y.rank(); };
+  switch (t.op) {
+    case Op::kAllReduce: break;
+    case Op::kAllGather:
+      if (!axis_ok(t.concat_axis)) return Fail(what, "bad concat axis");
+      want[t.concat_axis] = y[t.concat_axis];
+      if (x[t.concat_axis] != sbp::SplitRange(y[t.concat_axis], p, k).size()) want = Shape{};
+      break;
+    case Op::kReduceScatter:
+      if (!axis_ok(t.split_axis)) return Fail(what, "bad split axis");
+      want[t.split_axis] = sbp::SplitRange(x[t.split_axis], p, k).size();
+      break;
+    case Op::kAllToAll:
+      // The group's tensor L: x is part k of L along concat_axis, y part k along split_axis.
+      if (!axis_ok(t.concat_axis) || !axis_ok(t.split_axis) || t.concat_axis == t.split_axis)
+        return Fail(what, "bad concat or split axis");
+      want[t.split_axis] = sbp::SplitRange(x[t.split_axis], p, k).size();
+      want[t.concat_axis] = y[t.concat_axis];
+      if (x[t.concat_axis] != sbp::SplitRange(y[t.concat_axis], p, k).size()) want = Shape{};
+      break;
+    default: return Fail(what, "not a communicating op");
+  }
+  if (!(want == y)) return Fail(what, "input " + x.ToString() + " does not fit output " + y.ToString());
+  return Status::Ok();
+}
+
+Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
+  const Task& t = p.task;
+  const std::string what = Describe(t);
+  const int parts = static_cast<int>(t.group.size());
+  const Tensor& x = p.in[0];
+  const Tensor& y = p.out;
+  const MPI_Datatype type = TypeOf(x.dtype());
+  const size_t es = SizeOf(x.dtype());
+  const bool reduces = t.op == Op::kAllReduce || t.op == Op::kReduceScatter;
+  if (reduces && x.dtype() != DType::kF32 && x.dtype() != DType::kI64 && x.dtype() != DType::kI32)
+    return Fail(what, "no reduction for " + std::string(Name(x.dtype())));
+  switch (t.op) {
+    case Op::kAllReduce: {
+      const void* send = x.raw() == y.raw() ? MPI_IN_PLACE : x.raw();
+      return Mpi(MPI_Iallreduce(send, y.raw(), static_cast<int>(y.numel()), type, OpOf(t.reduce), comm, &p.req),
+                 "MPI_Iallreduce", what);
+    }
+    case Op::kAllGather: {
+      const AxisView v = Around(y.shape(), t.concat_axis);
+      const Counts c = PartCounts(v, parts);
+      void* recv = y.raw();
+      if (v.outer > 1) {
+        p.recv_stage.resize(y.bytes());
+        p.unpack = v;
+        p.parts = parts;
+        recv = p.recv_stage.data();
+      }
+      return Mpi(MPI_Iallgatherv(x.raw(), c.n[static_cast<size_t>(k)], type, recv, c.n.data(), c.displ.data(), type,
+                                 comm, &p.req),
+                 "MPI_Iallgatherv", what);
+    }
+    case Op::kReduceScatter: {
+      const AxisView v = Around(x.shape(), t.split_axis);
+      const Counts c = PartCounts(v, parts);
+      const void* send = x.raw();
+      if (v.outer > 1) {
+        p.send_stage.resize(x.bytes());
+        Move(static_cast<char*>(x.raw()), v, parts, es, p.send_stage.data(), true);
+        send = p.send_stage.data();
+      }
+      return Mpi(MPI_Ireduce_scatter(send, y.raw(), c.n.data(), type, OpOf(t.reduce), comm, &p.req),
+                 "MPI_Ireduce_scatter", what);
+    }
+    case Op::kAllToAll: {
+      // To member j goes part j of x along split_axis; from member j comes part j of y along
+      // concat_axis.
+      const AxisView vs = Around(x.shape(), t.split_axis), vr = Around(y.shape(), t.concat_axis);
+      const Counts cs = PartCounts(vs, parts), cr = PartCounts(vr, parts);
+      const void* send = x.raw();
+      void* recv = y.raw();
+      if (vs.outer > 1) {
+        p.send_stage.resize(x.bytes());
+        Move(static_cast<char*>(x.raw()), vs, parts, es, p.send_stage.data(), true);
+        send = p.send_stage.data();
+      }
+      if (vr.outer > 1) {
+        p.recv_stage.resize(y.bytes());
+        p.unpack = vr;
+        p.parts = parts;
+        recv = p.recv_stage.data();
+      }
+      return Mpi(MPI_Ialltoallv(send, cs.n.data(), cs.displ.data(), type, recv, cr.n.data(), cr.displ.data(), type,
+                                comm, &p.req),
+                 "MPI_Ialltoallv", what);
+    }
+    default: return Fail(what, "not a collective");
+  }
+}
+
+Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in, Tensor out) {
+  RETURN_IF_ERROR(CheckTensors(t, in, out));
+  Pending p;
+  p.task = t;
+  p.in = std::move(in);
+  p.out = std::move(out);
+  const std::string what = Describe(t);
+  if (t.op == Op::kSend) {
+    const Tensor& x = p.in[0];
+    const int n = static_cast<int>(x.numel());
+    RETURN_IF_ERROR(Mpi(MPI_Isend(x.raw(), n, TypeOf(x.dtype()), t.peer, t.tag, data_, &p.req), "MPI_Isend", what));
+  } else if (t.op == Op::kRecv) {
+    const Tensor& y = p.out;
+    const int n = static_cast<int>(y.numel());
+    RETURN_IF_ERROR(Mpi(MPI_Irecv(y.raw(), n, TypeOf(y.dtype()), t.peer, t.tag, data_, &p.req), "MPI_Irecv", what));
+  } else {
+    auto it = groups_.find(t.group);
+    if (it == groups_.end()) return Fail(what, "group not prepared (Prepare it on every rank first)");
+    const int k = static_cast<int>(std::find(t.group.begin(), t.group.end(), rank_) - t.group.begin());
+    RETURN_IF_ERROR(StartCollective(p, it->second, k));
+  }
+  const int id = next_id_++;
+  pending_.emplace(id, std::move(p));  // moving keeps the staging buffers where MPI sees them
+  return CommHandle{id};
+}
+
+Result<bool> MpiCommunicator::Test(CommHandle h) {
+  auto it = pending_.find(h.id);
+  if (it == pending_.end()) return Fail("test", "no movement in flight with handle " + std::to_string(h.id));
+  Pending& p = it->second;
+  const std::string what = Describe(p.task);
+  int done = 0;
+  MPI_Status st;
+  RETURN_IF_ERROR(Mpi(MPI_Test(&p.req, &done, &st), "MPI_Test", what));  // on error the buffers stay alive
+  if (!done) return false;
+  if (p.task.op == Op::kRecv) {
+    int got = 0;
+    MPI_Get_count(&st, TypeOf(p.out.dtype()), &got);
+    if (got != p.out.numel()) {
+      pending_.erase(it);
+      return Fail(what, "received " + std::to_string(got) + " elements, expected " + std::to_string(p.out.numel()));
+    }
+  }
+  if (!p.recv_stage.empty())
+    Move(static_cast<char*>(p.out.raw()), p.unpack, p.parts, SizeOf(p.out.dtype()), p.recv_stage.data(), false);
+  pending_.erase(it);
+  return true;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> MpiWorld(int* argc, char*** argv) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  bool owns = false;
+  if (!inited) {
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+      return Status::Runtime("[actor] MPI_Init_thread failed");
+    owns = true;
+  }
+  int level = 0;
+  MPI_Query_thread(&level);
+  if (level < MPI_THREAD_MULTIPLE)
+    return Status::Runtime("[actor] MPI runs at thread level " + std::to_string(level) +
+                           "; flowrun needs MPI_THREAD_MULTIPLE (the runtime calls MPI from several threads)");
+  MPI_Comm data = MPI_COMM_NULL, setup = MPI_COMM_NULL;
+  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &data);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(MPI_COMM_WORLD, &setup);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(data, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(setup, MPI_ERRORS_RETURN);
+  if (rc != MPI_SUCCESS) return Status::Runtime("[actor] duplicating MPI_COMM_WORLD: " + MpiError(rc));
+  int* ub = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(data, MPI_TAG_UB, &ub, &found);
+  return std::unique_ptr<Communicator>(new MpiCommunicator(data, setup, owns, found && ub ? *ub : 32767));
+}
+
+}  // namespace fr::actor

@@ -1,0 +1,338 @@
+// The MPI communicator against the boxing simulator, under mpirun with 2, 3 and 4 ranks
+// (DESIGN.md §6, rungs 3 and 4). Every rank plans the same transitions with boxing::Box, builds
+// the same integer-valued src pieces and simulates the plan locally for the expected dst pieces.
+// Then it runs its own tasks for real: local ops with the simulate.h helpers, the others through
+// the Communicator, each as soon as its inputs are ready (collectives in plan order), as the
+// actor runtime will. Its dst pieces must equal the simulator's exactly.
+#include "actor/comm.h"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "../boxing/pieces.h"
+#include "boxing/simulate.h"
+
+namespace fr::actor {
+namespace {
+
+using boxing::Op;
+using boxing::Plan;
+using boxing::Request;
+using boxing::Task;
+using sbp::NdSbp;
+using sbp::Placement;
+using sbp::Reduce;
+using sbp::Sbp;
+
+Communicator* g_comm = nullptr;  // the world communicator, made in main
+
+const Sbp kS0 = Sbp::S(0), kS1 = Sbp::S(1), kB = Sbp::B(), kP = Sbp::P(), kPMax = Sbp::P(Reduce::kMax);
+
+Placement Ranks(std::vector<int> r) {
+  const int n = static_cast<int>(r.size());
+  return Placement(DeviceType::kCpu, std::move(r), Shape{n});
+}
+Placement Mesh2x2() { return Placement(DeviceType::kCpu, {0, 1, 2, 3}, Shape{2, 2}); }
+
+std::vector<NdSbp> NdSbps(const std::vector<Sbp>& each, int ndim) {
+  std::vector<NdSbp> out{NdSbp()};
+  for (int a = 0; a < ndim; ++a) {
+    std::vector<NdSbp> next;
+    for (const NdSbp& n : out)
+      for (const Sbp& s : each) {
+        std::vector<Sbp> v = n.axes();
+        v.push_back(s);
+        next.push_back(NdSbp(v));
+      }
+    out = next;
+  }
+  return out;
+}
+
+// Every (src, dst) pair of nd-SBPs built from `each`, on every shape, that fits its placements.
+std::vector<Request> Pairs(const std::vector<Shape>& shapes, const Placement& sp, const Placement& dp,
+                           const std::vector<Sbp>& each, DType dt = DType::kF32) {
+  std::vector<Request> rs;
+  for (const Shape& s : shapes)
+    for (const NdSbp& a : NdSbps(each, sp.ndim()))
+      for (const NdSbp& b : NdSbps(each, dp.ndim())) {
+        Request r{s, dt, sp, a, dp, b};
+        if (sbp::Check(s, a, sp).ok() && sbp::Check(s, b, dp).ok()) rs.push_back(r);
+      }
+  return rs;
+}
+
+std::string Describe(const Request& r) {
+  return r.logical.ToString() + " " + std::string(Name(r.dtype)) + " " + r.src.ToString() + " on " +
+         r.src_place.ToString() + " -> " + r.dst.ToString() + " on " + r.dst_place.ToString();
+}
+
+// Runs this rank's tasks of `plan` and returns every buffer's value (undefined off this rank).
+// Counts the movements it starts per op in `started`.
+Result<std::vector<Tensor>> Execute(Communicator& comm, const Plan& plan, const std::vector<Tensor>& src,
+                                    std::map<Op, int>& started) {
+  const int me = comm.rank();
+  std::vector<Tensor> val(plan.buffers.size());
+  std::vector<bool> ready(plan.buffers.size(), false);
+  for (size_t i = 0; i < src.size(); ++i) {
+    const size_t b = static_cast<size_t>(plan.src[i]);
+    if (plan.buffers[b].rank == me) {
+      val[b] = src[i].Clone();
+      ready[b] = true;
+    }
+  }
+  std::vector<const Task*> mine;
+  for (const Task& t : plan.tasks)
+    if (t.rank == me) mine.push_back(&t);
+  enum class State { kWaiting, kInFlight, kDone };
+  std::vector<State> state(mine.size(), State::kWaiting);
+  std::vector<CommHandle> handle(mine.size());
+  size_t done = 0;
+  auto last_progress = std::chrono::steady_clock::now();
+  while (done < mine.size()) {
+    bool progress = false, collective_waits = false;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const Task& t = *mine[i];
+      const size_t out = static_cast<size_t>(t.out);
+      if (state[i] == State::kInFlight) {
+        ASSIGN_OR_RETURN(bool finished, comm.Test(handle[i]));
+        if (!finished) continue;
+        if (t.op != Op::kSend) ready[out] = true;
+        state[i] = State::kDone;
+        ++done;
+        progress = true;
+        continue;
+      }
+      if (state[i] != State::kWaiting) continue;
+      const bool collective = t.collective >= 0;
+      if (collective && collective_waits) continue;  // collectives start in plan order
+      bool inputs = true;
+      for (int b : t.in) inputs = inputs && ready[static_cast<size_t>(b)];
+      if (!inputs) {
+        collective_waits = collective_waits || collective;
+        continue;
+      }
+      auto in = [&](size_t k) { return val[static_cast<size_t>(t.in[k])]; };
+      const Shape& shape = t.out >= 0 ? plan.buffers[out].shape : Shape{};
+      bool local = true;
+      switch (t.op) {
+        case Op::kCopy: val[out] = in(0).Clone(); break;
+        case Op::kSlice: val[out] = boxing::SliceOf(in(0), t.regions[0]); break;
+        case Op::kZero: val[out] = Tensor(plan.dtype, shape); break;
+        case Op::kAssemble:
+          val[out] = Tensor(plan.dtype, shape);
+          for (size_t k = 0; k < t.in.size(); ++k) boxing::WriteRegion(val[out], t.regions[k], in(k));
+          break;
+        case Op::kReduce:
+          val[out] = in(0).Clone();
+          for (size_t k = 1; k < t.in.size(); ++k) boxing::ReduceInto(val[out], in(k), t.reduce);
+          break;
+        default: {
+          local = false;
+          std::vector<Tensor> ins;
+          for (size_t k = 0; k < t.in.size(); ++k) ins.push_back(in(k));
+          if (t.op != Op::kSend) val[out] = Tensor(plan.dtype, shape);
+          ASSIGN_OR_RETURN(handle[i], comm.Start(t, std::move(ins), t.op == Op::kSend ? Tensor() : val[out]));
+          state[i] = State::kInFlight;
+          ++started[t.op];
+        }
+      }
+      if (local) {
+        ready[out] = true;
+        state[i] = State::kDone;
+        ++done;
+      }
+      progress = true;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (progress) {
+      last_progress = now;
+    } else if (now - last_progress > std::chrono::seconds(60)) {
+      return Status::Runtime("[actor] rank " + std::to_string(me) + ": no progress for 60 s");
+    } else {
+      std::this_thread::yield();  // ranks may outnumber cores
+    }
+  }
+  return val;
+}
+
+// The distinct collective groups of a plan, in plan order: what every rank prepares.
+std::vector<std::vector<int>> Groups(const Plan& plan) {
+  std::vector<std::vector<int>> gs;
+  std::set<int> seen;
+  for (const Task& t : plan.tasks)
+    if (t.collective >= 0 && seen.insert(t.collective).second) gs.push_back(t.group);
+  return gs;
+}
+
+// Runs every request on every rank; a rank fails on its own wrong pieces, and every rank fails
+// when any rank did (the failures are summed over the world).
+void RunAll(const std::vector<Request>& rs, const char* what) {
+  Communicator& comm = *g_comm;
+  const auto start = std::chrono::steady_clock::now();
+  int failed = 0, pieces = 0;
+  std::map<Op, int> started;
+  for (size_t c = 0; c < rs.size(); ++c) {
+    const Request& r = rs[c];
+    Result<Plan> plan = boxing::Box(r);
+    if (!plan.ok()) {  // the same on every rank
+      ADD_FAILURE() << Describe(r) << ": " << plan.status().message();
+      ++failed;
+      continue;
+    }
+    std::mt19937 rng(static_cast<unsigned>(1000 + c));
+    const Tensor logical = boxing::testing::Logical(r.logical, r.dtype, rng);
+    const std::vector<Tensor> src = boxing::testing::MakePieces(logical, r.src, r.src_place, rng);
+    Result<std::vector<Tensor>> want = boxing::Simulate(*plan, src);
+    if (!want.ok()) {
+      ADD_FAILURE() << Describe(r) << ": simulate: " << want.status().message();
+      ++failed;
+      continue;
+    }
+    Status s = comm.Prepare(Groups(*plan));
+    Result<std::vector<Tensor>> got = s.ok() ? Execute(comm, *plan, src, started) : Result<std::vector<Tensor>>(s);
+    if (!got.ok()) {  // the other ranks may be waiting on this one: end the job
+      std::fprintf(stderr, "%s (%s): %s\n", Describe(r).c_str(), plan->strategy.c_str(),
+                   got.status().message().c_str());
+      comm.Abort(2);
+    }
+    for (size_t d = 0; d < plan->dst.size(); ++d) {
+      const size_t b = static_cast<size_t>(plan->dst[d]);
+      if (plan->buffers[b].rank != comm.rank()) continue;
+      ++pieces;
+      if (!boxing::testing::Equal((*got)[b], (*want)[d]) && ++failed <= 5)
+        ADD_FAILURE() << Describe(r) << " (" << plan->strategy << "): dst piece " << d << " is " << (*got)[b].ToString()
+                      << ", the simulator's " << (*want)[d].ToString();
+    }
+  }
+  int failed_all = 0;
+  MPI_Allreduce(&failed, &failed_all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (comm.rank() == 0) {
+    std::string ops;
+    for (const auto& [op, n] : started) ops += " " + std::string(boxing::Name(op)) + " " + std::to_string(n);
+    std::printf("%s on %d ranks: %zu cases, %d dst pieces on rank 0, %d failed in all, %.0f ms; rank 0 started%s\n",
+                what, comm.size(), rs.size(), pieces, failed_all, ms, ops.c_str());
+  }
+  EXPECT_EQ(failed_all, 0) << what;
+  EXPECT_FALSE(rs.empty());
+}
+
+std::vector<int> World() {
+  std::vector<int> r;
+  for (int i = 0; i < g_comm->size(); ++i) r.push_back(i);
+  return r;
+}
+
+// Misuse is reported, not crashed on; none of these reaches MPI. First in the file, so that no
+// group is prepared yet.
+TEST(MpiComm, Errors) {
+  Communicator& comm = *g_comm;
+  const int me = comm.rank(), other = (me + 1) % comm.size();
+  Task gather{.op = Op::kAllGather, .rank = me, .in = {0}, .out = 1, .group = {other, me}, .concat_axis = 0,
+              .collective = 0};
+  Result<CommHandle> h = comm.Start(gather, {Tensor(DType::kF32, Shape{2, 3})}, Tensor(DType::kF32, Shape{4, 3}));
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().message(), "[actor] rank " + std::to_string(me) + ": all-gather over group {" +
+                                      std::to_string(other) + "," + std::to_string(me) +
+                                      "} (collective 0): group not prepared (Prepare it on every rank first)");
+  h = comm.Start(gather, {Tensor(DType::kF32, Shape{2, 3})}, Tensor(DType::kF32, Shape{6, 3}));
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("does not fit output [6, 3]"), std::string::npos) << h.status().message();
+  Task send{.op = Op::kSend, .rank = me, .in = {0}, .out = -1, .peer = me, .tag = 1};
+  h = comm.Start(send, {Tensor(DType::kF32, Shape{2})}, Tensor());
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("send to rank " + std::to_string(me) + " tag 1: bad peer"), std::string::npos);
+  Result<bool> t = comm.Test(CommHandle{12345678});
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("no movement in flight with handle 12345678"), std::string::npos);
+  Status s = comm.Prepare({{0, 0}});
+  EXPECT_NE(s.message().find("a group needs distinct ranks"), std::string::npos) << s.message();
+}
+
+const std::vector<Shape> kShapes = {Shape{7, 5}, Shape{5, 3, 4}};
+
+TEST(MpiComm, AllPairs_1nNd) {
+  RunAll(Pairs(kShapes, Ranks(World()), Ranks(World()), {kS0, kS1, kB, kP, kPMax}), "AllPairs_1nNd");
+}
+
+TEST(MpiComm, Int64_1nNd) {
+  RunAll(Pairs({Shape{7, 5}}, Ranks(World()), Ranks(World()), {kS0, kS1, kB, kP, kPMax}, DType::kI64), "Int64_1nNd");
+}
+
+TEST(MpiComm, All2D_2x2) {
+  if (g_comm->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  RunAll(Pairs(kShapes, Mesh2x2(), Mesh2x2(), {kS0, kS1, kB, kP}), "All2D_2x2");
+}
+
+TEST(MpiComm, MixedReduce2D_2x2) {
+  if (g_comm->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  RunAll(Pairs({Shape{7, 5}}, Mesh2x2(), Mesh2x2(), {kS0, kB, kP, kPMax}), "MixedReduce2D_2x2");
+}
+
+// Messages past the eager limit: the rendezvous protocol must progress while ranks poll.
+TEST(MpiComm, Large_1nNd) {
+  RunAll(Pairs({Shape{301, 97}}, Ranks(World()), Ranks(World()), {kS0, kS1, kB, kP}), "Large_1nNd");
+  if (g_comm->size() >= 3)
+    RunAll(Pairs({Shape{301, 97}}, Ranks({0, 1}), Ranks({2, 0, 1}), {kS0, kS1, kB, kP}), "Large_2to3");
+}
+
+TEST(MpiComm, Cross_2to3) {
+  if (g_comm->size() < 3) GTEST_SKIP() << "needs 3 ranks";
+  const std::vector<Sbp> each = {kS0, kS1, kB, kP, kPMax};
+  std::vector<Request> rs = Pairs(kShapes, Ranks({0, 1}), Ranks({0, 1, 2}), each);
+  for (Request& r : Pairs(kShapes, Ranks({2, 0, 1}), Ranks({1, 2}), each)) rs.push_back(r);
+  if (g_comm->size() == 4) {
+    for (Request& r : Pairs({Shape{7, 5}}, Ranks({0, 1}), Ranks({1, 2, 3}), each)) rs.push_back(r);
+    for (Request& r : Pairs({Shape{7, 5}}, Mesh2x2(), Ranks({3, 2, 1}), {kS0, kS1, kB, kP})) rs.push_back(r);
+  }
+  RunAll(rs, "Cross_2to3");
+}
+
+// Only rank 0 prints the usual report; the others print their failures, prefixed with the rank.
+class RankFailures : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailures(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed())
+      std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, r.file_name() ? r.file_name() : "?", r.line_number(),
+                   r.summary());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+}  // namespace fr::actor
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rc = 1;
+  {
+    fr::Result<std::unique_ptr<fr::actor::Communicator>> comm = fr::actor::MpiWorld(&argc, &argv);
+    if (!comm.ok()) {
+      std::fprintf(stderr, "%s\n", comm.status().message().c_str());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    fr::actor::g_comm = comm->get();
+    if (fr::actor::g_comm->rank() != 0) {
+      ::testing::TestEventListeners& ls = ::testing::UnitTest::GetInstance()->listeners();
+      delete ls.Release(ls.default_result_printer());
+      ls.Append(new fr::actor::RankFailures(fr::actor::g_comm->rank()));
+    }
+    rc = RUN_ALL_TESTS();
+    fr::actor::g_comm = nullptr;
+  }
+  MPI_Finalize();
+  return rc;
+}
