@@ -61,7 +61,7 @@ void Actor::Handle(const Msg& m) {
       if (--p.pending[static_cast<size_t>(m.slot)] == 0) p.slots.push_back(m.slot);
     }
   }
-  while (next_ < total_ && Ready()) ActOnce();
+  TryAct();
 }
 
 bool Actor::Ready() const {
@@ -76,6 +76,19 @@ bool Actor::Ready() const {
   return true;
 }
 
+bool Actor::Communicates() const {
+  if (task_.kind != TaskKind::kBoxing) return false;
+  switch (task_.move.op) {
+    case boxing::Op::kSend: case boxing::Op::kRecv: case boxing::Op::kAllReduce: case boxing::Op::kAllGather:
+    case boxing::Op::kReduceScatter: case boxing::Op::kAllToAll: return true;
+    default: return false;
+  }
+}
+
+void Actor::TryAct() {
+  while (next_ < total_ && !in_flight_ && Ready()) ActOnce();
+}
+
 void Actor::ActOnce() {
   const int64_t k = next_;
   for (Port& p : out_) {
@@ -86,13 +99,39 @@ void Actor::ActOnce() {
   }
   const auto& on_act = rt_.options().on_act;
   if (on_act) on_act(task_, k, true);
+  if (Communicates()) {  // started here, finished by CommDone when the communicator says so
+    std::vector<Tensor> in;
+    for (int r : task_.move.in) in.push_back(RegstTensor(r));
+    Tensor out = task_.move.out >= 0 ? rt_.Slot(task_.move.out, out_[0].current) : Tensor();
+    Status s = rt_.StartComm(this, task_.move, std::move(in), out);
+    if (!s.ok()) {
+      rt_.Fail(s.With("[actor] rank " + std::to_string(task_.rank) + ", task " + task_.name + ": "));
+      next_ = total_;
+      return;
+    }
+    in_flight_ = true;
+    return;
+  }
   Status s = Body(k);
-  if (on_act) on_act(task_, k, false);
   if (!s.ok()) {
+    if (on_act) on_act(task_, k, false);
     rt_.Fail(s);
     next_ = total_;
     return;
   }
+  Finish();
+}
+
+void Actor::CommDone() {
+  in_flight_ = false;
+  Finish();
+  TryAct();
+}
+
+void Actor::Finish() {
+  const int64_t k = next_;
+  const auto& on_act = rt_.options().on_act;
+  if (on_act) on_act(task_, k, false);
   for (Port& p : in_) {
     if (!p.Ends(k)) continue;
     rt_.Send(Msg{MsgKind::kAck, p.peer, task_.id, p.regst, p.slots.front()});

@@ -25,6 +25,8 @@ class Actor {
  public:
   Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task);
   void Handle(const Msg& m);
+  // The communicator finished this actor's in-flight movement (on the actor's stream thread).
+  void CommDone();
   int64_t acts_done() const { return acts_done_.load(std::memory_order_relaxed); }
   int64_t total_acts() const { return total_; }
   const ir::TaskDesc& task() const { return task_; }
@@ -45,7 +47,10 @@ class Actor {
   };
 
   bool Ready() const;
+  void TryAct();
   void ActOnce();
+  void Finish();  // gives back what act next_ read, announces what it wrote
+  bool Communicates() const;
   Status Body(int64_t k);
   Status Compute(int64_t step, int64_t micro);
   Status Variable(int64_t k);
@@ -63,6 +68,7 @@ class Actor {
   int64_t total_ = 0;
   int64_t next_ = 0;           // the next act
   double loss_sum_ = 0;        // loss sink
+  bool in_flight_ = false;     // a data movement started and not finished
   std::atomic<int64_t> acts_done_{0};
 };
 

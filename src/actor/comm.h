@@ -7,12 +7,13 @@
 // of task.group; send and recv pair up by (sender, receiver, tag), with global ranks.
 //
 // Rules the caller keeps:
-//   - Every rank calls Prepare with the same list of groups (the plan's, in plan order) before it
-//     starts a collective over any of them. Prepare blocks until the members of each group the
-//     rank belongs to have created that group's communicator together, in list order, so no two
-//     ranks wait on each other. Groups already prepared are skipped.
-//   - Collectives are started in the same order on every member of a group (the plan's collective
-//     order does this). Sends and receives may start in any order; tags in flight are unique per
+//   - Every rank calls Prepare with the same list: entry i is the group of collective id i (the
+//     plan's boxing::Task::collective). Prepare blocks until the members of each group the rank
+//     belongs to have created that collective's communicator together, in list order, so no two
+//     ranks wait on each other. An entry prepared before with the same group is skipped.
+//   - Each collective id has its own communicator, so the acts of one collective task start in
+//     act order on every member (which the actor runtime guarantees) and different collectives
+//     need no common order. Sends and receives may start in any order; tags in flight are unique per
 //     (sender, receiver).
 //   - The tensors given to Start stay untouched until Test reports the movement done: the inputs
 //     are read and `out` is written in the background. The communicator keeps them alive.

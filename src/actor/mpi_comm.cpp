@@ -163,7 +163,9 @@ class MpiCommunicator final : public Communicator {
   bool owns_mpi_;
   int tag_ub_;
   int rank_ = 0, size_ = 0;
-  std::map<std::vector<int>, MPI_Comm> groups_;  // the communicators of this rank's groups
+  // One communicator per collective id this rank takes part in (with its group), so collectives of
+  // different tasks never have to start in the same order on every rank: each task's acts do.
+  std::map<int, std::pair<std::vector<int>, MPI_Comm>> comms_;
   std::unordered_map<int, Pending> pending_;
   int next_id_ = 0;
 };
@@ -178,7 +180,7 @@ MpiCommunicator::~MpiCommunicator() {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  for (auto& [g, c] : groups_) MPI_Comm_free(&c);
+  for (auto& [id, gc] : comms_) MPI_Comm_free(&gc.second);
   MPI_Comm_free(&data_);
   MPI_Comm_free(&setup_);
   if (owns_mpi_) MPI_Finalize();
@@ -196,7 +198,14 @@ Status MpiCommunicator::Prepare(const std::vector<std::vector<int>>& groups) {
   Status s;
   for (size_t i = 0; i < groups.size() && s.ok(); ++i) {
     const std::vector<int>& g = groups[i];
-    if (groups_.count(g) || std::find(g.begin(), g.end(), rank_) == g.end()) continue;
+    const int id = static_cast<int>(i);
+    auto have = comms_.find(id);
+    if (have != comms_.end() && have->second.first == g) continue;  // prepared before
+    if (have != comms_.end()) {
+      MPI_Comm_free(&have->second.second);
+      comms_.erase(have);
+    }
+    if (std::find(g.begin(), g.end(), rank_) == g.end()) continue;
     const std::string what = "prepare group " + GroupString(g);
     MPI_Group sub;
     s = Mpi(MPI_Group_incl(world, static_cast<int>(g.size()), g.data(), &sub), "MPI_Group_incl", what);
@@ -206,7 +215,7 @@ Status MpiCommunicator::Prepare(const std::vector<std::vector<int>>& groups) {
     s = Mpi(MPI_Comm_create_group(setup_, sub, static_cast<int>(i % 32768), &c), "MPI_Comm_create_group", what);
     MPI_Group_free(&sub);
     if (s.ok()) s = Mpi(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", what);
-    if (c != MPI_COMM_NULL) groups_.emplace(g, c);
+    if (c != MPI_COMM_NULL) comms_.emplace(id, std::make_pair(g, c));
   }
   MPI_Group_free(&world);
   return s;
@@ -349,10 +358,11 @@ Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in,
     const int n = static_cast<int>(y.numel());
     RETURN_IF_ERROR(Mpi(MPI_Irecv(y.raw(), n, TypeOf(y.dtype()), t.peer, t.tag, data_, &p.req), "MPI_Irecv", what));
   } else {
-    auto it = groups_.find(t.group);
-    if (it == groups_.end()) return Fail(what, "group not prepared (Prepare it on every rank first)");
+    auto it = comms_.find(t.collective);
+    if (it == comms_.end() || it->second.first != t.group)
+      return Fail(what, "group not prepared (Prepare it on every rank first)");
     const int k = static_cast<int>(std::find(t.group.begin(), t.group.end(), rank_) - t.group.begin());
-    RETURN_IF_ERROR(StartCollective(p, it->second, k));
+    RETURN_IF_ERROR(StartCollective(p, it->second.second, k));
   }
   const int id = next_id_++;
   pending_.emplace(id, std::move(p));  // moving keeps the staging buffers where MPI sees them

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "actor/comm.h"
 #include "boxing/simulate.h"
 
 namespace fr::actor {
 
-Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank) : plan_(plan), graph_(graph), rank_(rank) {
+Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communicator* comm)
+    : plan_(plan), graph_(graph), rank_(rank), comm_(comm) {
   slots_.resize(plan.regsts.size());
   for (const ir::RegstDesc& r : plan.regsts) {
     if (r.rank != rank_) continue;
@@ -47,6 +49,32 @@ Status Runtime::Feed(int regst, int64_t step, int64_t micro, const Tensor& out) 
     return Status::Ok();
   }
   return Status::Runtime("[actor] no placement for data regst " + std::to_string(regst));
+}
+
+Status Runtime::StartComm(Actor* actor, const boxing::Task& t, std::vector<Tensor> in, Tensor out) {
+  if (!comm_) return Status::Runtime(std::string(boxing::Name(t.op)) + " needs other ranks: run under mpirun");
+  ASSIGN_OR_RETURN(CommHandle h, comm_->Start(t, std::move(in), std::move(out)));
+  in_flight_.push_back({actor, h.id});
+  return Status::Ok();
+}
+
+bool Runtime::PollComm() {
+  for (size_t i = 0; i < in_flight_.size();) {
+    auto done = comm_->Test(CommHandle{in_flight_[i].handle});
+    if (!done.ok()) {
+      Fail(done.status());
+      in_flight_.clear();
+      return false;
+    }
+    if (!*done) {
+      ++i;
+      continue;
+    }
+    Actor* a = in_flight_[i].actor;
+    in_flight_.erase(in_flight_.begin() + static_cast<long>(i));
+    a->CommDone();
+  }
+  return !in_flight_.empty();
 }
 
 void Runtime::Fail(const Status& s) {
@@ -97,9 +125,10 @@ Status Runtime::Run(const RunOptions& opt) {
   opt_ = opt;
   start_ = std::chrono::steady_clock::now();
   for (const std::string& name : plan_.streams) {
-    streams_.push_back(std::make_unique<Stream>(name, [this](const Msg& m) {
-      actors_[static_cast<size_t>(m.dst)]->Handle(m);
-    }));
+    auto handle = [this](const Msg& m) { actors_[static_cast<size_t>(m.dst)]->Handle(m); };
+    std::function<bool()> poll;
+    if (name == "comm") poll = [this] { return PollComm(); };
+    streams_.push_back(std::make_unique<Stream>(name, handle, poll));
   }
   int mine = 0;
   actors_.resize(plan_.tasks.size());

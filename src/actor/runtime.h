@@ -42,9 +42,13 @@ struct RunOptions {
   double stall_timeout = 60;
 };
 
+class Communicator;
+
 class Runtime {
  public:
-  Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank = 0);
+  // `comm` carries this rank's collectives and point-to-point transfers; it may be null for a plan
+  // whose boxing is all local (one rank).
+  Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank = 0, Communicator* comm = nullptr);
   ~Runtime();
   Status Run(const RunOptions& opt);
 
@@ -60,16 +64,27 @@ class Runtime {
   void ReportLoss(int64_t step, double loss);
   void ReportGradNormSq(int64_t step, double sq);
   void Fail(const Status& s);
+  // Starts a communicating boxing task for `actor`; its CommDone runs when it completes. Called on
+  // the comm stream's thread, which also polls the communicator.
+  Status StartComm(Actor* actor, const boxing::Task& t, std::vector<Tensor> in, Tensor out);
   void ActorFinished();
   const RunOptions& options() const { return opt_; }
 
  private:
   void Notify();
   void MaybeEmit();  // requires mu_
+  bool PollComm();   // comm stream thread: completes finished movements; true while any is in flight
+
+  struct InFlight {
+    Actor* actor;
+    int handle;
+  };
 
   const ir::Plan& plan_;
   const ir::Graph& graph_;
   int rank_;
+  Communicator* comm_;
+  std::vector<InFlight> in_flight_;  // comm stream thread only
   RunOptions opt_;
   std::vector<std::vector<Tensor>> slots_;  // per regst
   std::vector<std::unique_ptr<Actor>> actors_;   // by task id; null for other ranks' tasks

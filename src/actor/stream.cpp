@@ -1,9 +1,11 @@
 #include "actor/stream.h"
 
+#include <chrono>
+
 namespace fr::actor {
 
-Stream::Stream(std::string name, std::function<void(const Msg&)> handle)
-    : name_(std::move(name)), handle_(std::move(handle)) {}
+Stream::Stream(std::string name, std::function<void(const Msg&)> handle, std::function<bool()> poll)
+    : name_(std::move(name)), handle_(std::move(handle)), poll_(std::move(poll)) {}
 
 Stream::~Stream() { Join(); }
 
@@ -28,16 +30,29 @@ void Stream::Join() {
 }
 
 void Stream::Loop() {
+  bool pending = false;  // poll_ reported work in flight
   for (;;) {
     Msg m;
+    bool got = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return !queue_.empty(); });
-      m = queue_.front();
-      queue_.pop_front();
+      auto ready = [this] { return !queue_.empty(); };
+      if (pending) {
+        cv_.wait_for(lock, std::chrono::microseconds(20), ready);
+      } else {
+        cv_.wait(lock, ready);
+      }
+      if (!queue_.empty()) {
+        m = queue_.front();
+        queue_.pop_front();
+        got = true;
+      }
     }
-    if (m.kind == MsgKind::kStop) return;
-    handle_(m);
+    if (got) {
+      if (m.kind == MsgKind::kStop) return;
+      handle_(m);
+    }
+    if (poll_) pending = poll_();
   }
 }
 

@@ -16,7 +16,9 @@ namespace fr::actor {
 class Stream {
  public:
   // `handle` runs on the stream's thread for each message, kStop excepted, which ends the thread.
-  Stream(std::string name, std::function<void(const Msg&)> handle);
+  // `poll`, if set, runs on the thread between messages; while it returns true (work in flight,
+  // e.g. non-blocking communication) the thread wakes every few microseconds to call it again.
+  Stream(std::string name, std::function<void(const Msg&)> handle, std::function<bool()> poll = nullptr);
   ~Stream();  // joins
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -33,6 +35,7 @@ class Stream {
 
   std::string name_;
   std::function<void(const Msg&)> handle_;
+  std::function<bool()> poll_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Msg> queue_;  // guarded by mu_

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "actor/runtime.h"
+#include "actor/world.h"
 #include "cli/config.h"
 #include "cli/pipeline.h"
 #include "cli/step_log.h"
@@ -25,31 +26,60 @@ int Fail(const Status& s) {
 }
 
 int Train(const Args& a) {
+  auto world = actor::JoinWorld(nullptr, nullptr);
+  if (!world.ok()) return Fail(world.status());
+  const bool lead = world->rank == 0;
+  // On any rank's failure every rank must stop: abort the job, carrying the exit code.
+  auto fail = [&](const Status& s) {
+    int code = Fail(s);
+    if (world->comm && world->size > 1) world->comm->Abort(code);
+    return code;
+  };
   auto cfg = LoadConfig(a.config, a.set);
-  if (!cfg.ok()) return Fail(cfg.status());
-  if (Status s = CheckTrainable(*cfg, 1); !s.ok()) return Fail(s);
-  auto c = Compile(*cfg, 1);
-  if (!c.ok()) return Fail(c.status());
+  if (!cfg.ok()) return fail(cfg.status());
+  if (cfg->parallel.ranks > 0 && cfg->parallel.ranks != world->size) {
+    return fail(Status::Invalid("[config] " + cfg->path + ": parallel.ranks is " + std::to_string(cfg->parallel.ranks) +
+                                " but the job has " + std::to_string(world->size) + " rank(s) (mpirun -n " +
+                                std::to_string(cfg->parallel.ranks) + ")"));
+  }
+  if (Status s = CheckTrainable(*cfg); !s.ok()) return fail(s);
+  auto c = Compile(*cfg, world->size);
+  if (!c.ok()) return fail(c.status());
+  const ir::Plan& plan = c->plan;
+  if (Status s = actor::AgreeOnPlan(*world, std::hash<std::string>{}(ir::DumpText(plan, c->training.graph))); !s.ok())
+    return fail(s);
+  if (world->comm) {
+    std::vector<std::vector<int>> groups;  // entry i: the group of collective i
+    for (const ir::TaskDesc& t : plan.tasks) {
+      if (t.kind != ir::TaskKind::kBoxing || t.move.collective < 0) continue;
+      if (groups.size() <= static_cast<size_t>(t.move.collective)) groups.resize(static_cast<size_t>(t.move.collective) + 1);
+      groups[static_cast<size_t>(t.move.collective)] = t.move.group;
+    }
+    if (Status s = world->comm->Prepare(groups); !s.ok()) return fail(s);
+  }
   data::Loader loader(*c->dataset, c->input_field, cfg->data, cfg->train);
   StepLogOptions lo;
   lo.steps = cfg->train.steps;
   lo.every = cfg->log.every;
-  lo.jsonl = cfg->log.jsonl;
+  lo.jsonl = lead ? cfg->log.jsonl : "";
   lo.schedule = Schedule{cfg->optimizer.lr, cfg->schedule.min_lr, static_cast<int>(cfg->schedule.type),
                          cfg->schedule.warmup, cfg->train.steps};
   lo.flops_per_step = c->flops_per_step;
   lo.tokens_per_step = c->tokens_per_step;
   lo.tokens = cfg->data.format == DataConfig::Format::kTokens;
+  lo.devices = world->size;
   StepLog log(lo);
-  if (Status s = log.Open(); !s.ok()) return Fail(s);
-  actor::Runtime rt(c->plan, c->training.graph);
+  if (Status s = log.Open(); !s.ok()) return fail(s);
+  actor::Runtime rt(plan, c->training.graph, world->rank, world->comm.get());
   actor::RunOptions ro;
   ro.feeder = &loader;
   ro.on_step = [&](const actor::StepRecord& r) { log.OnStep(r); };
   ro.stall_timeout = cfg->parallel.timeout;
-  if (Status s = rt.Run(ro); !s.ok()) return Fail(s);
-  std::cout << "done: " << cfg->train.steps << " steps, final loss " << log.last_loss() << ", "
-            << log.MeanStepSeconds() * 1e3 << " ms/step" << std::endl;
+  if (Status s = rt.Run(ro); !s.ok()) return fail(s);
+  if (lead) {
+    std::cout << "done: " << cfg->train.steps << " steps on " << world->size << " rank(s), final loss " << log.last_loss()
+              << ", " << log.MeanStepSeconds() * 1e3 << " ms/step" << std::endl;
+  }
   return 0;
 }
 

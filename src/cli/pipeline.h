@@ -26,7 +26,7 @@ struct Compiled {
 // Compiles for `ranks` ranks (the world size of a run, or `plan --ranks`).
 Result<Compiled> Compile(const Config& cfg, int ranks);
 
-// Training supports what this version runs: one CPU rank, no pipeline, no ZeRO.
-Status CheckTrainable(const Config& cfg, int world);
+// Training supports what this version runs: CPU tensors.
+Status CheckTrainable(const Config& cfg);
 
 }  // namespace fr

@@ -1,0 +1,35 @@
+#include "actor/world.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <vector>
+
+namespace fr::actor {
+
+Result<World> JoinWorld(int* argc, char*** argv) {
+  World w;
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return w;
+  ASSIGN_OR_RETURN(w.comm, MpiWorld(argc, argv));
+  w.rank = w.comm->rank();
+  w.size = w.comm->size();
+  return w;
+}
+
+Status AgreeOnPlan(const World& w, uint64_t plan_hash) {
+  if (w.size == 1) return Status::Ok();
+  std::vector<unsigned long long> all(static_cast<size_t>(w.size));
+  unsigned long long mine = plan_hash;
+  if (MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    return Status::Runtime("[actor] rank " + std::to_string(w.rank) + ": could not exchange plan hashes");
+  }
+  std::string differ;
+  for (int r = 1; r < w.size; ++r)
+    if (all[static_cast<size_t>(r)] != all[0]) differ += " " + std::to_string(r);
+  if (!differ.empty()) {
+    return Status::Runtime("[actor] ranks" + differ + " compiled a different plan than rank 0 (configs or files differ between ranks?)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace fr::actor
