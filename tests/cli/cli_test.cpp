@@ -275,7 +275,7 @@ const std::vector<BadRun>& BadRuns() {
        2, {"[data] data.y", "hdr_y.npy", "truncated header"}},
       {"ranks_2",
        [](const TempDir& t) { return TrainYaml(t, DefaultYaml() + "parallel: {ranks: 2}\n"); },
-       2, {"[config]", "parallel.ranks", "not implemented"}},
+       2, {"[config]", "parallel.ranks is 2 but the job has 1 rank(s)", "mpirun -n 2"}},
       {"set_unknown_key",
        [](const TempDir& t) {
          return std::vector<std::string>{"train", t.Write("ok.yaml", DefaultYaml()), "--set", "train.stpes=3"};
