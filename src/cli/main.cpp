@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "actor/runtime.h"
+#include "actor/trace.h"
 #include "actor/world.h"
 #include "cli/config.h"
 #include "cli/pipeline.h"
@@ -18,6 +19,7 @@ struct Args {
   bool dump = false;
   int ranks = 0;
   std::string format = "text";
+  std::string trace;
 };
 
 int Fail(const Status& s) {
@@ -75,7 +77,15 @@ int Train(const Args& a) {
   ro.feeder = &loader;
   ro.on_step = [&](const actor::StepRecord& r) { log.OnStep(r); };
   ro.stall_timeout = cfg->parallel.timeout;
+  std::unique_ptr<actor::Tracer> tracer;
+  if (!a.trace.empty()) {
+    tracer = std::make_unique<actor::Tracer>(plan, world->rank);
+    ro.on_act = [&](const ir::TaskDesc& t, int64_t act, bool begin) { tracer->Record(t, act, begin); };
+  }
   if (Status s = rt.Run(ro); !s.ok()) return fail(s);
+  if (tracer) {
+    if (Status s = tracer->Write(actor::TracePath(a.trace, world->rank, world->size)); !s.ok()) return fail(s);
+  }
   if (lead) {
     std::cout << "done: " << cfg->train.steps << " steps on " << world->size << " rank(s), final loss " << log.last_loss()
               << ", " << log.MeanStepSeconds() * 1e3 << " ms/step" << std::endl;
@@ -124,6 +134,7 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train the model a config describes");
   train->add_option("config", args.config, "the YAML config")->required();
   train->add_option("--set", args.set, "override a config key: key.path=value (repeatable)");
+  train->add_option("--trace", args.trace, "write a Chrome trace (Perfetto) of every act to FILE (FILE.rankN.json per rank)");
   auto* plan = app.add_subcommand("plan", "compile only and show the plan");
   plan->add_option("config", args.config, "the YAML config")->required();
   plan->add_option("--set", args.set, "override a config key: key.path=value (repeatable)");
