@@ -55,6 +55,16 @@ Status Runtime::StartComm(Actor* actor, const boxing::Task& t, std::vector<Tenso
   if (!comm_) return Status::Runtime(std::string(boxing::Name(t.op)) + " needs other ranks: run under mpirun");
   ASSIGN_OR_RETURN(CommHandle h, comm_->Start(t, std::move(in), std::move(out)));
   in_flight_.push_back({actor, h.id});
+  std::string with;
+  if (t.op == boxing::Op::kSend || t.op == boxing::Op::kRecv) {
+    with = std::string(t.op == boxing::Op::kSend ? "send to" : "recv from") + " rank " + std::to_string(t.peer);
+  } else {
+    for (int r : t.group)
+      if (r != rank_) with += (with.empty() ? "" : ",") + std::to_string(r);
+    with = std::string(boxing::Name(t.op)) + " with rank(s) " + with;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  waiting_[actor->task().id] = with + " (" + actor->task().name + ")";
   return Status::Ok();
 }
 
@@ -72,6 +82,10 @@ bool Runtime::PollComm() {
     }
     Actor* a = in_flight_[i].actor;
     in_flight_.erase(in_flight_.begin() + static_cast<long>(i));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      waiting_.erase(a->task().id);
+    }
     a->CommDone();
   }
   return !in_flight_.empty();
@@ -121,6 +135,24 @@ void Runtime::MaybeEmit() {
   }
 }
 
+// Requires mu_. Names the peers this rank waits for, if any: a dead or hung rank shows up there.
+std::string Runtime::StallReport() const {
+  std::string msg = "[actor] rank " + std::to_string(rank_) + ": no progress for " +
+                    std::to_string(static_cast<int>(opt_.stall_timeout)) + " s (parallel.timeout)";
+  if (!waiting_.empty()) {
+    msg += "; waiting for other ranks, which may have died or hung:";
+    for (const auto& [task, what] : waiting_) msg += "\n  " + what;
+    return msg;
+  }
+  msg += "; tasks still waiting:";
+  int shown = 0;
+  for (const auto& a : actors_) {
+    if (!a || a->acts_done() >= a->total_acts() || shown++ >= 10) continue;
+    msg += "\n  " + a->task().name + " (" + std::to_string(a->acts_done()) + "/" + std::to_string(a->total_acts()) + " acts)";
+  }
+  return msg;
+}
+
 Status Runtime::Run(const RunOptions& opt) {
   opt_ = opt;
   start_ = std::chrono::steady_clock::now();
@@ -156,14 +188,13 @@ Status Runtime::Run(const RunOptions& opt) {
       last_progress = progress;
       last_change = now;
     } else if (std::chrono::duration<double>(now - last_change).count() > opt_.stall_timeout) {
-      std::string waiting;
-      for (const auto& a : actors_)
-        if (a && a->acts_done() < a->total_acts())
-          waiting += "\n  " + a->task().name + " (" + std::to_string(a->acts_done()) + "/" +
-                     std::to_string(a->total_acts()) + " acts)";
       failed_ = true;
-      error_ = Status::Runtime("[actor] no progress for " + std::to_string(static_cast<int>(opt_.stall_timeout)) +
-                               " s; tasks still waiting:" + waiting);
+      error_ = Status::Runtime(StallReport());
+    }
+    if (opt_.stop_signal && opt_.stop_signal->load() != 0 && !failed_) {
+      failed_ = true;
+      error_ = Status::Runtime("[actor] rank " + std::to_string(rank_) + ": stopped by signal " +
+                               std::to_string(opt_.stop_signal->load()));
     }
   }
   Status result = failed_ ? error_ : Status::Ok();

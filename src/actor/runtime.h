@@ -6,6 +6,7 @@
 // hanging.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -40,6 +41,8 @@ struct RunOptions {
   // Called on the actor's stream thread right before (begin) and after each act: traces, tests.
   std::function<void(const ir::TaskDesc&, int64_t act, bool begin)> on_act;
   double stall_timeout = 60;
+  // Polled every 200 ms; when it holds a signal number the run stops with an error naming it.
+  const std::atomic<int>* stop_signal = nullptr;
 };
 
 class Communicator;
@@ -74,6 +77,7 @@ class Runtime {
   void Notify();
   void MaybeEmit();  // requires mu_
   bool PollComm();   // comm stream thread: completes finished movements; true while any is in flight
+  std::string StallReport() const;
 
   struct InFlight {
     Actor* actor;
@@ -100,6 +104,7 @@ class Runtime {
   std::map<int64_t, StepRecord> partial_;  // guarded by mu_: steps with loss or norm pending
   std::map<int64_t, int> parts_;         // guarded by mu_
   int64_t next_emit_ = 0;                // guarded by mu_
+  std::map<int, std::string> waiting_;   // guarded by mu_: in-flight movements by task, for stall reports
 };
 
 }  // namespace fr::actor

@@ -1,5 +1,8 @@
 // flowrun: the command line (DESIGN.md §5). Exit codes: 0 success, 2 bad input, 1 runtime failure.
 #include <CLI/CLI.hpp>
+#include <csignal>
+
+#include <atomic>
 #include <iostream>
 
 #include "actor/runtime.h"
@@ -22,6 +25,19 @@ struct Args {
   std::string trace;
 };
 
+// SIGINT / SIGTERM: the runtime polls this and stops every stream; the process exits 128 + signal.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void OnStopSignal(int sig) { g_stop_signal.store(sig); }
+
+void CatchStopSignals() {
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
 int Fail(const Status& s) {
   std::cerr << "flowrun: " << s.message() << std::endl;
   return s.exit_code();
@@ -32,8 +48,10 @@ int Train(const Args& a) {
   if (!world.ok()) return Fail(world.status());
   const bool lead = world->rank == 0;
   // On any rank's failure every rank must stop: abort the job, carrying the exit code.
+  CatchStopSignals();
   auto fail = [&](const Status& s) {
-    int code = Fail(s);
+    int code = g_stop_signal.load() ? 128 + g_stop_signal.load() : 0;
+    code = code ? (Fail(s), code) : Fail(s);
     if (world->comm && world->size > 1) world->comm->Abort(code);
     return code;
   };
@@ -77,6 +95,7 @@ int Train(const Args& a) {
   ro.feeder = &loader;
   ro.on_step = [&](const actor::StepRecord& r) { log.OnStep(r); };
   ro.stall_timeout = cfg->parallel.timeout;
+  ro.stop_signal = &g_stop_signal;
   std::unique_ptr<actor::Tracer> tracer;
   if (!a.trace.empty()) {
     tracer = std::make_unique<actor::Tracer>(plan, world->rank);
