@@ -1,6 +1,8 @@
 #include "ir/onnx_import.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -116,6 +118,7 @@ class Importer {
       if (it == names_.end()) return Err("graph output '" + out.name() + "' is not produced by any node");
       g_.outputs.push_back(it->second);
     }
+    RETURN_IF_ERROR(FreezeBuffers());
     return std::move(g_);
   }
 
@@ -203,6 +206,9 @@ class Importer {
           a.Set(at.name(), f);
           break;
         }
+        case onnx::AttributeProto::TENSOR:
+          if (n.op_type() == "ConstantOfShape") break;  // read by LowerConstantOfShape
+          return NodeErr(n, "attribute '" + at.name() + "' has a type flowrun does not read");
         default: return NodeErr(n, "attribute '" + at.name() + "' has a type flowrun does not read");
       }
     }
@@ -316,9 +322,11 @@ class Importer {
     if (op == "Constant") return AddConstant(n);
     if (n.input_size() < 1) return NodeErr(n, "has no inputs");
     ASSIGN_OR_RETURN(ValueId x, Input(n, 0));
+    if (op == "Identity" && g_.value(x).kind == ValueKind::kParam) return Untie(n, x);
     if (op == "Identity" || op == "Dropout") return Alias(n, x);
     Attrs attrs;
     RETURN_IF_ERROR(ReadAttrs(n, attrs));
+    if (op == "Shape") return AddShape(n, x, attrs);
     std::vector<ValueId> ins;
     OpKind kind;
     if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") {
@@ -343,6 +351,7 @@ class Importer {
         ins.push_back(v);
       }
       RETURN_IF_ERROR(CheckAttrs(n, kind, attrs));
+      RETURN_IF_ERROR(Lower(n, kind, ins, attrs));
     }
     std::string name = n.name().empty() ? n.output(0) : n.name();
     auto outs = b_.Add(kind, ins, attrs, b_.UniqueName(name), Phase::kForward);
@@ -367,6 +376,13 @@ class Importer {
           {OpKind::kLogSoftmax, {"axis"}},
           {OpKind::kLayerNormalization, {"axis", "epsilon", "stash_type"}},
           {OpKind::kTranspose, {"perm"}},
+          {OpKind::kGather, {"axis"}},
+          {OpKind::kConcat, {"axis"}},
+          {OpKind::kSplit, {"axis"}},
+          {OpKind::kCast, {"to"}},
+          {OpKind::kTrilu, {"upper"}},
+          {OpKind::kShape, {"start", "end"}},
+          {OpKind::kConstantOfShape, {"value"}},
       };
       auto it = kKnown.find(k);
       bool ok = it != kKnown.end() && std::find(it->second.begin(), it->second.end(), key) != it->second.end();
@@ -375,24 +391,248 @@ class Importer {
     return Status::Ok();
   }
 
-  // A node whose inputs are all constants is evaluated now and becomes a constant.
-  Status FoldIfConstant(const onnx::NodeProto& n, const std::vector<ValueId>& ins) {
+  bool AllConst(const std::vector<ValueId>& ins) const {
     for (ValueId v : ins)
-      if (v != kNoValue && !IsConst(v)) return Status::Ok();
-    Node node = g_.nodes.back();
+      if (v != kNoValue && !IsConst(v)) return false;
+    return true;
+  }
+
+  // Runs a node on constant inputs with its CPU kernel; its outputs become constants.
+  Status Evaluate(const Node& node) {
     std::vector<Tensor> in, out;
-    for (ValueId v : ins) in.push_back(v == kNoValue ? Tensor() : g_.value(v).data);
+    for (ValueId v : node.in) in.push_back(v == kNoValue ? Tensor() : g_.value(v).data);
     for (ValueId v : node.out) out.emplace_back(g_.type(v).dtype, g_.type(v).shape);
     KernelCtx ctx{node, in, out};
-    Status s = Def(node.op).cpu(ctx);
-    if (!s.ok()) return NodeErr(n, "constant folding failed: " + s.message());
+    RETURN_IF_ERROR(Def(node.op).cpu(ctx));
     for (size_t i = 0; i < node.out.size(); ++i) {
       Value& v = g_.value(node.out[i]);
       v.kind = ValueKind::kConst;
       v.data = out[i];
       v.producer = -1;
     }
+    return Status::Ok();
+  }
+
+  // A node whose inputs are all constants is evaluated now and becomes a constant.
+  Status FoldIfConstant(const onnx::NodeProto& n, const std::vector<ValueId>& ins) {
+    if (!AllConst(ins)) return Status::Ok();
+    Status s = Evaluate(g_.nodes.back());
+    if (!s.ok()) return NodeErr(n, "constant folding failed: " + s.message());
     g_.nodes.pop_back();
+    return Status::Ok();
+  }
+
+  // PyTorch's eval-mode export shares initializers of equal value (every LayerNorm weight is ones
+  // at initialisation) through Identity nodes; they are separate parameters, so each name gets its
+  // own copy. (Weights tied through Linear are already untied by the export's constant folding.)
+  Status Untie(const onnx::NodeProto& n, ValueId x) {
+    const TensorType type = g_.type(x);
+    Tensor data = g_.value(x).data.Clone();
+    names_[n.output(0)] = g_.AddValue(n.output(0), type, ValueKind::kParam, std::move(data));
+    return Status::Ok();
+  }
+
+  // Shape depends only on its input's static type: it is a constant whatever the input is.
+  Status AddShape(const onnx::NodeProto& n, ValueId x, const Attrs& attrs) {
+    RETURN_IF_ERROR(CheckAttrs(n, OpKind::kShape, attrs));
+    const Shape& s = g_.type(x).shape;
+    const int64_t r = s.rank();
+    auto clamp = [r](int64_t v) { return std::clamp(v < 0 ? v + r : v, int64_t{0}, r); };
+    const int64_t b = clamp(attrs.Int("start", 0)), e = std::max(b, clamp(attrs.Int("end", r)));
+    Tensor t(DType::kI64, Shape{e - b});
+    for (int64_t i = b; i < e; ++i) t.data<int64_t>()[i - b] = s[static_cast<int>(i)];
+    names_[n.output(0)] = b_.Const(n.output(0), std::move(t));
+    return Status::Ok();
+  }
+
+  // Buffers PyTorch exports as initializers (a causal mask's tril) look like parameters. One that
+  // no float path connects to a graph output gets no gradient: it becomes a constant here, and the
+  // nodes it alone feeds (Slice -> Equal -> Where's condition) fold. Unused initializers stay
+  // parameters, for training's note that they are not trained.
+  Status FreezeBuffers() {
+    std::vector<bool> live(g_.values.size(), false), used(g_.values.size(), false);
+    for (ValueId v : g_.outputs) live[static_cast<size_t>(v)] = g_.type(v).dtype == DType::kF32;
+    for (size_t i = g_.nodes.size(); i-- > 0;) {
+      const Node& node = g_.nodes[i];
+      bool any = false;
+      for (ValueId v : node.out) any = any || live[static_cast<size_t>(v)];
+      for (ValueId v : node.in) {
+        if (v == kNoValue) continue;
+        used[static_cast<size_t>(v)] = true;
+        if (any && g_.type(v).dtype == DType::kF32) live[static_cast<size_t>(v)] = true;
+      }
+    }
+    std::vector<ValueId> params;
+    for (ValueId p : g_.params) {
+      if (live[static_cast<size_t>(p)] || !used[static_cast<size_t>(p)]) {
+        params.push_back(p);
+      } else {
+        g_.value(p).kind = ValueKind::kConst;
+      }
+    }
+    if (params.size() == g_.params.size()) return Status::Ok();
+    g_.params = params;
+    std::vector<bool> keep(g_.nodes.size(), true);
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      if (!AllConst(g_.nodes[i].in)) continue;
+      Status s = Evaluate(g_.nodes[i]);
+      if (!s.ok()) return Err("node '" + g_.nodes[i].name + "': constant folding failed: " + s.message());
+      keep[i] = false;
+    }
+    g_.KeepNodes(keep);
+    return Status::Ok();
+  }
+
+  // ---- Inputs that decide an output's shape must be constants: they move into attributes. ----
+
+  Result<double> ConstScalar(const onnx::NodeProto& n, int i) {
+    ASSIGN_OR_RETURN(ValueId v, Input(n, i));
+    const Tensor& t = g_.value(v).data;
+    if (!IsConst(v) || t.numel() != 1) {
+      return NodeErr(n, "input " + std::to_string(i) + " ('" + n.input(i) + "') must be a constant scalar");
+    }
+    switch (t.dtype()) {
+      case DType::kF32: return static_cast<double>(t.data<float>()[0]);
+      case DType::kI64: return static_cast<double>(t.data<int64_t>()[0]);
+      case DType::kI32: return static_cast<double>(t.data<int32_t>()[0]);
+      default: return NodeErr(n, "input " + std::to_string(i) + " must be a number");
+    }
+  }
+
+  Status Lower(const onnx::NodeProto& n, OpKind k, std::vector<ValueId>& ins, Attrs& a) {
+    const Shape x = ins[0] != kNoValue ? g_.type(ins[0]).shape : Shape{};
+    const bool has1 = ins.size() > 1 && ins[1] != kNoValue;
+    switch (k) {
+      case OpKind::kSplit: {
+        auto axis = x.Axis(a.Int("axis", 0));
+        if (!axis.ok()) return NodeErr(n, axis.status().message());
+        std::vector<int64_t> sizes;
+        if (has1) {
+          ASSIGN_OR_RETURN(sizes, ConstIntsInput(n, 1));
+        } else {
+          const int64_t parts = n.output_size(), dim = x[*axis];
+          if (dim % parts) {
+            return NodeErr(n, "cannot split dim " + std::to_string(dim) + " into " + std::to_string(parts) +
+                                  " equal parts");
+          }
+          sizes.assign(static_cast<size_t>(parts), dim / parts);
+        }
+        if (static_cast<int>(sizes.size()) != n.output_size()) {
+          return NodeErr(n, std::to_string(sizes.size()) + " split sizes for " + std::to_string(n.output_size()) +
+                                " outputs");
+        }
+        a.Set("axis", int64_t{*axis});
+        a.Set("split", sizes);
+        ins.resize(1);
+        return Status::Ok();
+      }
+      case OpKind::kSlice: return LowerSlice(n, x, ins, a);
+      case OpKind::kExpand: {
+        ASSIGN_OR_RETURN(std::vector<int64_t> shape, ConstIntsInput(n, 1));
+        RETURN_IF_ERROR(CheckDims(shape).With("[onnx] " + path_ + ": node '" + n.name() + "': "));
+        a.Set("shape", shape);
+        ins.resize(1);
+        return Status::Ok();
+      }
+      case OpKind::kTrilu:
+        if (has1) {
+          ASSIGN_OR_RETURN(double kv, ConstScalar(n, 1));
+          a.Set("k", static_cast<int64_t>(kv));
+        }
+        ins.resize(1);
+        return Status::Ok();
+      case OpKind::kCast: {
+        ASSIGN_OR_RETURN(DType to, DTypeFromOnnx(static_cast<int32_t>(a.Int("to", 0)),
+                                                 "[onnx] " + path_ + ": node '" + n.name() + "' (Cast) target"));
+        a = Attrs();
+        a.Set("dtype", static_cast<int64_t>(to));
+        return Status::Ok();
+      }
+      case OpKind::kConstantOfShape: return LowerConstantOfShape(n, a);
+      case OpKind::kRange: {
+        ASSIGN_OR_RETURN(double start, ConstScalar(n, 0));
+        ASSIGN_OR_RETURN(double limit, ConstScalar(n, 1));
+        ASSIGN_OR_RETURN(double delta, ConstScalar(n, 2));
+        if (delta == 0) return NodeErr(n, "Range with delta 0");
+        const auto size = static_cast<int64_t>(std::max(std::ceil((limit - start) / delta), 0.0));
+        RETURN_IF_ERROR(CheckDims({size}).With("[onnx] " + path_ + ": node '" + n.name() + "': "));
+        a.Set("size", size);
+        return Status::Ok();
+      }
+      default: return Status::Ok();
+    }
+  }
+
+  // ONNX Slice(data, starts, ends, axes?, steps?) -> per-axis starts/ends/steps with negative
+  // positions resolved and clamped as the ONNX spec says; axes not named are taken whole.
+  Status LowerSlice(const onnx::NodeProto& n, const Shape& x, std::vector<ValueId>& ins, Attrs& a) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> starts, ConstIntsInput(n, 1));
+    ASSIGN_OR_RETURN(std::vector<int64_t> ends, ConstIntsInput(n, 2));
+    std::vector<int64_t> axes, steps;
+    if (ins.size() > 3 && ins[3] != kNoValue) {
+      ASSIGN_OR_RETURN(axes, ConstIntsInput(n, 3));
+    }
+    if (ins.size() > 4 && ins[4] != kNoValue) {
+      ASSIGN_OR_RETURN(steps, ConstIntsInput(n, 4));
+    }
+    if (axes.empty())
+      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    if (steps.empty()) steps.assign(starts.size(), 1);
+    if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+      return NodeErr(n, "starts, ends, axes and steps differ in length");
+    }
+    const int64_t r = x.rank();
+    std::vector<int64_t> st(static_cast<size_t>(r), 0), en = x.dims(), sp(static_cast<size_t>(r), 1);
+    std::vector<bool> seen(static_cast<size_t>(r), false);
+    for (size_t i = 0; i < starts.size(); ++i) {
+      const int64_t ax = axes[i] < 0 ? axes[i] + r : axes[i];
+      if (ax < 0 || ax >= r || seen[static_cast<size_t>(ax)]) {
+        return NodeErr(n, "bad or repeated axis " + std::to_string(axes[i]) + " for " + x.ToString());
+      }
+      seen[static_cast<size_t>(ax)] = true;
+      if (steps[i] == 0) return NodeErr(n, "slice step 0");
+      const int64_t dim = x[static_cast<int>(ax)];
+      int64_t b = starts[i] < 0 ? starts[i] + dim : starts[i], e = ends[i] < 0 ? ends[i] + dim : ends[i];
+      if (steps[i] > 0) {
+        b = std::clamp(b, int64_t{0}, dim);
+        e = std::clamp(e, int64_t{0}, dim);
+      } else {
+        b = std::clamp(b, int64_t{0}, dim - 1);
+        e = std::clamp(e, int64_t{-1}, dim - 1);
+      }
+      st[static_cast<size_t>(ax)] = b;
+      en[static_cast<size_t>(ax)] = e;
+      sp[static_cast<size_t>(ax)] = steps[i];
+    }
+    a.Set("starts", st);
+    a.Set("ends", en);
+    a.Set("steps", sp);
+    ins.resize(1);
+    return Status::Ok();
+  }
+
+  // ConstantOfShape(shape) with its one-element tensor attribute `value` (float32 0 if absent).
+  Status LowerConstantOfShape(const onnx::NodeProto& n, Attrs& a) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> shape, ConstIntsInput(n, 0));
+    RETURN_IF_ERROR(CheckDims(shape).With("[onnx] " + path_ + ": node '" + n.name() + "': "));
+    a = Attrs();
+    a.Set("shape", shape);
+    a.Set("dtype", static_cast<int64_t>(DType::kF32));
+    for (const auto& at : n.attribute()) {
+      if (at.name() != "value") continue;
+      ASSIGN_OR_RETURN(Tensor t, TensorFromProto(at.t(), "[onnx] " + path_ + ": node '" + n.name() + "' value"));
+      if (t.numel() != 1) return NodeErr(n, "value must have one element");
+      double v = 0;
+      switch (t.dtype()) {
+        case DType::kF32: v = t.data<float>()[0]; break;
+        case DType::kI64: v = static_cast<double>(t.data<int64_t>()[0]); break;
+        case DType::kI32: v = t.data<int32_t>()[0]; break;
+        case DType::kBool: v = t.data<bool>()[0] ? 1 : 0; break;
+        case DType::kU8: v = t.data<uint8_t>()[0]; break;
+      }
+      a.Set("value", v);
+      a.Set("dtype", static_cast<int64_t>(t.dtype()));
+    }
     return Status::Ok();
   }
 

@@ -62,6 +62,10 @@ ir::ValueId GradCtx::SumTo(ir::ValueId g, const Shape& target) {
   return Op(OpKind::kSumTo, {g}, std::move(a), "sum_to");
 }
 
+ir::ValueId GradCtx::Zeros(const Shape& s) {
+  return b_.Const(b_.UniqueName(node_.name + "/zeros"), Tensor(DType::kF32, s));
+}
+
 Result<std::vector<ir::TensorType>> SameAsInput0(const ir::Node&, std::span<const ir::TensorType> in) {
   return std::vector<ir::TensorType>{in[0]};
 }

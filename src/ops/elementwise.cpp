@@ -1,9 +1,11 @@
-// Elementwise ops: binary arithmetic with numpy broadcasting, activations, and the helpers their
-// gradients need (SumTo undoes broadcasting, Scale multiplies by a constant `alpha`).
+// Elementwise ops: binary arithmetic with numpy broadcasting, activations, the helpers their
+// gradients need (SumTo undoes broadcasting, Scale multiplies by a constant `alpha`), and the ops of
+// masks: Where (select, with broadcasting), Equal, Cast, Trilu.
 //
 // SBP: all inputs share one split; Add/Sub are linear in both inputs, so P + P -> P; Mul/Div are
 // linear in one input when the other is B, so P * B -> P. Activations are nonlinear and never take
-// P; their gradients are linear in dY. The rules and their worked examples sit above each rule.
+// P; their gradients are linear in dY. Where is linear in its two branches together. The rules and
+// their worked examples sit above each rule.
 #include "ops/defs.h"
 
 namespace fr::defs {
@@ -78,6 +80,67 @@ void GradTanh(GradCtx& c) { c.set_din(0, c.Op(OpKind::kTanhGrad, {c.dout(0), c.o
 void GradSigmoid(GradCtx& c) { c.set_din(0, c.Op(OpKind::kSigmoidGrad, {c.dout(0), c.out(0)})); }
 void GradErf(GradCtx& c) { c.set_din(0, c.Op(OpKind::kErfGrad, {c.dout(0), c.in(0)})); }
 void GradScale(GradCtx& c) { c.set_din(0, c.Op(OpKind::kScale, {c.dout(0)}, c.node().attrs)); }
+
+// Where(cond, X, Y) -> cond ? X : Y, the three broadcast together; cond is bool.
+Out InferWhere(const ir::Node& n, Types in) {
+  if (in[0].dtype != DType::kBool) {
+    return Status::Invalid(n.name + ": Where's condition must be bool, got " + std::string(Name(in[0].dtype)));
+  }
+  if (in[1].dtype != in[2].dtype) {
+    return Status::Invalid(n.name + ": Where's branches differ in dtype (" + std::string(Name(in[1].dtype)) + " vs " +
+                           std::string(Name(in[2].dtype)) + ")");
+  }
+  auto s = Broadcast(in[0].shape, in[1].shape);
+  if (s.ok()) s = Broadcast(*s, in[2].shape);
+  if (!s.ok()) return s.status().With(n.name + ": ");
+  return std::vector<ir::TensorType>{{in[1].dtype, *s}};
+}
+
+// dX = dY where cond, dY' = dY where not cond, each summed over the dims its branch was broadcast
+// along. A masked fill Where(mask, -inf, S) gives S's gradient zeros at the masked places: no NaN.
+void GradWhere(GradCtx& c) {
+  const ir::ValueId zero = c.Zeros(Shape{});
+  if (c.need(1)) {
+    c.set_din(1, c.SumTo(c.Op(OpKind::kWhere, {c.in(0), c.dout(0), zero}, {}, "dX"), c.type(c.in(1)).shape));
+  }
+  if (c.need(2)) {
+    c.set_din(2, c.SumTo(c.Op(OpKind::kWhere, {c.in(0), zero, c.dout(0)}, {}, "dY"), c.type(c.in(2)).shape));
+  }
+}
+
+// Equal(A, B) -> bool, broadcast. Its output is never differentiated: no gradient rule.
+Out InferEqual(const ir::Node& n, Types in) {
+  auto y = InferBinary(n, in);
+  if (!y.ok()) return y;
+  (*y)[0].dtype = DType::kBool;
+  return y;
+}
+
+// Cast(X) to attribute `dtype` (a flowrun DType; import translates ONNX's `to`). Float to int
+// truncates toward zero; to bool is x != 0.
+Out InferCast(const ir::Node& n, Types in) {
+  const int64_t t = n.attrs.Int("dtype", -1);
+  if (t < 0 || t >= kNumDTypes) return Status::Invalid(n.name + ": Cast to an unknown dtype " + std::to_string(t));
+  return std::vector<ir::TensorType>{{static_cast<DType>(t), in[0].shape}};
+}
+
+// Autodiff follows float values only, so a gradient reaches Cast only from float to float, where
+// it is the identity.
+void GradCast(GradCtx& c) {
+  FR_CHECK(c.type(c.in(0)).dtype == DType::kF32 && c.type(c.out(0)).dtype == DType::kF32,
+           c.node().name + ": gradient through a Cast between types");
+  c.set_din(0, c.dout(0));
+}
+
+// Trilu(X [..., N, M]) keeps each matrix's upper (attribute `upper`, default 1) or lower triangle
+// from diagonal `k` (import resolves ONNX's k input into the attribute) and zeroes the rest:
+// upper keeps j - i >= k, lower keeps j - i <= k.
+Out InferTrilu(const ir::Node& n, Types in) {
+  if (in[0].shape.rank() < 2) return Status::Invalid(n.name + ": Trilu needs rank >= 2, got " + in[0].shape.ToString());
+  return std::vector<ir::TensorType>{in[0]};
+}
+
+void GradTrilu(GradCtx& c) { c.set_din(0, c.Op(OpKind::kTrilu, {c.dout(0)}, c.node().attrs)); }
 
 // ---- SBP rules ----
 
@@ -157,5 +220,57 @@ Sigs SbpSumTo(const ir::Node& n, Types in, Types out, int64_t parts) {
 
 // A piece sums to its own piece of the target.
 void PhysicalSumTo(ir::Node& n, Types, Types physical_out) { n.attrs.Set("shape", physical_out[0].shape.dims()); }
+
+// The splits every broadcasting elementwise op has: for each output axis, every input on its
+// aligned axis, or B where it is broadcast along it (absent inputs stay B).
+static Sigs BroadcastSplits(const ir::Node& n, Types in, Types out, int64_t parts) {
+  Sigs s{Uniform(n, 1, Sbp::B())};
+  const Shape& y = out[0].shape;
+  for (int i = 0; i < y.rank(); ++i) {
+    if (!Splits(y[i], parts)) continue;
+    sbp::Signature g{{}, {Sbp::S(i)}};
+    for (size_t k = 0; k < in.size(); ++k)
+      g.in.push_back(Present(n, k) ? AlignedSplit(in[k].shape, y.rank(), i) : Sbp::B());
+    AddSig(s, g);
+  }
+  return s;
+}
+
+// Where(cond [1, 1, 5, 5], X [], Y [2, 3, 5, 5]) -> [2, 3, 5, 5], the causal masked fill:
+//   (B, B, S(0))       -> S(0)      the mask and the fill value are whole on every device
+//   (S(2), B, S(2))    -> S(2)      rows of the mask meet rows of Y
+//   (B, P, P)          -> P         where(c, x1, y1) + where(c, x2, y2) = where(c, x1 + x2, y1 + y2);
+//                                   any reduction: a select moves elements
+// The condition never takes P (it is bool), nor one branch alone.
+Sigs SbpWhere(const ir::Node& n, Types in, Types out, int64_t parts) {
+  Sigs s = BroadcastSplits(n, in, out, parts);
+  for (sbp::Reduce r : {sbp::Reduce::kSum, sbp::Reduce::kMax, sbp::Reduce::kMin})
+    AddSig(s, {{Sbp::B(), Sbp::P(r), Sbp::P(r)}, {Sbp::P(r)}});
+  return s;
+}
+
+// Equal(A [5, 7], B [7]) -> bool [5, 7]: (S(0), B) -> S(0), (S(1), S(0)) -> S(1); no P (nonlinear).
+Sigs SbpEqual(const ir::Node& n, Types in, Types out, int64_t parts) { return BroadcastSplits(n, in, out, parts); }
+
+// Cast(X [5, 7]): (S(0)) -> S(0), (S(1)) -> S(1); P only when the type stays (the identity):
+// float to int truncates each summand.
+Sigs SbpCast(const ir::Node& n, Types in, Types out, int64_t parts) {
+  Sigs s = SbpActivation(n, in, out, parts);
+  if (in[0].dtype == out[0].dtype)
+    for (sbp::Reduce r : {sbp::Reduce::kSum, sbp::Reduce::kMax, sbp::Reduce::kMin}) AddSig(s, Uniform(n, 1, Sbp::P(r)));
+  return s;
+}
+
+// Trilu(X [3, 5, 7]): the batch axes split; the matrix axes do not (a piece's row and column
+// numbers would shift). Linear: zeroing commutes with sums.
+//   (S(0)) -> S(0), (P) -> P, (B) -> B
+Sigs SbpTrilu(const ir::Node& n, Types in, Types, int64_t parts) {
+  const Shape& x = in[0].shape;
+  Sigs s{Uniform(n, 1, Sbp::B())};
+  for (int i = 0; i + 2 < x.rank(); ++i)
+    if (Splits(x[i], parts)) AddSig(s, Uniform(n, 1, Sbp::S(i)));
+  AddSig(s, Uniform(n, 1, Sbp::P()));
+  return s;
+}
 
 }  // namespace fr::defs

@@ -121,6 +121,8 @@ class GradCtx {
   std::vector<ir::ValueId> OpN(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs, const std::string& tag);
   // Sums `g` down to `target`'s shape (undoing broadcasting); identity if shapes match.
   ir::ValueId SumTo(ir::ValueId g, const Shape& target);
+  // A float32 constant of zeros: the gradient of an output nothing uses, or a Where's other branch.
+  ir::ValueId Zeros(const Shape& s);
 
  private:
   Builder& b_;

@@ -13,10 +13,14 @@ namespace fr {
   X(Gemm, true) X(MatMul, true) X(Add, true) X(Sub, true) X(Mul, true) X(Div, true)                 \
   X(Relu, true) X(Tanh, true) X(Sigmoid, true) X(Erf, true) X(Softmax, true) X(LogSoftmax, true)    \
   X(LayerNormalization, true) X(Reshape, true) X(Transpose, true)                                   \
+  X(Gather, true) X(Concat, true) X(Split, true) X(Slice, true) X(Expand, true) X(Where, true)       \
+  X(Cast, true) X(Trilu, true)                                                                     \
+  /* ONNX ops for shape arithmetic and masks, folded at import: no gradient (see registry.cpp) */  \
+  X(Shape, true) X(Equal, true) X(ConstantOfShape, true) X(Range, true)                            \
   /* gradients */                                                                                  \
   X(ReluGrad, false) X(TanhGrad, false) X(SigmoidGrad, false) X(ErfGrad, false)                    \
   X(SoftmaxGrad, false) X(LogSoftmaxGrad, false) X(LayerNormGrad, false) X(SumTo, false)           \
-  X(Scale, false)                                                                                  \
+  X(Scale, false) X(GatherGrad, false) X(SliceGrad, false)                                         \
   /* losses */                                                                                     \
   X(CrossEntropy, false) X(CrossEntropyGrad, false) X(Mse, false) X(MseGrad, false)                \
   /* step: accumulation, clipping, optimizers */                                                   \

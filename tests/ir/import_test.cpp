@@ -10,9 +10,11 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "onnx/onnx_pb.h"
+#include "ops/op.h"
 
 namespace fr::ir {
 namespace {
@@ -233,6 +235,197 @@ TEST(Import, SmallModelIsValid) {
   EXPECT_EQ(g->type(g->outputs[0]).shape, (Shape{2, 3}));
 }
 
+// ---- Folding: shape arithmetic and masks become constants; the kernels that remain are static. ----
+
+onnx::NodeProto* AddOnnxNode(onnx::GraphProto* g, const std::string& op, const std::string& name,
+                             std::vector<std::string> in, std::vector<std::string> out) {
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name(name);
+  for (const auto& i : in) n->add_input(i);
+  for (const auto& o : out) n->add_output(o);
+  return n;
+}
+
+void IntAttr(onnx::NodeProto* n, const std::string& name, int64_t v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
+// A Constant node with an int64 (or, with `f`, float) tensor value.
+void AddConstNode(onnx::GraphProto* g, const std::string& out, std::vector<int64_t> dims, std::vector<int64_t> v,
+                  std::vector<float> f = {}) {
+  auto* n = AddOnnxNode(g, "Constant", out + "_node", {}, {out});
+  auto* a = n->add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  auto* t = a->mutable_t();
+  for (int64_t d : dims) t->add_dims(d);
+  if (f.empty()) {
+    t->set_data_type(onnx::TensorProto::INT64);
+    for (int64_t x : v) t->add_int64_data(x);
+  } else {
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (float x : f) t->add_float_data(x);
+  }
+}
+
+// x [N, 4] -> Reshape to [N, 2, 2] through Shape -> Gather -> Unsqueeze -> Concat (as PyTorch's
+// view(B, 2, 2) exports), then a causal masked fill with two masks: Trilu of a ConstantOfShape,
+// and PyTorch's registered tril buffer (a float initializer, shared through Identity) cut with a
+// Slice whose end comes from the Shape chain; each compared with Equal(., 0) and Cast to bool.
+// Then Softmax, a Split and a Concat of the halves, and an Expand of a Range-made constant added.
+onnx::ModelProto FoldingModel() {
+  onnx::ModelProto m = SmallModel();
+  onnx::GraphProto* g = m.mutable_graph();
+  g->clear_node();
+  g->clear_initializer();
+  g->mutable_output(0)->set_name("out");
+  auto* buf = g->add_initializer();  // tril(ones(3, 3)) as [1, 3, 3]
+  buf->set_name("bias");
+  buf->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : {1, 3, 3}) buf->add_dims(d);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) buf->add_float_data(j <= i ? 1.f : 0.f);
+  AddOnnxNode(g, "Identity", "share", {"bias"}, {"bias2"});
+  AddOnnxNode(g, "Shape", "shape", {"x"}, {"xs"});
+  AddConstNode(g, "zero", {}, {0});
+  IntAttr(AddOnnxNode(g, "Gather", "batch", {"xs", "zero"}, {"n"}), "axis", 0);
+  AddConstNode(g, "axes0", {1}, {0});
+  AddOnnxNode(g, "Unsqueeze", "unsq", {"n", "axes0"}, {"n1"});
+  AddConstNode(g, "two_two", {2}, {2, 2});
+  IntAttr(AddOnnxNode(g, "Concat", "cat_shape", {"n1", "two_two"}, {"target"}), "axis", 0);
+  AddOnnxNode(g, "Reshape", "view", {"x", "target"}, {"h"});                        // [N, 2, 2]
+  AddConstNode(g, "sq_shape", {2}, {2, 2});
+  AddOnnxNode(g, "ConstantOfShape", "ones", {"sq_shape"}, {"o"});                     // f32 0 by default
+  AddConstNode(g, "one_f", {}, {}, {1.f});
+  AddOnnxNode(g, "Add", "plus1", {"o", "one_f"}, {"o1"});
+  IntAttr(AddOnnxNode(g, "Trilu", "tril", {"o1"}, {"tl"}), "upper", 0);
+  AddConstNode(g, "zero_f", {}, {}, {0.f});
+  AddOnnxNode(g, "Equal", "is0", {"tl", "zero_f"}, {"m1"});
+  AddConstNode(g, "ninf", {}, {}, {-INFINITY});
+  AddOnnxNode(g, "Where", "fill1", {"m1", "ninf", "h"}, {"w1"});
+  AddConstNode(g, "one_i", {}, {1});                                                    // the Slice's end: dim 1 of h
+  AddOnnxNode(g, "Shape", "shape_h", {"h"}, {"hs"});
+  IntAttr(AddOnnxNode(g, "Gather", "dim1", {"hs", "one_i"}, {"t"}), "axis", 0);
+  AddOnnxNode(g, "Unsqueeze", "unsq_t", {"t", "axes0"}, {"t1"});
+  AddConstNode(g, "starts", {2}, {0, 0});
+  AddOnnxNode(g, "Concat", "ends", {"t1", "t1"}, {"ends_v"})->add_attribute()->CopyFrom([] {
+    onnx::AttributeProto a;
+    a.set_name("axis");
+    a.set_type(onnx::AttributeProto::INT);
+    a.set_i(0);
+    return a;
+  }());
+  AddConstNode(g, "axes12", {2}, {1, 2});
+  AddOnnxNode(g, "Slice", "cut", {"bias2", "starts", "ends_v", "axes12"}, {"b2"});   // [1, 2, 2]
+  AddOnnxNode(g, "Equal", "is0b", {"b2", "zero_f"}, {"m2"});
+  IntAttr(AddOnnxNode(g, "Cast", "to_bool", {"m2"}, {"m2b"}), "to", onnx::TensorProto::BOOL);
+  AddOnnxNode(g, "Where", "fill2", {"m2b", "ninf", "w1"}, {"w2"});
+  IntAttr(AddOnnxNode(g, "Softmax", "softmax", {"w2"}, {"p"}), "axis", -1);
+  AddConstNode(g, "halves", {2}, {1, 1});
+  IntAttr(AddOnnxNode(g, "Split", "split", {"p", "halves"}, {"p0", "p1"}), "axis", 2);
+  IntAttr(AddOnnxNode(g, "Concat", "swap", {"p1", "p0"}, {"q"}), "axis", 2);
+  AddConstNode(g, "r0", {}, {0});
+  AddConstNode(g, "r2", {}, {2});
+  AddConstNode(g, "r1", {}, {1});
+  AddOnnxNode(g, "Range", "range", {"r0", "r2", "r1"}, {"ri"});                         // [0, 1]
+  IntAttr(AddOnnxNode(g, "Cast", "to_f", {"ri"}, {"rf"}), "to", onnx::TensorProto::FLOAT);
+  AddConstNode(g, "exp_shape", {2}, {2, 1});
+  AddOnnxNode(g, "Expand", "expand", {"rf", "exp_shape"}, {"e"});                      // [2, 2]
+  AddOnnxNode(g, "Add", "out_add", {"q", "e"}, {"out"});
+  return m;
+}
+
+TEST(Import, FoldsShapeArithmeticAndMasks) {
+  auto g = ImportOnnxBytes(Serialize(FoldingModel()), "fold.onnx", SmallBinding());
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ExpectWellFormed(*g, "fold.onnx");
+  std::vector<std::string> ops;
+  for (const Node& n : g->nodes) ops.push_back(Def(n.op).name);
+  EXPECT_EQ(ops, (std::vector<std::string>{"Reshape", "Where", "Where", "Softmax", "Split", "Concat", "Add"}));
+  // The tril buffer reaches the output only through Equal: no parameter. Its unused original stays
+  // one, for training's note that it is not trained.
+  ASSERT_EQ(g->params.size(), 1u);
+  EXPECT_EQ(g->value(g->params[0]).name, "bias");
+  EXPECT_EQ(g->type(g->nodes[0].out[0]).shape, (Shape{2, 2, 2}));
+  // Both masks are constant bool tensors, true above the diagonal.
+  for (int w : {1, 2}) {
+    const Value& cond = g->value(g->nodes[static_cast<size_t>(w)].in[0]);
+    ASSERT_EQ(cond.kind, ValueKind::kConst);
+    ASSERT_EQ(cond.data.dtype(), DType::kBool);
+    ASSERT_EQ(cond.data.numel(), 4);
+    const bool* c = cond.data.data<bool>();
+    EXPECT_EQ(std::vector<bool>(c, c + 4), (std::vector<bool>{false, true, false, false})) << "Where " << w;
+  }
+  const Value& e = g->value(g->nodes.back().in[1]);
+  ASSERT_EQ(e.kind, ValueKind::kConst);
+  EXPECT_EQ(e.type.shape, (Shape{2, 2}));
+  EXPECT_EQ(std::vector<float>(e.data.data<float>(), e.data.data<float>() + 4), (std::vector<float>{0, 1, 0, 1}));
+  EXPECT_EQ(g->type(g->outputs[0]).shape, (Shape{2, 2, 2}));
+}
+
+// PyTorch's eval-mode export merges initializers of equal value through Identity; each name stays
+// its own parameter.
+TEST(Import, IdentityOfAParameterIsAnotherParameter) {
+  onnx::ModelProto m = SmallModel();
+  onnx::GraphProto* g = m.mutable_graph();
+  AddOnnxNode(g, "Identity", "dup", {"B"}, {"B2"});
+  AddOnnxNode(g, "Add", "add", {"y", "B2"}, {"z"});
+  g->mutable_output(0)->set_name("z");
+  // Nodes must follow their inputs: move "dup" first.
+  g->mutable_node()->SwapElements(0, 2);
+  g->mutable_node()->SwapElements(1, 2);
+  auto gr = ImportOnnxBytes(Serialize(m), "dup.onnx", SmallBinding());
+  ASSERT_TRUE(gr.ok()) << gr.status().message();
+  ASSERT_EQ(gr->params.size(), 3u);
+  const Value& b = gr->value(gr->params[1]);
+  const Value& b2 = gr->value(gr->params[2]);
+  EXPECT_EQ(b2.name, "B2");
+  EXPECT_FALSE(b.data.SharesStorageWith(b2.data));
+  EXPECT_EQ(std::vector<float>(b.data.data<float>(), b.data.data<float>() + 3),
+            std::vector<float>(b2.data.data<float>(), b2.data.data<float>() + 3));
+}
+
+TEST(Import, GptMiniOpsAndShapes) {
+  for (const auto& [path, t] : {std::pair{"models/gpt_mini.onnx", 64}, {"models/gpt_mini2.onnx", 32}}) {
+    SCOPED_TRACE(path);
+    auto ins = OnnxInputs(path);
+    ASSERT_TRUE(ins.ok()) << ins.status().message();
+    ASSERT_EQ(ins->size(), 1u);
+    EXPECT_EQ((*ins)[0].name, "idx");
+    EXPECT_EQ((*ins)[0].dtype, DType::kI64);
+    auto g = ImportOnnx(path, BindAll(path, 4));
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    ExpectWellFormed(*g, path);
+    auto n = OpCounts(*g);
+    for (OpKind k : {OpKind::kShape, OpKind::kEqual, OpKind::kCast, OpKind::kRange, OpKind::kSlice,
+                     OpKind::kConstantOfShape, OpKind::kTrilu, OpKind::kExpand, OpKind::kConcat}) {
+      EXPECT_EQ(n[k], 0) << Def(k).name << " should have folded";
+    }
+    const int layers = n[OpKind::kSoftmax];
+    EXPECT_GE(layers, 2);
+    EXPECT_EQ(n[OpKind::kGather], 2);  // the token and position embeddings
+    EXPECT_EQ(n[OpKind::kWhere], layers);
+    EXPECT_EQ(n[OpKind::kSplit], layers);
+    EXPECT_EQ(n[OpKind::kLayerNormalization], 2 * layers + 1);
+    EXPECT_EQ(static_cast<int>(g->params.size()), 5 + 12 * layers);  // wte, wpe, 12 per block, ln_f (2), head
+    for (ValueId p : g->params) EXPECT_EQ(g->value(p).name.find(".attn.bias"), std::string::npos) << "the mask buffer";
+    EXPECT_EQ(g->type(g->outputs[0]).shape, (Shape{4, t, 256}));
+    for (const Node& node : g->nodes) {
+      if (node.op != OpKind::kWhere) continue;
+      const Value& cond = g->value(node.in[0]);
+      ASSERT_EQ(cond.kind, ValueKind::kConst);
+      ASSERT_EQ(cond.type, (TensorType{DType::kBool, Shape{1, 1, t, t}}));
+      int wrong = 0;
+      for (int64_t i = 0; i < t * t; ++i) wrong += cond.data.data<bool>()[i] != (i % t > i / t);
+      EXPECT_EQ(wrong, 0) << "the causal mask is true strictly above the diagonal";
+    }
+  }
+}
+
 struct BadCase {
   const char* name;
   // Returns the bytes to import; may also change the binding.
@@ -341,6 +534,31 @@ const std::vector<BadCase>& BadCases() {
          m.mutable_graph()->mutable_output(0)->set_name("z");
        }),
        {"node 'reshape'", "Reshape", "'shape'", "must be a constant"}},
+      {"slice_end_not_constant",
+       Mutate([](onnx::ModelProto& m, Binding& b) {
+         auto* s = m.mutable_graph()->add_input();
+         s->set_name("end");
+         auto* st = s->mutable_type()->mutable_tensor_type();
+         st->set_elem_type(onnx::TensorProto::INT64);
+         st->mutable_shape()->add_dim()->set_dim_value(1);
+         b["end"] = {DType::kI64, Shape{1}};
+         AddConstNode(m.mutable_graph(), "start", {1}, {0});
+         AddOnnxNode(m.mutable_graph(), "Slice", "cut", {"y", "start", "end"}, {"z"});
+         m.mutable_graph()->mutable_output(0)->set_name("z");
+       }),
+       {"node 'cut'", "Slice", "'end'", "must be a constant"}},
+      {"cast_to_double",
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         IntAttr(AddOnnxNode(m.mutable_graph(), "Cast", "to_f64", {"y"}, {"z"}), "to", onnx::TensorProto::DOUBLE);
+         m.mutable_graph()->mutable_output(0)->set_name("z");
+       }),
+       {"node 'to_f64'", "DOUBLE"}},
+      {"split_uneven",
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         IntAttr(AddOnnxNode(m.mutable_graph(), "Split", "halves", {"y"}, {"z", "z2"}), "axis", 1);
+         m.mutable_graph()->mutable_output(0)->set_name("z");
+       }),
+       {"node 'halves'", "cannot split dim 3 into 2"}},
       {"output_not_produced",
        Mutate([](onnx::ModelProto& m, Binding&) { m.mutable_graph()->mutable_output(0)->set_name("nowhere"); }),
        {"graph output 'nowhere'", "not produced"}},

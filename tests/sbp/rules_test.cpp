@@ -38,18 +38,21 @@ using sbp::Signature;
 
 // ---- Cases ----
 
-enum class Fill { kInt, kNonZero, kPositive, kLabels, kAbsent };
+enum class Fill { kInt, kNonZero, kPositive, kLabels, kBool, kValue, kAbsent };
 
 struct In {
   Shape shape;
   Fill fill = Fill::kInt;
   DType dtype = DType::kF32;
   int64_t classes = 0;  // kLabels: values in [0, classes)
+  double value = 0;     // kValue: every element
 };
-In F(Shape s, Fill f = Fill::kInt) { return In{std::move(s), f, DType::kF32, 0}; }
-In I64(Shape s, Fill f = Fill::kInt) { return In{std::move(s), f, DType::kI64, 0}; }
-In Labels(Shape s, int64_t classes) { return In{std::move(s), Fill::kLabels, DType::kI64, classes}; }
-In Absent() { return In{Shape{}, Fill::kAbsent, DType::kF32, 0}; }
+In F(Shape s, Fill f = Fill::kInt) { return In{std::move(s), f, DType::kF32, 0, 0}; }
+In I64(Shape s, Fill f = Fill::kInt) { return In{std::move(s), f, DType::kI64, 0, 0}; }
+In Labels(Shape s, int64_t classes) { return In{std::move(s), Fill::kLabels, DType::kI64, classes, 0}; }
+In Bools(Shape s) { return In{std::move(s), Fill::kBool, DType::kBool, 0, 0}; }
+In I64Value(double v) { return In{Shape{}, Fill::kValue, DType::kI64, 0, v}; }
+In Absent() { return In{Shape{}, Fill::kAbsent, DType::kF32, 0, 0}; }
 
 struct Case {
   OpKind op;
@@ -67,6 +70,15 @@ ir::Attrs A(std::initializer_list<std::pair<const char*, ir::AttrValue>> kv) {
 }
 ir::Attrs ShapeAttr(std::vector<int64_t> d) { return A({{"shape", std::move(d)}}); }
 ir::Attrs Axis(int64_t a) { return A({{"axis", a}}); }
+ir::Attrs Ints(const char* k, std::vector<int64_t> v) { return A({{k, std::move(v)}}); }
+ir::Attrs SliceAttrs(std::vector<int64_t> st, std::vector<int64_t> en, std::vector<int64_t> sp) {
+  return A({{"starts", std::move(st)}, {"ends", std::move(en)}, {"steps", std::move(sp)}});
+}
+ir::Attrs With(ir::Attrs a, const char* k, ir::AttrValue v) {
+  a.Set(k, std::move(v));
+  return a;
+}
+ir::Attrs CastTo(DType t) { return A({{"dtype", static_cast<int64_t>(t)}}); }
 
 const std::vector<Case>& Cases() {
   using K = OpKind;
@@ -159,6 +171,40 @@ const std::vector<Case>& Cases() {
       {K::kSgdUpdate, "plain", {F({5, 7}), F({5, 7})}, A({{"lr", 0.1}}), kTol, 2},
       {K::kAdamWUpdate, "clip", {F({5, 7}), F({5, 7}), F({}, Fill::kPositive)}, adamw, kTol, 2},
       {K::kAdamWUpdate, "noclip", {F({7}), F({7})}, adamw, kTol, 2},
+      {K::kGather, "embed", {F({7, 5}), Labels({3, 4}, 7)}, Axis(0)},
+      {K::kGather, "axis1", {F({3, 7, 5}), Labels({2, 3}, 7)}, Axis(1)},
+      {K::kGather, "shape", {I64({4}), Labels({}, 4)}, {}},
+      {K::kGatherGrad, "embed", {F({3, 4, 5}), Labels({3, 4}, 7)}, With(Axis(0), "shape", std::vector<int64_t>{7, 5})},
+      {K::kGatherGrad, "axis1", {F({3, 2, 3, 5}), Labels({2, 3}, 7)},
+       With(Axis(1), "shape", std::vector<int64_t>{3, 7, 5})},
+      {K::kConcat, "cols", {F({4, 5}), F({4, 3}), F({4, 2})}, Axis(1)},
+      {K::kConcat, "rows", {F({2, 5}), F({3, 5})}, Axis(0)},
+      {K::kConcat, "i64", {I64({3}), I64({2})}, Axis(0)},
+      {K::kSplit, "qkv", {F({3, 5, 9})}, With(Axis(2), "split", std::vector<int64_t>{3, 3, 3})},
+      {K::kSplit, "rows", {F({6, 5})}, Ints("split", {2, 4})},
+      {K::kSlice, "step", {F({4, 6, 5})}, SliceAttrs({0, 1, 0}, {4, 5, 5}, {1, 2, 1})},
+      {K::kSlice, "reverse", {F({5, 6})}, SliceAttrs({0, 5}, {5, 0}, {1, -2})},
+      {K::kSlice, "mask", {F({1, 1, 7, 7})}, SliceAttrs({0, 0, 0, 0}, {1, 1, 5, 5}, {1, 1, 1, 1})},
+      {K::kSliceGrad, "step", {F({4, 2, 5})},
+       With(SliceAttrs({0, 1, 0}, {4, 5, 5}, {1, 2, 1}), "shape", std::vector<int64_t>{4, 6, 5})},
+      {K::kSliceGrad, "reverse", {F({5, 3})},
+       With(SliceAttrs({0, 5}, {5, 0}, {1, -2}), "shape", std::vector<int64_t>{5, 6})},
+      {K::kExpand, "bcast", {F({5, 1})}, ShapeAttr({3, 5, 7})},
+      {K::kExpand, "scalar", {F({})}, ShapeAttr({5, 7})},
+      {K::kWhere, "causal", {Bools({1, 1, 5, 5}), F({}), F({2, 3, 5, 5})}, {}},
+      {K::kWhere, "bcast", {Bools({5, 1}), F({5, 7}), F({7})}, {}},
+      {K::kWhere, "i64", {Bools({6}), I64({5, 6}), I64({6})}, {}},
+      {K::kEqual, "bcast", {I64({5, 7}), I64({7})}, {}},
+      {K::kEqual, "f32", {F({3, 5}), F({3, 5})}, {}},
+      {K::kCast, "to_i64", {F({5, 7})}, CastTo(DType::kI64)},
+      {K::kCast, "to_f32", {I64({5, 7})}, CastTo(DType::kF32)},
+      {K::kCast, "same", {F({3, 5})}, CastTo(DType::kF32)},
+      {K::kCast, "to_bool", {F({3, 5})}, CastTo(DType::kBool)},
+      {K::kTrilu, "lower", {F({3, 5, 7})}, A({{"upper", int64_t{0}}})},
+      {K::kTrilu, "upper_k", {F({2, 3, 5, 7})}, A({{"k", int64_t{1}}})},
+      {K::kShape, "4d", {F({2, 3, 5, 7})}, {}},
+      {K::kConstantOfShape, "ones", {I64({2})}, With(With(ShapeAttr({5, 7}), "value", 1.5), "dtype", int64_t{0})},
+      {K::kRange, "i64", {I64Value(0), I64Value(10), I64Value(3)}, A({{"size", int64_t{4}}})},
   };
   return cases;
 }
@@ -170,13 +216,17 @@ std::string TestName(const Case& c, int n) {
 // ---- Tensors as values (float or int64 read as double) and their pieces ----
 
 double Get(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::kF32 ? static_cast<double>(t.data<float>()[i]) : static_cast<double>(t.data<int64_t>()[i]);
+  switch (t.dtype()) {
+    case DType::kF32: return static_cast<double>(t.data<float>()[i]);
+    case DType::kBool: return t.data<bool>()[i] ? 1.0 : 0.0;
+    default: return static_cast<double>(t.data<int64_t>()[i]);
+  }
 }
 void Set(const Tensor& t, int64_t i, double v) {
-  if (t.dtype() == DType::kF32) {
-    t.data<float>()[i] = static_cast<float>(v);
-  } else {
-    t.data<int64_t>()[i] = static_cast<int64_t>(v);
+  switch (t.dtype()) {
+    case DType::kF32: t.data<float>()[i] = static_cast<float>(v); break;
+    case DType::kBool: t.data<bool>()[i] = v != 0; break;
+    default: t.data<int64_t>()[i] = static_cast<int64_t>(v); break;
   }
 }
 
@@ -317,6 +367,8 @@ Built Build(const Case& c, std::mt19937& rng) {
         case Fill::kNonZero: Set(t, e, pos(rng) * (sign(rng) ? 1 : -1)); break;
         case Fill::kPositive: Set(t, e, pos(rng)); break;
         case Fill::kLabels: Set(t, e, static_cast<double>(label(rng))); break;
+        case Fill::kBool: Set(t, e, sign(rng)); break;
+        case Fill::kValue: Set(t, e, spec.value); break;
         case Fill::kAbsent: break;
       }
     }
@@ -472,7 +524,7 @@ TEST(SbpRule, NonlinearOpsTakeNoPartialInput) {
   const std::set<OpKind> nonlinear = {OpKind::kRelu,         OpKind::kTanh,      OpKind::kSigmoid,
                                       OpKind::kErf,          OpKind::kSoftmax,   OpKind::kLogSoftmax,
                                       OpKind::kLayerNormalization, OpKind::kSquareSum, OpKind::kClipCoef,
-                                      OpKind::kCrossEntropy, OpKind::kMse};
+                                      OpKind::kCrossEntropy, OpKind::kMse, OpKind::kEqual};
   int checked = 0;
   for (const Case& c : Cases()) {
     if (!nonlinear.count(c.op)) continue;

@@ -1,6 +1,7 @@
 // Strided iteration for numpy-style broadcasting, shared by the elementwise kernels.
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "base/shape.h"
@@ -8,7 +9,7 @@
 namespace fr::cpu {
 
 // Strides of `in` viewed in the rank of `out`: 0 along broadcast (size-1 or missing) dims.
-inline std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
+inline std::vector<int64_t> BroadcastStrides(const fr::Shape& in, const fr::Shape& out) {
   std::vector<int64_t> st(static_cast<size_t>(out.rank()), 0);
   std::vector<int64_t> dense = Strides(in);
   for (int i = 0; i < in.rank(); ++i) {
@@ -21,7 +22,7 @@ inline std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) 
 // Calls row(offset_a, offset_b, out_offset, inner, stride_a_inner, stride_b_inner) for every
 // innermost row of `out`, where a and b are broadcast to `out`.
 template <typename Row>
-void ForEachRow(const Shape& a, const Shape& b, const Shape& out, Row row) {
+void ForEachRow(const fr::Shape& a, const fr::Shape& b, const fr::Shape& out, Row row) {
   int r = out.rank();
   if (r == 0) { row(0, 0, 0, 1, 0, 0); return; }
   auto sa = BroadcastStrides(a, out), sb = BroadcastStrides(b, out);
@@ -38,6 +39,32 @@ void ForEachRow(const Shape& a, const Shape& b, const Shape& out, Row row) {
       if (++idx[du] < out[d]) break;
       oa -= sa[du] * out[d];
       ob -= sb[du] * out[d];
+      idx[du] = 0;
+    }
+  }
+}
+
+// The same for three inputs: row(offsets {a, b, c}, out_offset, inner, inner strides {a, b, c}).
+template <typename Row>
+void ForEachRow3(const fr::Shape& a, const fr::Shape& b, const fr::Shape& c, const fr::Shape& out, Row row) {
+  using Off = std::array<int64_t, 3>;
+  const int r = out.rank();
+  if (r == 0) { row(Off{0, 0, 0}, 0, 1, Off{0, 0, 0}); return; }
+  const std::array<std::vector<int64_t>, 3> st = {BroadcastStrides(a, out), BroadcastStrides(b, out),
+                                                   BroadcastStrides(c, out)};
+  const int64_t inner = out[r - 1], outer = out.numel() / (inner ? inner : 1);
+  if (inner == 0) return;
+  const auto last = static_cast<size_t>(r - 1);
+  const Off inner_st = {st[0][last], st[1][last], st[2][last]};
+  std::vector<int64_t> idx(static_cast<size_t>(r), 0);
+  Off off = {0, 0, 0};
+  for (int64_t o = 0; o < outer; ++o) {
+    row(off, o * inner, inner, inner_st);
+    for (int d = r - 2; d >= 0; --d) {
+      const auto du = static_cast<size_t>(d);
+      for (size_t k = 0; k < 3; ++k) off[k] += st[k][du];
+      if (++idx[du] < out[d]) break;
+      for (size_t k = 0; k < 3; ++k) off[k] -= st[k][du] * out[d];
       idx[du] = 0;
     }
   }

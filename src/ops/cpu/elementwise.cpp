@@ -1,6 +1,9 @@
-// CPU kernels for elementwise ops. Binary ops broadcast through ForEachRow, with contiguous inner
-// loops the compiler vectorises.
+// CPU kernels for elementwise ops. Binary ops broadcast through ForEachRow, Where through
+// ForEachRow3, with contiguous inner loops the compiler vectorises.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/kernels.h"
@@ -114,6 +117,126 @@ Status SumTo(const KernelCtx& c) {
                  o[0] += s;
                }
              });
+  return Status::Ok();
+}
+
+namespace {
+
+// Calls f(T{}) with T the C++ type of dtype t.
+template <typename F>
+void ByType(DType t, F f) {
+  switch (t) {
+    case DType::kF32: f(float{}); break;
+    case DType::kI64: f(int64_t{}); break;
+    case DType::kI32: f(int32_t{}); break;
+    case DType::kBool: f(bool{}); break;
+    case DType::kU8: f(uint8_t{}); break;
+  }
+}
+
+template <typename T>
+void WhereT(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& out) {
+  const bool* pc = cond.data<bool>();
+  const T* px = x.data<T>();
+  const T* py = y.data<T>();
+  T* po = out.data<T>();
+  ForEachRow3(cond.shape(), x.shape(), y.shape(), out.shape(),
+              [&](std::array<int64_t, 3> off, int64_t oo, int64_t n, std::array<int64_t, 3> st) {
+                const bool* c = pc + off[0];
+                const T* a = px + off[1];
+                const T* b = py + off[2];
+                T* z = po + oo;
+                if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+                  for (int64_t i = 0; i < n; ++i) z[i] = c[i] ? a[i] : b[i];
+                } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {  // masked fill
+                  const T av = a[0];
+                  for (int64_t i = 0; i < n; ++i) z[i] = c[i] ? av : b[i];
+                } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {
+                  const T bv = b[0];
+                  for (int64_t i = 0; i < n; ++i) z[i] = c[i] ? a[i] : bv;
+                } else {
+                  for (int64_t i = 0; i < n; ++i) z[i] = c[i * st[0]] ? a[i * st[1]] : b[i * st[2]];
+                }
+              });
+}
+
+template <typename T>
+void EqualT(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  bool* po = out.data<bool>();
+  ForEachRow(a.shape(), b.shape(), out.shape(),
+             [&](int64_t oa, int64_t ob, int64_t oo, int64_t n, int64_t sa, int64_t sb) {
+               for (int64_t i = 0; i < n; ++i) po[oo + i] = pa[oa + i * sa] == pb[ob + i * sb];
+             });
+}
+
+template <typename From, typename To>
+Status CastT(const KernelCtx& c) {
+  const From* x = c.in[0].data<From>();
+  To* y = c.out[0].data<To>();
+  const int64_t n = c.out[0].numel();
+  if constexpr (std::is_same_v<To, bool>) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] != From(0);
+  } else if constexpr (std::is_floating_point_v<From> && !std::is_floating_point_v<To>) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(x[i])) {
+        return Status::Invalid("[ops] " + c.node.name + ": cannot cast " + std::to_string(x[i]) + " to an integer");
+      }
+      y[i] = static_cast<To>(x[i]);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<To>(x[i]);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Where(const KernelCtx& c) {
+  switch (c.out[0].dtype()) {
+    case DType::kF32: WhereT<float>(c.in[0], c.in[1], c.in[2], c.out[0]); return Status::Ok();
+    case DType::kI64: WhereT<int64_t>(c.in[0], c.in[1], c.in[2], c.out[0]); return Status::Ok();
+    case DType::kI32: WhereT<int32_t>(c.in[0], c.in[1], c.in[2], c.out[0]); return Status::Ok();
+    case DType::kBool: WhereT<bool>(c.in[0], c.in[1], c.in[2], c.out[0]); return Status::Ok();
+    case DType::kU8: WhereT<uint8_t>(c.in[0], c.in[1], c.in[2], c.out[0]); return Status::Ok();
+  }
+  return Status::Ok();
+}
+
+Status Equal(const KernelCtx& c) {
+  ByType(c.in[0].dtype(), [&](auto t) { EqualT<decltype(t)>(c.in[0], c.in[1], c.out[0]); });
+  return Status::Ok();
+}
+
+Status Cast(const KernelCtx& c) {
+  Status s;
+  ByType(c.in[0].dtype(), [&](auto from) {
+    ByType(c.out[0].dtype(), [&](auto to) { s = CastT<decltype(from), decltype(to)>(c); });
+  });
+  return s;
+}
+
+// Each row keeps one run of columns: [max(0, i + k), M) for the upper triangle, [0, i + k + 1)
+// for the lower; the rest is zero.
+Status Trilu(const KernelCtx& c) {
+  const Tensor &X = c.in[0], &Y = c.out[0];
+  const fr::Shape& s = X.shape();
+  const int64_t rows = s[s.rank() - 2], cols = s[s.rank() - 1], mats = X.numel() / std::max<int64_t>(rows * cols, 1);
+  const bool upper = c.node.attrs.Int("upper", 1) != 0;
+  const int64_t k = c.node.attrs.Int("k", 0);
+  const size_t es = SizeOf(X.dtype());
+  const auto* px = static_cast<const char*>(X.raw());
+  auto* py = static_cast<char*>(Y.raw());
+  Y.Zero();
+  for (int64_t m = 0; m < mats; ++m)
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t b = upper ? std::clamp(i + k, int64_t{0}, cols) : 0;
+      const int64_t e = upper ? cols : std::clamp(i + k + 1, int64_t{0}, cols);
+      if (e <= b) continue;
+      const size_t at = static_cast<size_t>((m * rows + i) * cols + b) * es;
+      std::memcpy(py + at, px + at, static_cast<size_t>(e - b) * es);
+    }
   return Status::Ok();
 }
 

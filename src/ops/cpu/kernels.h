@@ -1,5 +1,6 @@
 // CPU kernels, one per op kind (see ops/registry.cpp). Each reads ctx.in and writes ctx.out as the
-// op's definition in src/ops/ describes.
+// op's definition in src/ops/ describes. The kernel named Shape hides the type in this namespace:
+// write fr::Shape here.
 #pragma once
 
 #include "ops/op.h"

@@ -15,7 +15,7 @@ void Sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
   FR_CHECK(s == dnnl_success, "dnnl_sgemm failed with status " + std::to_string(static_cast<int>(s)));
 }
 
-Shape BatchOf(const Shape& s) { return Shape(std::vector<int64_t>(s.dims().begin(), s.dims().end() - 2)); }
+fr::Shape BatchOf(const fr::Shape& s) { return fr::Shape(std::vector<int64_t>(s.dims().begin(), s.dims().end() - 2)); }
 
 }  // namespace
 
@@ -23,7 +23,7 @@ Status MatMul(const KernelCtx& c) {
   const Tensor &A = c.in[0], &B = c.in[1], &Y = c.out[0];
   bool ta = c.node.attrs.Int("transA"), tb = c.node.attrs.Int("transB");
   float alpha = static_cast<float>(c.node.attrs.Float("alpha", 1.0));
-  const Shape &as = A.shape(), &bs = B.shape(), &ys = Y.shape();
+  const fr::Shape &as = A.shape(), &bs = B.shape(), &ys = Y.shape();
   int64_t m = ys[ys.rank() - 2], n = ys[ys.rank() - 1];
   int64_t k = ta ? as[as.rank() - 2] : as[as.rank() - 1];
   if (bs.rank() == 2 && !ta) {  // fold A's batch into M
@@ -31,13 +31,13 @@ Status MatMul(const KernelCtx& c) {
     Sgemm(false, tb, rows, n, k, alpha, A.data<float>(), B.data<float>(), 0.f, Y.data<float>());
     return Status::Ok();
   }
-  Shape yb = BatchOf(ys);
+  fr::Shape yb = BatchOf(ys);
   const float* pa = A.data<float>();
   const float* pb = B.data<float>();
   float* py = Y.data<float>();
   int64_t a_mat = as[as.rank() - 2] * as[as.rank() - 1], b_mat = bs[bs.rank() - 2] * bs[bs.rank() - 1];
   // Batch offsets in units of matrices, broadcasting A's and B's batch dims onto Y's.
-  ForEachRow(BatchOf(as), BatchOf(bs), yb.rank() ? yb : Shape{1},
+  ForEachRow(BatchOf(as), BatchOf(bs), yb.rank() ? yb : fr::Shape{1},
              [&](int64_t oa, int64_t ob, int64_t oy, int64_t cnt, int64_t sa, int64_t sb) {
                for (int64_t i = 0; i < cnt; ++i) {
                  Sgemm(ta, tb, m, n, k, alpha, pa + (oa + i * sa) * a_mat, pb + (ob + i * sb) * b_mat, 0.f,

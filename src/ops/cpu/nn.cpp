@@ -12,7 +12,7 @@ struct AxisView {
   int64_t outer = 1, dim = 1, inner = 1;
 };
 
-AxisView ViewAround(const Shape& s, int axis) {
+AxisView ViewAround(const fr::Shape& s, int axis) {
   AxisView v;
   for (int i = 0; i < s.rank(); ++i) {
     if (i < axis) v.outer *= s[i];
@@ -22,7 +22,7 @@ AxisView ViewAround(const Shape& s, int axis) {
   return v;
 }
 
-int AxisOf(const KernelCtx& c, const Shape& s) { return *s.Axis(c.node.attrs.Int("axis", -1)); }
+int AxisOf(const KernelCtx& c, const fr::Shape& s) { return *s.Axis(c.node.attrs.Int("axis", -1)); }
 
 // Applies f(row_in, row_out, stride, n) on every softmax row.
 template <typename F>
