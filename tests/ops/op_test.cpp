@@ -17,6 +17,7 @@
 
 #include "harness.h"
 #include "ir/autodiff.h"
+#include "ops/cpu/vmath.h"
 
 namespace fr::test {
 namespace {
@@ -1239,6 +1240,34 @@ TEST(Grad, Mse) {  // the target is data: only the prediction gets a gradient
   Net net;
   ValueId p = net.Input("pred", Rand({3, 4}, 25));
   CheckGrads(net, net.Op(OpKind::kMse, {p, net.Input("target", Rand({3, 4}, 26))}), {p});
+}
+
+// ---- The vectorisable math the kernels use (ops/cpu/vmath.h), swept against double. ----
+
+TEST(VMath, ExpAndErfAccuracy) {
+  double worst_exp = 0, worst_erf = 0;
+  for (double x = -87.3; x <= 88.0; x += 1.0 / 1024) {
+    const auto xf = static_cast<float>(x);
+    const double want = std::exp(static_cast<double>(xf));
+    worst_exp = std::max(worst_exp, std::abs(cpu::Exp(xf) - want) / want);
+  }
+  for (double x = -6; x <= 6; x += 1.0 / 4096) {
+    const auto xf = static_cast<float>(x);
+    worst_erf = std::max(worst_erf, std::abs(cpu::Erf(xf) - std::erf(static_cast<double>(xf))));
+  }
+  EXPECT_LT(worst_exp, 3e-7);  // about 2 ulp
+  EXPECT_LT(worst_erf, 3e-7);
+  EXPECT_EQ(cpu::Exp(0.f), 1.f);
+  EXPECT_EQ(cpu::Exp(-INFINITY), 0.f);  // a masked score contributes exactly nothing
+  EXPECT_EQ(cpu::Exp(-100.f), 0.f);
+  EXPECT_EQ(cpu::Exp(INFINITY), INFINITY);
+  EXPECT_EQ(cpu::Erf(0.f), 0.f);
+  EXPECT_EQ(cpu::Erf(-0.7f), -cpu::Erf(0.7f));
+  EXPECT_EQ(cpu::Erf(10.f), 1.f);
+  std::vector<float> x(19);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) - 3.f;
+  EXPECT_EQ(cpu::MaxOf(x.data(), 19), 3.f);
+  EXPECT_EQ(cpu::SumOf(19, [&](int64_t j) { return x[static_cast<size_t>(j)]; }), -5.f);
 }
 
 // ---- The table. ----

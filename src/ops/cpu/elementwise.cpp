@@ -7,6 +7,7 @@
 
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/vmath.h"
 
 namespace fr::cpu {
 namespace {
@@ -82,7 +83,7 @@ Status Div(const KernelCtx& c) {
 Status Relu(const KernelCtx& c) { return Unary(c, [](float x) { return x > 0.f ? x : 0.f; }); }
 Status Tanh(const KernelCtx& c) { return Unary(c, [](float x) { return std::tanh(x); }); }
 Status Sigmoid(const KernelCtx& c) { return Unary(c, [](float x) { return 1.f / (1.f + std::exp(-x)); }); }
-Status Erf(const KernelCtx& c) { return Unary(c, [](float x) { return std::erf(x); }); }
+Status Erf(const KernelCtx& c) { return Unary(c, [](float x) { return cpu::Erf(x); }); }
 Status Scale(const KernelCtx& c) {
   const float a = static_cast<float>(c.node.attrs.Float("alpha", 1.0));
   return Unary(c, [a](float x) { return a * x; });
@@ -95,7 +96,7 @@ Status SigmoidGrad(const KernelCtx& c) {
 }
 Status ErfGrad(const KernelCtx& c) {
   constexpr float k2OverSqrtPi = 1.1283791670955126f;
-  return UnaryGrad(c, [](float dy, float x) { return dy * k2OverSqrtPi * std::exp(-x * x); });
+  return UnaryGrad(c, [](float dy, float x) { return dy * k2OverSqrtPi * Exp(-x * x); });
 }
 
 Status SumTo(const KernelCtx& c) {
@@ -134,26 +135,37 @@ void ByType(DType t, F f) {
   }
 }
 
+// The condition is read as bytes and both branches loaded before the select: that vectorises
+// (a bool load feeding a conditional load does not).
 template <typename T>
 void WhereT(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& out) {
-  const bool* pc = cond.data<bool>();
+  const auto* pc = reinterpret_cast<const uint8_t*>(cond.data<bool>());
   const T* px = x.data<T>();
   const T* py = y.data<T>();
   T* po = out.data<T>();
   ForEachRow3(cond.shape(), x.shape(), y.shape(), out.shape(),
               [&](std::array<int64_t, 3> off, int64_t oo, int64_t n, std::array<int64_t, 3> st) {
-                const bool* c = pc + off[0];
-                const T* a = px + off[1];
-                const T* b = py + off[2];
-                T* z = po + oo;
+                const uint8_t* __restrict c = pc + off[0];
+                const T* __restrict a = px + off[1];
+                const T* __restrict b = py + off[2];
+                T* __restrict z = po + oo;
                 if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
-                  for (int64_t i = 0; i < n; ++i) z[i] = c[i] ? a[i] : b[i];
+                  for (int64_t i = 0; i < n; ++i) {
+                    const T ai = a[i], bi = b[i];
+                    z[i] = c[i] ? ai : bi;
+                  }
                 } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {  // masked fill
                   const T av = a[0];
-                  for (int64_t i = 0; i < n; ++i) z[i] = c[i] ? av : b[i];
+                  for (int64_t i = 0; i < n; ++i) {
+                    const T bi = b[i];
+                    z[i] = c[i] ? av : bi;
+                  }
                 } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {
                   const T bv = b[0];
-                  for (int64_t i = 0; i < n; ++i) z[i] = c[i] ? a[i] : bv;
+                  for (int64_t i = 0; i < n; ++i) {
+                    const T ai = a[i];
+                    z[i] = c[i] ? ai : bv;
+                  }
                 } else {
                   for (int64_t i = 0; i < n; ++i) z[i] = c[i * st[0]] ? a[i * st[1]] : b[i * st[2]];
                 }

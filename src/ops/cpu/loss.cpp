@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/vmath.h"
 
 namespace fr::cpu {
 namespace {
@@ -26,10 +27,8 @@ Status CrossEntropy(const KernelCtx& c) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * classes;
     if (y[r] < 0 || y[r] >= classes) return BadLabel(c, y[r], classes);
-    float m = -INFINITY;
-    for (int64_t j = 0; j < classes; ++j) m = std::max(m, row[j]);
-    float s = 0.f;
-    for (int64_t j = 0; j < classes; ++j) s += std::exp(row[j] - m);
+    const float m = MaxOf(row, classes);
+    const float s = SumOf(classes, [&](int64_t j) { return Exp(row[j] - m); });
     total += static_cast<double>(m + std::log(s) - row[y[r]]);
   }
   c.out[0].data<float>()[0] = static_cast<float>(total / static_cast<double>(CountOf(c, rows)));
@@ -48,11 +47,9 @@ Status CrossEntropyGrad(const KernelCtx& c) {
     const float* row = x + r * classes;
     float* d = dx + r * classes;
     if (y[r] < 0 || y[r] >= classes) return BadLabel(c, y[r], classes);
-    float m = -INFINITY;
-    for (int64_t j = 0; j < classes; ++j) m = std::max(m, row[j]);
-    float s = 0.f;
-    for (int64_t j = 0; j < classes; ++j) s += (d[j] = std::exp(row[j] - m));
-    const float inv = scale / s;
+    const float m = MaxOf(row, classes);
+    for (int64_t j = 0; j < classes; ++j) d[j] = Exp(row[j] - m);
+    const float inv = scale / SumOf(classes, [&](int64_t j) { return d[j]; });
     for (int64_t j = 0; j < classes; ++j) d[j] *= inv;
     d[y[r]] -= scale;
   }

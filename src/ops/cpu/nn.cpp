@@ -1,9 +1,11 @@
 // CPU kernels for softmax, log-softmax and layer-norm, forward and backward. Softmax-like ops view
 // the tensor as [outer, axis, inner]; the last-axis case (inner == 1) is the fast, common one.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/vmath.h"
 
 namespace fr::cpu {
 namespace {
@@ -34,14 +36,26 @@ void Rows(const KernelCtx& c, F f) {
 
 }  // namespace
 
+// Softmax-like kernels take the contiguous path when the axis is the last one (stride 1): there
+// the exp and the sums vectorise.
+
 Status Softmax(const KernelCtx& c) {
   const float* x = c.in[0].data<float>();
   float* y = c.out[0].data<float>();
   Rows(c, [&](int64_t base, int64_t st, int64_t n) {
+    if (st == 1) {
+      const float* xr = x + base;
+      float* yr = y + base;
+      const float m = MaxOf(xr, n);
+      for (int64_t j = 0; j < n; ++j) yr[j] = Exp(xr[j] - m);
+      const float inv = 1.f / SumOf(n, [&](int64_t j) { return yr[j]; });
+      for (int64_t j = 0; j < n; ++j) yr[j] *= inv;
+      return;
+    }
     float m = -INFINITY;
     for (int64_t j = 0; j < n; ++j) m = std::max(m, x[base + j * st]);
     float s = 0.f;
-    for (int64_t j = 0; j < n; ++j) s += (y[base + j * st] = std::exp(x[base + j * st] - m));
+    for (int64_t j = 0; j < n; ++j) s += (y[base + j * st] = Exp(x[base + j * st] - m));
     float inv = 1.f / s;
     for (int64_t j = 0; j < n; ++j) y[base + j * st] *= inv;
   });
@@ -52,10 +66,18 @@ Status LogSoftmax(const KernelCtx& c) {
   const float* x = c.in[0].data<float>();
   float* y = c.out[0].data<float>();
   Rows(c, [&](int64_t base, int64_t st, int64_t n) {
+    if (st == 1) {
+      const float* xr = x + base;
+      float* yr = y + base;
+      const float m = MaxOf(xr, n);
+      const float lse = m + std::log(SumOf(n, [&](int64_t j) { return Exp(xr[j] - m); }));
+      for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] - lse;
+      return;
+    }
     float m = -INFINITY;
     for (int64_t j = 0; j < n; ++j) m = std::max(m, x[base + j * st]);
     float s = 0.f;
-    for (int64_t j = 0; j < n; ++j) s += std::exp(x[base + j * st] - m);
+    for (int64_t j = 0; j < n; ++j) s += Exp(x[base + j * st] - m);
     float lse = m + std::log(s);
     for (int64_t j = 0; j < n; ++j) y[base + j * st] = x[base + j * st] - lse;
   });
@@ -68,6 +90,13 @@ Status SoftmaxGrad(const KernelCtx& c) {
   const float* y = c.in[1].data<float>();
   float* dx = c.out[0].data<float>();
   Rows(c, [&](int64_t base, int64_t st, int64_t n) {
+    if (st == 1) {
+      const float *dyr = dy + base, *yr = y + base;
+      float* dxr = dx + base;
+      const float dot = SumOf(n, [&](int64_t j) { return dyr[j] * yr[j]; });
+      for (int64_t j = 0; j < n; ++j) dxr[j] = yr[j] * (dyr[j] - dot);
+      return;
+    }
     float dot = 0.f;
     for (int64_t j = 0; j < n; ++j) dot += dy[base + j * st] * y[base + j * st];
     for (int64_t j = 0; j < n; ++j) dx[base + j * st] = y[base + j * st] * (dy[base + j * st] - dot);
@@ -81,9 +110,16 @@ Status LogSoftmaxGrad(const KernelCtx& c) {
   const float* y = c.in[1].data<float>();
   float* dx = c.out[0].data<float>();
   Rows(c, [&](int64_t base, int64_t st, int64_t n) {
+    if (st == 1) {
+      const float *dyr = dy + base, *yr = y + base;
+      float* dxr = dx + base;
+      const float s = SumOf(n, [&](int64_t j) { return dyr[j]; });
+      for (int64_t j = 0; j < n; ++j) dxr[j] = dyr[j] - Exp(yr[j]) * s;
+      return;
+    }
     float s = 0.f;
     for (int64_t j = 0; j < n; ++j) s += dy[base + j * st];
-    for (int64_t j = 0; j < n; ++j) dx[base + j * st] = dy[base + j * st] - std::exp(y[base + j * st]) * s;
+    for (int64_t j = 0; j < n; ++j) dx[base + j * st] = dy[base + j * st] - Exp(y[base + j * st]) * s;
   });
   return Status::Ok();
 }

@@ -1,0 +1,81 @@
+// Float exp and erf written without branches or library calls, so that loops over them vectorise
+// (std::exp and std::erf are scalar calls that block it), and sums with independent partial
+// accumulators, which vectorise without -ffast-math. Accuracy, checked by tests/ops against double
+// references: Exp within 2 ulp on [-87, 88]; Erf within 3e-7 absolute.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace fr::cpu {
+
+// e^x = 2^n e^r with n = round(x / ln 2) and |r| <= ln 2 / 2; e^r from its degree-7 Taylor
+// polynomial, whose truncation error on that interval (5e-9 relative) is below float rounding.
+// Below ln(FLT_MIN) the result is 0 (no denormals), so e^-inf = 0; above 88 it is +inf.
+inline float Exp(float x) {
+  constexpr float kLo = -87.33654f, kHi = 88.f;
+  const float xc = std::min(std::max(x, kLo), kHi);
+  const float t = xc * 1.44269504088896341f + 12582912.f;  // adding 1.5 * 2^23 rounds to an integer
+  const float n = t - 12582912.f;
+  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;  // ln 2 split in two for exactness
+  float p = 1.f / 5040;
+  p = p * r + 1.f / 720;
+  p = p * r + 1.f / 120;
+  p = p * r + 1.f / 24;
+  p = p * r + 1.f / 6;
+  p = p * r + 0.5f;
+  const float e = (p * r * r + r) + 1.f;
+  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  const float y = e * scale;
+  return x < kLo ? 0.f : x > kHi ? std::numeric_limits<float>::infinity() : y;
+}
+
+// erf: for |x| < 0.5 the Taylor series 2/sqrt(pi) * sum (-1)^k x^(2k+1) / (k! (2k+1)) to k = 6;
+// beyond, 1 - P(t) e^(-x^2) with t = 1 / (1 + p |x|) (Abramowitz and Stegun 7.1.26).
+inline float Erf(float x) {
+  const float z = x * x;
+  float s = 1.f / 9360;
+  s = s * z - 1.f / 1320;
+  s = s * z + 1.f / 216;
+  s = s * z - 1.f / 42;
+  s = s * z + 1.f / 10;
+  s = s * z - 1.f / 3;
+  s = s * z + 1.f;
+  const float small = 1.1283791670955126f * x * s;
+  const float a = std::fabs(x);
+  const float t = 1.f / (1.f + 0.3275911f * a);
+  float q = 1.061405429f;
+  q = q * t - 1.453152027f;
+  q = q * t + 1.421413741f;
+  q = q * t - 0.284496736f;
+  q = q * t + 0.254829592f;
+  const float big = 1.f - q * t * Exp(-z);
+  return a < 0.5f ? small : (x < 0.f ? -big : big);
+}
+
+// max of x[0..n), -inf for n = 0.
+inline float MaxOf(const float* x, int64_t n) {
+  float m[8];
+  std::fill(m, m + 8, -std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) m[k] = std::max(m[k], x[j + k]);
+  for (; j < n; ++j) m[0] = std::max(m[0], x[j]);
+  return *std::max_element(m, m + 8);
+}
+
+// sum of f(j) for j < n, in 8 interleaved partial sums.
+template <typename F>
+inline float SumOf(int64_t n, F f) {
+  float s[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) s[k] += f(j + k);
+  for (; j < n; ++j) s[0] += f(j);
+  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
+}  // namespace fr::cpu
