@@ -229,6 +229,12 @@ class Lowering {
     return Status::Ok();
   }
 
+  // An edge between two pipeline stages (not into the sink stage AddSink may add).
+  bool CrossesPipelineStages(int from, int to) const {
+    const auto n = static_cast<int>(o_.stages.size());
+    return from != to && from < n && to < n;
+  }
+
   // The regsts holding `v` as `want` on stage `stage`, one per device: the producer's own when
   // they match, else the output of boxing tasks (planned once per (v, stage, want)).
   Result<std::vector<int>> Deliver(ValueId v, int stage, const sbp::NdSbp& want, const std::string& consumer) {
@@ -246,7 +252,19 @@ class Lowering {
     auto plan = Box(req);
     if (!plan.ok()) return plan.status().With("edge '" + g_.value(v).name + "' -> '" + consumer + "': ");
     std::vector<int> srcs = vp.regsts;  // copy: regsts may grow
+    const size_t first_new = p_.regsts.size();
     std::vector<int> dsts = Emit(*plan, v, srcs, PerStep(v));
+    if (CrossesPipelineStages(vp.stage, stage) && !PerStep(v)) {
+      // Both ends hold one slot per stage, so stage k can start micro-batch m+1 while stage k+1
+      // still holds m (the schedule in lower.h).
+      const int depth = static_cast<int>(o_.stages.size());
+      std::vector<int> regs = srcs;
+      for (size_t r = first_new; r < p_.regsts.size(); ++r) regs.push_back(static_cast<int>(r));
+      for (int r : regs) {
+        int& num = p_.regsts[static_cast<size_t>(r)].regst_num;
+        num = std::max(num, depth);
+      }
+    }
     ir::BoxingEdge e;
     e.value = v;
     e.src_stage = vp.stage;

@@ -8,8 +8,19 @@
 // the squared gradient norm are boxed to B on rank 0, where the sinks feed the step log.
 //
 // Streams: "compute" for ops and variables, "data" for the loader (it prefetches: its regsts get
-// two slots), "comm" for boxing. Other regsts get one slot, except that regsts crossing pipeline
-// stages get enough to keep every stage busy (see the schedule in the README).
+// two slots), "comm" for boxing. Other regsts get one slot, except those of a per-micro-batch edge
+// between two pipeline stages: the producer's regsts and every regst of the edge's boxing (the
+// send side and the received pieces) get regst_num = S, the number of stages.
+//
+// The pipeline schedule this gives (there is no scheduler; it follows from the slots): stage k
+// may start the forward of micro-batch m+1 while stage k+1 still holds m, and a stage runs at most
+// S micro-batches ahead of the backward that frees their slots. Within a rank, ready acts run in
+// the order their inputs arrive, so when a forward and a backward are both ready neither has
+// priority: this is GPipe-like with a bounded number of micro-batches in flight, not 1F1B (which
+// would prefer the backward to cap live activations at S - k on stage k). Slots are counted per
+// regst, so an activation that stays within stage k but is saved for its backward keeps one slot
+// and still holds stage k's forward of m+1 until the backward of m has read it; only regsts on
+// stage-crossing edges are widened.
 #pragma once
 
 #include "base/status.h"
