@@ -96,7 +96,7 @@ Result<sbp::AssignOptions> Layout(const Config& cfg, const ir::TrainingGraph& tg
     if (!nd.ok()) return Bad(cfg, "sbp." + pattern, nd.status().message());
     if (nd->size() != static_cast<int>(mesh.size())) {
       return Bad(cfg, "sbp." + pattern, "has " + std::to_string(nd->size()) + " entries, but the mesh has " +
-                                            std::to_string(mesh.size()) + " axes");
+                                            std::to_string(mesh.size()) + (mesh.size() == 1 ? " axis" : " axes"));
     }
     o.hints.emplace_back(pattern, *nd);
   }
