@@ -1,5 +1,6 @@
 #include "ir/plan_dump.h"
 
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -143,27 +144,104 @@ std::string DumpJson(const Plan& p, const Graph& g) {
   return os.str();
 }
 
+namespace {
+
+// A dot string: quotes and backslashes escaped, newlines as dot's centred line break.
+std::string DotStr(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '\n') { o += "\\n"; continue; }
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o + "\"";
+}
+
+// "[S(0), B]" for one output, "([S(0), B], [B, B])" for several.
+std::string Outputs(const Plan& p, size_t node, size_t n_out) {
+  const std::string& sig = p.node_sig[node];
+  std::string out = sig.substr(sig.rfind("-> ") + 3);
+  return n_out == 1 && out.size() > 2 ? out.substr(1, out.size() - 2) : out;
+}
+
+}  // namespace
+
+// Logical ops in one cluster per part of the step, sources (data inputs, parameters) as ellipses
+// with their nd-SBP. Boxed edges are red, labelled once per boxing (on its first consumer) with
+// the transition, strategy and bytes per rank; boxing that moves nothing (slice, zero-fill) is
+// orange. Labels stay short: the op's name, type and output nd-SBP; the text dump has the rest.
 std::string DumpDot(const Plan& p, const Graph& g) {
   std::ostringstream os;
-  os << "digraph plan {\n  rankdir=TB; node [shape=box, fontsize=10]; edge [fontsize=9];\n";
   std::map<ValueId, std::vector<const BoxingEdge*>> boxed;
   for (const BoxingEdge& e : p.edges) boxed[e.value].push_back(&e);
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& n = g.nodes[i];
-    os << "  n" << i << " [label=" << JsonStr(n.name + "\\n" + Def(n.op).name + " " + p.node_sig[i]) << "];\n";
-  }
+  std::map<int, bool> stages_used;
+  for (int s : p.node_stage) stages_used[s] = true;
+  const bool staged = stages_used.size() > 1;
+  int64_t moved = 0;
+  for (int r = 0; r < p.ranks; ++r) moved = std::max(moved, p.BytesMoved(r));
+
+  os << "digraph plan {\n  rankdir=TB; newrank=true; nodesep=0.25; ranksep=0.35;\n"
+     << "  node [shape=box, style=\"rounded,filled\", fillcolor=white, fontname=Helvetica, fontsize=10];\n"
+     << "  edge [fontname=Helvetica, fontsize=9, color=gray40];\n"
+     << "  labelloc=t; fontname=Helvetica; label=" << DotStr(p.stages[0].ToString() + (staged ? " and more stages" : "") + ", " +
+                                                       std::to_string(p.micro_batches) + " micro-batches per step; up to " +
+                                                       Bytes(static_cast<double>(moved)) + " moved per rank per step; red: boxing, orange: boxing without traffic")
+     << ";\n";
+  struct Cluster { const char* id; const char* label; std::vector<Phase> phases; };
+  const Cluster clusters[] = {
+      {"fwd", "forward and loss, per micro-batch", {Phase::kForward, Phase::kLoss}},
+      {"bwd", "backward and accumulation, per micro-batch", {Phase::kBackward, Phase::kAccumulate}},
+      {"opt", "optimizer, per step", {Phase::kOptimizer}},
+  };
   auto consumers = g.Consumers();
+  for (const Cluster& c : clusters) {
+    os << "  subgraph cluster_" << c.id << " {\n    label=" << DotStr(c.label) << "; style=dashed; color=gray60;\n";
+    if (std::string(c.id) == "fwd") {
+      for (size_t v = 0; v < g.values.size(); ++v) {
+        auto kind = g.values[v].kind;
+        if ((kind != ValueKind::kInput && kind != ValueKind::kParam) || consumers[v].empty()) continue;
+        std::string sbp;
+        for (const ValuePlacement& vp : p.values)
+          if (vp.value == static_cast<ValueId>(v)) sbp = vp.sbp.ToString();
+        os << "    v" << v << " [shape=ellipse, style=filled, fillcolor=gray95, label="
+           << DotStr(g.values[v].name + (sbp.empty() ? "" : "\n" + sbp)) << "];\n";
+      }
+    }
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (std::find(c.phases.begin(), c.phases.end(), n.phase) == c.phases.end()) continue;
+      std::string label = n.name + "\n" + Def(n.op).name + " -> " + Outputs(p, i, n.out.size());
+      if (staged) label += "\non " + p.stages[static_cast<size_t>(p.node_stage[i])].ToString();
+      os << "    n" << i << " [label=" << DotStr(label) << "];\n";
+    }
+    os << "  }\n";
+  }
   for (size_t v = 0; v < g.values.size(); ++v) {
     const Value& val = g.values[v];
-    if (val.producer < 0) continue;
+    bool source = val.kind == ValueKind::kInput || val.kind == ValueKind::kParam;
+    if (val.producer < 0 && !source) continue;
     for (NodeId c : consumers[v]) {
-      std::string label;
+      const Node& cn = g.node(c);
+      const BoxingEdge* box = nullptr;
+      bool first = false;
       for (const BoxingEdge* e : boxed[static_cast<ValueId>(v)]) {
-        for (const std::string& name : e->consumers)
-          if (name == g.node(c).name) label = e->src.ToString() + "->" + e->dst.ToString() + "\\n" + e->strategy + " " + Bytes(static_cast<double>(e->bytes_per_rank));
+        auto at = std::find(e->consumers.begin(), e->consumers.end(), cn.name);
+        if (at != e->consumers.end()) box = e, first = at == e->consumers.begin();
       }
-      os << "  n" << val.producer << " -> n" << c;
-      if (!label.empty()) os << " [label=" << JsonStr(label) << ", color=red, fontcolor=red]";
+      // A source's edges to backward and optimizer readers repeat its forward ones: drawn only when boxed.
+      if (source && !box && cn.phase != Phase::kForward && cn.phase != Phase::kLoss) continue;
+      os << "  " << (source ? "v" + std::to_string(v) : "n" + std::to_string(val.producer)) << " -> n" << c;
+      if (box) {
+        const char* color = box->bytes_per_rank > 0 ? "red" : "darkorange";
+        std::string label = box->strategy;
+        if (box->bytes_per_rank > 0) {
+          label = box->src.ToString() + " -> " + box->dst.ToString() + "\n" + label + ", " +
+                  Bytes(static_cast<double>(box->bytes_per_rank)) + (box->per_step ? "/step" : "/micro-batch");
+        }
+        os << " [color=" << color << ", fontcolor=" << color << ", penwidth=1.5";
+        if (first) os << ", label=" << DotStr(label);
+        os << "]";
+      }
       os << ";\n";
     }
   }
