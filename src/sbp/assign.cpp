@@ -280,40 +280,11 @@ class Assigner {
 
   // Cost of node `id` taking candidate `s`, counting input edges and (when `outputs`) the boxing
   // from its outputs to their consumers' current wants.
-  // The gradient a forward op will send back to a parameter it reads as B along a mesh axis where
-  // it shares its work (splits its data) is partial along that axis (the dual of B is P), and must
-  // be all-reduced once per step before the update. The greedy pass cannot see that edge yet (it
-  // belongs to backward ops placed later), so forward decisions are charged for it here.
-  double GradientSync(NodeId id, const NdSignature& s) const {
-    const ir::Node& n = g_.node(id);
-    if (n.phase != ir::Phase::kForward) return 0;
-    const Placement& p = PlaceOfNode(id);
-    double c = 0;
-    for (size_t i = 0; i < n.in.size(); ++i) {
-      ValueId v = n.in[i];
-      if (v == ir::kNoValue || g_.value(v).kind != ir::ValueKind::kParam) continue;
-      // The gradient comes back in the parameter's own layout (a slice of a B parameter sends a
-      // gradient that must still be summed), so look at what it holds once placed.
-      const NdSbp& held = a_.value_sbp[static_cast<size_t>(v)].size() ? a_.value_sbp[static_cast<size_t>(v)] : s.in[i];
-      for (int a = 0; a < p.ndim(); ++a) {
-        if (!held[a].is_broadcast() || p.hierarchy()[a] == 1) continue;
-        bool shares = false;
-        for (const NdSbp& x : s.in) shares = shares || (x.size() && !x[a].is_broadcast());
-        for (const NdSbp& x : s.out) shares = shares || !x[a].is_broadcast();
-        if (!shares) continue;
-        NdSbp partial = held;
-        partial[a] = Sbp::P();
-        c += Boxing(v, partial, p, held);
-      }
-    }
-    return c;
-  }
-
   double Cost(NodeId id, const NdSignature& s, bool outputs) const {
     if (!Allowed(id, s)) return kInf;
     const ir::Node& n = g_.node(id);
     const Placement& p = PlaceOfNode(id);
-    double c = Compute(id, s) + GradientSync(id, s);
+    double c = Compute(id, s);
     for (size_t i = 0; i < n.in.size(); ++i) {
       ValueId v = n.in[i];
       if (v == ir::kNoValue || IsConst(v)) continue;
