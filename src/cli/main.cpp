@@ -12,6 +12,7 @@
 #include "cli/pipeline.h"
 #include "cli/step_log.h"
 #include "ir/plan_dump.h"
+#include "ir/plan_serialize.h"
 
 namespace fr {
 namespace {
@@ -66,7 +67,7 @@ int Train(const Args& a) {
   auto c = Compile(*cfg, world->size);
   if (!c.ok()) return fail(c.status());
   const ir::Plan& plan = c->plan;
-  if (Status s = actor::AgreeOnPlan(*world, std::hash<std::string>{}(ir::DumpText(plan, c->training.graph))); !s.ok())
+  if (Status s = actor::AgreeOnPlan(*world, ir::PlanHash(plan)); !s.ok())
     return fail(s);
   if (world->comm) {
     std::vector<std::vector<int>> groups;  // entry i: the group of collective i

@@ -251,8 +251,11 @@ class Assigner {
     if (it != price_memo_.end()) return it->second;
     boxing::Request r{g_.type(v).shape, g_.type(v).dtype, src_place, have, dst_place, want};
     boxing::Estimate e = boxing::Price(r);
+    // Point-to-point plans (send-recv, fallback) report no collectives but still pay a message's
+    // latency; local ones (slice, zero-fill, assemble) pay nothing.
+    double messages = e.collectives > 0 ? e.collectives : e.bytes_per_rank > 0 ? 1.0 : 0.0;
     double c = Rate(per_step_[static_cast<size_t>(v)]) *
-               (e.bytes_per_rank / o_.cluster.bandwidth + e.collectives * o_.cluster.latency);
+               (e.bytes_per_rank / o_.cluster.bandwidth + messages * o_.cluster.latency);
     price_memo_.emplace(std::move(key), c);
     return c;
   }
