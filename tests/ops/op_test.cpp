@@ -706,13 +706,15 @@ TEST(Forward, EqualCast) {
   std::vector<bool> fe(net[feq].data<bool>(), net[feq].data<bool>() + 5);
   EXPECT_EQ(fe, (std::vector<bool>{false, false, false, true, false}));
 
-  Net bad;  // a non-finite float has no integer
-  auto y = bad.TryOp(OpKind::kCast, {bad.Input("x", Tensor::Full({2}, INFINITY))},
-                     A({{"dtype", static_cast<int64_t>(DType::kI64)}}), "to_int");
-  ASSERT_TRUE(y.ok());
-  Status s = bad.Run();
-  EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("to_int"), std::string::npos) << s.message();
+  for (auto [v, t] : {std::pair{INFINITY, DType::kI64}, {NAN, DType::kI32}, {-1.f, DType::kU8}, {3e9f, DType::kI32}}) {
+    Net bad;  // a float outside the integer type has no value there
+    auto y = bad.TryOp(OpKind::kCast, {bad.Input("x", Tensor::Full({2}, v))}, A({{"dtype", static_cast<int64_t>(t)}}),
+                       "to_int");
+    ASSERT_TRUE(y.ok());
+    Status s = bad.Run();
+    EXPECT_FALSE(s.ok()) << v;
+    EXPECT_NE(s.message().find("to_int"), std::string::npos) << s.message();
+  }
 }
 
 TEST(Forward, Trilu) {

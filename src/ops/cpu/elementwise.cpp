@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "ops/cpu/broadcast.h"
@@ -191,9 +192,14 @@ Status CastT(const KernelCtx& c) {
   if constexpr (std::is_same_v<To, bool>) {
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] != From(0);
   } else if constexpr (std::is_floating_point_v<From> && !std::is_floating_point_v<To>) {
+    // Out of the integer type's range (NaN and infinities included) the conversion is undefined.
+    const double lo = static_cast<double>(std::numeric_limits<To>::min());
+    const double hi = static_cast<double>(std::numeric_limits<To>::max()) + 1.0;
     for (int64_t i = 0; i < n; ++i) {
-      if (!std::isfinite(x[i])) {
-        return Status::Invalid("[ops] " + c.node.name + ": cannot cast " + std::to_string(x[i]) + " to an integer");
+      const double v = x[i];
+      if (!(v > lo - 1.0 && v < hi)) {
+        return Status::Invalid("[ops] " + c.node.name + ": cannot cast " + std::to_string(x[i]) + " to " +
+                               std::string(Name(DTypeOf<To>())));
       }
       y[i] = static_cast<To>(x[i]);
     }
