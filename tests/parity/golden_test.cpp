@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 constexpr double kRtol = 1e-4;
 
 // The golden runs with a test below; Parity.EveryGoldenRunHasATest keeps this list complete.
-const char* const kGolden[] = {"mlp_sgd", "mlp_adamw", "mlp_ln_gelu_sgd", "mlp_ln_gelu_adamw"};
+const char* const kGolden[] = {"mlp_sgd", "mlp_adamw", "mlp_ln_gelu_sgd", "mlp_ln_gelu_adamw", "gpt_sgd", "gpt_adamw"};
 
 std::string ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -135,6 +135,9 @@ TEST(Parity, Golden_mlp_sgd_1n1d) { CheckGolden("mlp_sgd"); }
 TEST(Parity, Golden_mlp_adamw_1n1d) { CheckGolden("mlp_adamw"); }
 TEST(Parity, Golden_mlp_ln_gelu_sgd_1n1d) { CheckGolden("mlp_ln_gelu_sgd"); }
 TEST(Parity, Golden_mlp_ln_gelu_adamw_1n1d) { CheckGolden("mlp_ln_gelu_adamw"); }
+// gpt_mini as PyTorch exports it (models/gpt_mini.onnx, tools/make_gpt.py), on real text.
+TEST(Parity, Golden_gpt_sgd_1n1d) { CheckGolden("gpt_sgd"); }
+TEST(Parity, Golden_gpt_adamw_1n1d) { CheckGolden("gpt_adamw"); }
 
 TEST(Parity, EveryGoldenRunHasATest) {
   std::set<std::string> files, listed(std::begin(kGolden), std::end(kGolden));
