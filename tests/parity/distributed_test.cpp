@@ -120,4 +120,28 @@ TEST(Distributed, PipelineTimesData_2x2) {
                     {"train.micro_batch=16"}});
 }
 
+// gpt_mini as PyTorch exports it: anonymous weights are hinted as NODE:i.
+const char* kGpt = "configs/gpt.yaml";
+const std::vector<std::string> kGptShort = {"schedule.warmup=2"};
+
+TEST(Distributed, Gpt_DataParallel_1n2d) {
+  ExpectSameLosses({"gpt_dp2", kGpt, 2, {"parallel.sbp={idx: [\"S(0)\"]}"}, kGptShort});
+}
+TEST(Distributed, Gpt_TensorParallelFromHints_1n2d) {
+  ExpectSameLosses({"gpt_tp2", kGpt, 2,
+                    {"parallel.sbp={\"/blocks.*/attn/qkv/MatMul:1\": [\"S(1)\"], \"/blocks.*/mlp/fc/MatMul:1\": [\"S(1)\"]}"},
+                    kGptShort});
+}
+TEST(Distributed, Gpt_Pipeline2Stages_4Micro) {
+  ExpectSameLosses({"gpt_pp2", kGpt, 2, {"parallel.stages=[[\"/wte/*\", \"/wpe/*\", \"/Add\", \"/blocks.0/*\"], [\"*\"]]"},
+                    {"schedule.warmup=2", "train.micro_batch=4"}});
+}
+TEST(Distributed, Gpt_Hybrid2D_2x2) {
+  ExpectSameLosses({"gpt_hybrid", kGpt, 4,
+                    {"parallel.mesh=[2, 2]",
+                     "parallel.sbp={idx: [\"S(0)\", B], \"/blocks.*/attn/qkv/MatMul:1\": [B, \"S(1)\"], "
+                     "\"/blocks.*/mlp/fc/MatMul:1\": [B, \"S(1)\"]}"},
+                    kGptShort});
+}
+
 }  // namespace
