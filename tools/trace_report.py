@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""Summarises flowrun Chrome traces (train --trace) and optionally draws a timeline.
+
+    tools/trace_report.py TRACE.rank0.json [TRACE.rank1.json ...] [--steps A:B] [--png OUT.png]
+
+For each rank it reports, over the chosen steps (default: all but the first, which warms up),
+the busy fraction of each stream and the idle fraction of the compute stream: in a pipeline that
+idle share is the bubble, to compare with (p-1)/(m+p-1) for p stages and m micro-batches.
+Needs only the standard library; --png needs matplotlib (python3-matplotlib).
+"""
+import argparse
+import json
+from collections import defaultdict
+
+
+def load(path):
+    d = json.load(open(path))
+    names, events, rank = {}, [], 0
+    for e in d["traceEvents"]:
+        if e.get("ph") == "M" and e["name"] == "thread_name":
+            names[e["tid"]] = e["args"]["name"]
+        elif e.get("ph") == "X":
+            rank = e["pid"]
+            events.append(e)
+    return rank, names, events
+
+
+def busy(intervals):
+    """Total length of a union of [begin, end) intervals."""
+    total, end = 0.0, None
+    for b, e in sorted(intervals):
+        if end is None or b > end:
+            total += e - b
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("traces", nargs="+")
+    ap.add_argument("--steps", help="A:B, steps counted from 0 (default 1:end)")
+    ap.add_argument("--png")
+    args = ap.parse_args()
+    ranks = [load(p) for p in args.traces]
+    last = max(e["args"]["step"] for _, _, ev in ranks for e in ev)
+    a, b = (1, last + 1) if not args.steps else map(int, args.steps.split(":"))
+    window = [e for _, _, ev in ranks for e in ev if a <= e["args"]["step"] < b]
+    t0 = min(e["ts"] for e in window)
+    t1 = max(e["ts"] + e["dur"] for e in window)
+    wall = t1 - t0
+    print(f"steps {a}..{b - 1}: {wall / 1e3:.2f} ms, {wall / 1e3 / (b - a):.3f} ms/step")
+    for rank, names, ev in ranks:
+        by_stream = defaultdict(list)
+        for e in ev:
+            if a <= e["args"]["step"] < b:
+                by_stream[names.get(e["tid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+        parts = ", ".join(f"{s} {busy(iv) / wall:.0%}" for s, iv in sorted(by_stream.items()))
+        idle = 1 - busy(by_stream.get("compute", [])) / wall
+        print(f"rank {rank}: busy {parts}; compute idle {idle:.1%}")
+    if args.png:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        colors = {"compute": "#4C72B0", "variable": "#8172B2", "data": "#55A868", "boxing": "#C44E52",
+                  "loss-sink": "#999999", "norm-sink": "#999999"}
+        rows = []
+        for rank, names, ev in ranks:
+            for tid, name in sorted(names.items()):
+                rows.append((rank, tid, f"rank {rank} {name}"))
+        fig, ax = plt.subplots(figsize=(12, 0.5 + 0.45 * len(rows)))
+        for y, (rank, tid, _) in enumerate(rows):
+            for _, _, ev in [r for r in ranks if r[0] == rank]:
+                for e in ev:
+                    if e["tid"] == tid and a <= e["args"]["step"] < b:
+                        ax.broken_barh([((e["ts"] - t0) / 1e3, max(e["dur"], 0.5) / 1e3)], (y - 0.4, 0.8),
+                                       color=colors.get(e["cat"], "#333333"))
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([r[2] for r in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel("ms")
+        ax.set_title("flowrun trace: " + ", ".join(f"{k} {v}" for k, v in colors.items() if k not in ("norm-sink",)))
+        fig.tight_layout()
+        fig.savefig(args.png, dpi=110)
+        print("wrote", args.png)
+
+
+if __name__ == "__main__":
+    main()
