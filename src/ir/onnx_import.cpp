@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
+#include "ir/onnx_lower.h"
+#include "ir/onnx_proto.h"
 #include "onnx/onnx_pb.h"
 #include "ops/op.h"
 
@@ -24,66 +26,6 @@ Result<std::string> ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-Result<DType> DTypeFromOnnx(int32_t t, const std::string& what) {
-  switch (t) {
-    case onnx::TensorProto::FLOAT: return DType::kF32;
-    case onnx::TensorProto::INT64: return DType::kI64;
-    case onnx::TensorProto::INT32: return DType::kI32;
-    case onnx::TensorProto::BOOL: return DType::kBool;
-    case onnx::TensorProto::UINT8: return DType::kU8;
-    default:
-      return Status::Invalid(what + " has ONNX element type " + std::to_string(t) +
-                             " (" + onnx::TensorProto_DataType_Name(t) +
-                             "); flowrun supports float32, int64, int32, bool and uint8");
-  }
-}
-
-// Copies a TensorProto's data, checking the byte count against its shape.
-Result<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& what) {
-  if (p.data_location() == onnx::TensorProto::EXTERNAL) {
-    return Status::Invalid(what + " uses external data, which flowrun does not read; re-export with it embedded");
-  }
-  ASSIGN_OR_RETURN(DType dt, DTypeFromOnnx(p.data_type(), what));
-  std::vector<int64_t> dims(p.dims().begin(), p.dims().end());
-  Status s = CheckDims(dims);
-  if (!s.ok()) return s.With(what + ": ");
-  // Sizes are checked before allocating: a corrupt file may declare far more than it holds.
-  const Shape shape(dims);
-  const size_t want = static_cast<size_t>(shape.numel()) * SizeOf(dt);
-  auto bad = [&](size_t got) {
-    return Status::Invalid(what + " holds " + std::to_string(got) + " bytes of data, but its shape " +
-                           shape.ToString() + " needs " + std::to_string(want) + " (truncated file?)");
-  };
-  if (p.has_raw_data() && p.raw_data().size() != want) return bad(p.raw_data().size());
-  if (!p.has_raw_data()) {
-    int n = dt == DType::kF32 ? p.float_data_size() : dt == DType::kI64 ? p.int64_data_size() : p.int32_data_size();
-    if (static_cast<size_t>(n) * SizeOf(dt) != want) return bad(static_cast<size_t>(n) * SizeOf(dt));
-  }
-  Tensor t(dt, shape);
-  if (p.has_raw_data()) {
-    if (want) std::memcpy(t.raw(), p.raw_data().data(), want);
-    return t;
-  }
-  auto copy = [&](const auto& field, auto convert) {
-    for (int i = 0; i < field.size(); ++i) convert(i, field.Get(i));
-  };
-  switch (dt) {
-    case DType::kF32: copy(p.float_data(), [&](int i, float v) { t.data<float>()[i] = v; }); break;
-    case DType::kI64: copy(p.int64_data(), [&](int i, int64_t v) { t.data<int64_t>()[i] = v; }); break;
-    case DType::kI32: copy(p.int32_data(), [&](int i, int32_t v) { t.data<int32_t>()[i] = v; }); break;
-    case DType::kBool: copy(p.int32_data(), [&](int i, int32_t v) { t.data<bool>()[i] = v != 0; }); break;
-    case DType::kU8: copy(p.int32_data(), [&](int i, int32_t v) { t.data<uint8_t>()[i] = static_cast<uint8_t>(v); }); break;
-  }
-  return t;
-}
-
-std::vector<int64_t> ConstInts(const Tensor& t) {
-  std::vector<int64_t> v;
-  if (t.dtype() == DType::kI64) v.assign(t.data<int64_t>(), t.data<int64_t>() + t.numel());
-  if (t.dtype() == DType::kI32) v.assign(t.data<int32_t>(), t.data<int32_t>() + t.numel());
-  return v;
 }
 
 class Importer {
@@ -188,12 +130,6 @@ class Importer {
 
   bool IsConst(ValueId v) const { return v != kNoValue && g_.value(v).kind == ValueKind::kConst; }
 
-  Result<std::vector<int64_t>> ConstIntsInput(const onnx::NodeProto& n, int i) {
-    ASSIGN_OR_RETURN(ValueId v, Input(n, i));
-    if (!IsConst(v)) return NodeErr(n, "input " + std::to_string(i) + " ('" + n.input(i) + "') must be a constant");
-    return ConstInts(g_.value(v).data);
-  }
-
   Status ReadAttrs(const onnx::NodeProto& n, Attrs& a) {
     for (const auto& at : n.attribute()) {
       switch (at.type()) {
@@ -249,69 +185,6 @@ class Importer {
     return NodeErr(n, "Constant has no value");
   }
 
-  // Reshape-like ops become one Reshape with the target shape resolved.
-  Result<std::vector<int64_t>> TargetShape(const onnx::NodeProto& n, const Shape& x, const Attrs& a) {
-    const std::string& op = n.op_type();
-    std::vector<int64_t> out;
-    if (op == "Reshape") {
-      ASSIGN_OR_RETURN(std::vector<int64_t> spec, ConstIntsInput(n, 1));
-      bool allowzero = a.Int("allowzero") != 0;
-      int64_t known = 1, infer_at = -1;
-      for (size_t i = 0; i < spec.size(); ++i) {
-        int64_t d = spec[i];
-        if (d == 0 && !allowzero) {
-          if (static_cast<int>(i) >= x.rank()) return NodeErr(n, "shape copies dim " + std::to_string(i) + " of a rank-" + std::to_string(x.rank()) + " input");
-          d = x[static_cast<int>(i)];
-        }
-        if (d == -1) {
-          if (infer_at >= 0) return NodeErr(n, "shape has more than one -1");
-          infer_at = static_cast<int64_t>(i);
-        } else if (d < 0) {
-          return NodeErr(n, "shape has a negative dimension " + std::to_string(d));
-        } else {
-          known *= d;
-        }
-        out.push_back(d);
-      }
-      if (infer_at >= 0) {
-        if (known == 0 || x.numel() % known) return NodeErr(n, "cannot reshape " + x.ToString() + " with a -1 in the shape");
-        out[static_cast<size_t>(infer_at)] = x.numel() / known;
-      }
-    } else if (op == "Flatten") {
-      int64_t axis = a.Int("axis", 1);
-      if (axis < 0) axis += x.rank();
-      if (axis < 0 || axis > x.rank()) return NodeErr(n, "axis out of range");
-      int64_t lead = 1;
-      for (int i = 0; i < axis; ++i) lead *= x[i];
-      out = {lead, x.numel() / (lead ? lead : 1)};
-    } else {  // Squeeze / Unsqueeze: axes from input 1 (opset 13+)
-      std::vector<int64_t> axes;
-      if (n.input_size() > 1 && !n.input(1).empty()) {
-        ASSIGN_OR_RETURN(axes, ConstIntsInput(n, 1));
-      }
-      if (op == "Unsqueeze") {
-        int r = x.rank() + static_cast<int>(axes.size());
-        std::vector<bool> ins(static_cast<size_t>(r), false);
-        for (int64_t ax : axes) {
-          int64_t k = ax < 0 ? ax + r : ax;
-          if (k < 0 || k >= r || ins[static_cast<size_t>(k)]) return NodeErr(n, "bad axes");
-          ins[static_cast<size_t>(k)] = true;
-        }
-        for (int i = 0, j = 0; i < r; ++i) out.push_back(ins[static_cast<size_t>(i)] ? 1 : x[j++]);
-      } else {
-        std::vector<bool> drop(static_cast<size_t>(x.rank()), axes.empty());
-        for (int64_t ax : axes) {
-          int64_t k = ax < 0 ? ax + x.rank() : ax;
-          if (k < 0 || k >= x.rank() || x[static_cast<int>(k)] != 1) return NodeErr(n, "cannot squeeze axis " + std::to_string(ax) + " of " + x.ToString());
-          drop[static_cast<size_t>(k)] = true;
-        }
-        for (int i = 0; i < x.rank(); ++i)
-          if (!(drop[static_cast<size_t>(i)] && x[i] == 1)) out.push_back(x[i]);
-      }
-    }
-    return out;
-  }
-
   Status AddNode(const onnx::NodeProto& n) {
     if (!n.domain().empty() && n.domain() != "ai.onnx") {
       return NodeErr(n, "domain '" + n.domain() + "' is not supported (only the default ONNX domain)");
@@ -327,31 +200,34 @@ class Importer {
     Attrs attrs;
     RETURN_IF_ERROR(ReadAttrs(n, attrs));
     if (op == "Shape") return AddShape(n, x, attrs);
+    const bool reshape = op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
+    auto k = reshape ? std::optional<OpKind>(OpKind::kReshape) : OnnxOp(op);
+    if (!k) return Unsupported(n);
+    const OpKind kind = *k;
+    const OpDef& d = Def(kind);
+    if (!reshape && (n.input_size() < d.min_in || n.input_size() > d.max_in)) {
+      return NodeErr(n, "has " + std::to_string(n.input_size()) + " inputs; flowrun expects " +
+                        std::to_string(d.min_in) + (d.max_in > d.min_in ? " to " + std::to_string(d.max_in) : ""));
+    }
     std::vector<ValueId> ins;
-    OpKind kind;
-    if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") {
-      ASSIGN_OR_RETURN(std::vector<int64_t> shape, TargetShape(n, g_.type(x).shape, attrs));
-      RETURN_IF_ERROR(CheckDims(shape).With("[onnx] " + path_ + ": node '" + n.name() + "': "));
+    for (int i = 0; i < n.input_size(); ++i) {
+      if (n.input(i).empty()) {
+        ins.push_back(kNoValue);
+        continue;
+      }
+      ASSIGN_OR_RETURN(ValueId v, Input(n, i));
+      ins.push_back(v);
+    }
+    const OnnxNodeCtx ctx{n, g_, "[onnx] " + path_ + ": node '" + n.name() + "'",
+                          [&](const std::string& msg) { return NodeErr(n, msg); }};
+    if (reshape) {
+      ASSIGN_OR_RETURN(std::vector<int64_t> shape, ReshapeTarget(ctx, ins, attrs));
       attrs = Attrs();
       attrs.Set("shape", shape);
       ins = {x};
-      kind = OpKind::kReshape;
     } else {
-      auto k = OnnxOp(op);
-      if (!k) return Unsupported(n);
-      kind = *k;
-      const OpDef& d = Def(kind);
-      if (n.input_size() < d.min_in || n.input_size() > d.max_in) {
-        return NodeErr(n, "has " + std::to_string(n.input_size()) + " inputs; flowrun expects " +
-                          std::to_string(d.min_in) + (d.max_in > d.min_in ? " to " + std::to_string(d.max_in) : ""));
-      }
-      for (int i = 0; i < n.input_size(); ++i) {
-        if (n.input(i).empty()) { ins.push_back(kNoValue); continue; }
-        ASSIGN_OR_RETURN(ValueId v, Input(n, i));
-        ins.push_back(v);
-      }
       RETURN_IF_ERROR(CheckAttrs(n, kind, attrs));
-      RETURN_IF_ERROR(Lower(n, kind, ins, attrs));
+      RETURN_IF_ERROR(LowerOnnxNode(ctx, kind, ins, attrs));
     }
     std::string name = n.name().empty() ? n.output(0) : n.name();
     auto outs = b_.Add(kind, ins, attrs, b_.UniqueName(name), Phase::kForward);
@@ -480,159 +356,6 @@ class Importer {
       keep[i] = false;
     }
     g_.KeepNodes(keep);
-    return Status::Ok();
-  }
-
-  // ---- Inputs that decide an output's shape must be constants: they move into attributes. ----
-
-  Result<double> ConstScalar(const onnx::NodeProto& n, int i) {
-    ASSIGN_OR_RETURN(ValueId v, Input(n, i));
-    const Tensor& t = g_.value(v).data;
-    if (!IsConst(v) || t.numel() != 1) {
-      return NodeErr(n, "input " + std::to_string(i) + " ('" + n.input(i) + "') must be a constant scalar");
-    }
-    switch (t.dtype()) {
-      case DType::kF32: return static_cast<double>(t.data<float>()[0]);
-      case DType::kI64: return static_cast<double>(t.data<int64_t>()[0]);
-      case DType::kI32: return static_cast<double>(t.data<int32_t>()[0]);
-      default: return NodeErr(n, "input " + std::to_string(i) + " must be a number");
-    }
-  }
-
-  Status Lower(const onnx::NodeProto& n, OpKind k, std::vector<ValueId>& ins, Attrs& a) {
-    const Shape x = ins[0] != kNoValue ? g_.type(ins[0]).shape : Shape{};
-    const bool has1 = ins.size() > 1 && ins[1] != kNoValue;
-    switch (k) {
-      case OpKind::kSplit: {
-        auto axis = x.Axis(a.Int("axis", 0));
-        if (!axis.ok()) return NodeErr(n, axis.status().message());
-        std::vector<int64_t> sizes;
-        if (has1) {
-          ASSIGN_OR_RETURN(sizes, ConstIntsInput(n, 1));
-        } else {
-          const int64_t parts = n.output_size(), dim = x[*axis];
-          if (dim % parts) {
-            return NodeErr(n, "cannot split dim " + std::to_string(dim) + " into " + std::to_string(parts) +
-                                  " equal parts");
-          }
-          sizes.assign(static_cast<size_t>(parts), dim / parts);
-        }
-        if (static_cast<int>(sizes.size()) != n.output_size()) {
-          return NodeErr(n, std::to_string(sizes.size()) + " split sizes for " + std::to_string(n.output_size()) +
-                                " outputs");
-        }
-        a.Set("axis", int64_t{*axis});
-        a.Set("split", sizes);
-        ins.resize(1);
-        return Status::Ok();
-      }
-      case OpKind::kSlice: return LowerSlice(n, x, ins, a);
-      case OpKind::kExpand: {
-        ASSIGN_OR_RETURN(std::vector<int64_t> shape, ConstIntsInput(n, 1));
-        RETURN_IF_ERROR(CheckDims(shape).With("[onnx] " + path_ + ": node '" + n.name() + "': "));
-        a.Set("shape", shape);
-        ins.resize(1);
-        return Status::Ok();
-      }
-      case OpKind::kTrilu:
-        if (has1) {
-          ASSIGN_OR_RETURN(double kv, ConstScalar(n, 1));
-          a.Set("k", static_cast<int64_t>(kv));
-        }
-        ins.resize(1);
-        return Status::Ok();
-      case OpKind::kCast: {
-        ASSIGN_OR_RETURN(DType to, DTypeFromOnnx(static_cast<int32_t>(a.Int("to", 0)),
-                                                 "[onnx] " + path_ + ": node '" + n.name() + "' (Cast) target"));
-        a = Attrs();
-        a.Set("dtype", static_cast<int64_t>(to));
-        return Status::Ok();
-      }
-      case OpKind::kConstantOfShape: return LowerConstantOfShape(n, a);
-      case OpKind::kRange: {
-        ASSIGN_OR_RETURN(double start, ConstScalar(n, 0));
-        ASSIGN_OR_RETURN(double limit, ConstScalar(n, 1));
-        ASSIGN_OR_RETURN(double delta, ConstScalar(n, 2));
-        if (delta == 0) return NodeErr(n, "Range with delta 0");
-        const auto size = static_cast<int64_t>(std::max(std::ceil((limit - start) / delta), 0.0));
-        RETURN_IF_ERROR(CheckDims({size}).With("[onnx] " + path_ + ": node '" + n.name() + "': "));
-        a.Set("size", size);
-        return Status::Ok();
-      }
-      default: return Status::Ok();
-    }
-  }
-
-  // ONNX Slice(data, starts, ends, axes?, steps?) -> per-axis starts/ends/steps with negative
-  // positions resolved and clamped as the ONNX spec says; axes not named are taken whole.
-  Status LowerSlice(const onnx::NodeProto& n, const Shape& x, std::vector<ValueId>& ins, Attrs& a) {
-    ASSIGN_OR_RETURN(std::vector<int64_t> starts, ConstIntsInput(n, 1));
-    ASSIGN_OR_RETURN(std::vector<int64_t> ends, ConstIntsInput(n, 2));
-    std::vector<int64_t> axes, steps;
-    if (ins.size() > 3 && ins[3] != kNoValue) {
-      ASSIGN_OR_RETURN(axes, ConstIntsInput(n, 3));
-    }
-    if (ins.size() > 4 && ins[4] != kNoValue) {
-      ASSIGN_OR_RETURN(steps, ConstIntsInput(n, 4));
-    }
-    if (axes.empty())
-      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-    if (steps.empty()) steps.assign(starts.size(), 1);
-    if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
-      return NodeErr(n, "starts, ends, axes and steps differ in length");
-    }
-    const int64_t r = x.rank();
-    std::vector<int64_t> st(static_cast<size_t>(r), 0), en = x.dims(), sp(static_cast<size_t>(r), 1);
-    std::vector<bool> seen(static_cast<size_t>(r), false);
-    for (size_t i = 0; i < starts.size(); ++i) {
-      const int64_t ax = axes[i] < 0 ? axes[i] + r : axes[i];
-      if (ax < 0 || ax >= r || seen[static_cast<size_t>(ax)]) {
-        return NodeErr(n, "bad or repeated axis " + std::to_string(axes[i]) + " for " + x.ToString());
-      }
-      seen[static_cast<size_t>(ax)] = true;
-      if (steps[i] == 0) return NodeErr(n, "slice step 0");
-      const int64_t dim = x[static_cast<int>(ax)];
-      int64_t b = starts[i] < 0 ? starts[i] + dim : starts[i], e = ends[i] < 0 ? ends[i] + dim : ends[i];
-      if (steps[i] > 0) {
-        b = std::clamp(b, int64_t{0}, dim);
-        e = std::clamp(e, int64_t{0}, dim);
-      } else {
-        b = std::clamp(b, int64_t{0}, dim - 1);
-        e = std::clamp(e, int64_t{-1}, dim - 1);
-      }
-      st[static_cast<size_t>(ax)] = b;
-      en[static_cast<size_t>(ax)] = e;
-      sp[static_cast<size_t>(ax)] = steps[i];
-    }
-    a.Set("starts", st);
-    a.Set("ends", en);
-    a.Set("steps", sp);
-    ins.resize(1);
-    return Status::Ok();
-  }
-
-  // ConstantOfShape(shape) with its one-element tensor attribute `value` (float32 0 if absent).
-  Status LowerConstantOfShape(const onnx::NodeProto& n, Attrs& a) {
-    ASSIGN_OR_RETURN(std::vector<int64_t> shape, ConstIntsInput(n, 0));
-    RETURN_IF_ERROR(CheckDims(shape).With("[onnx] " + path_ + ": node '" + n.name() + "': "));
-    a = Attrs();
-    a.Set("shape", shape);
-    a.Set("dtype", static_cast<int64_t>(DType::kF32));
-    for (const auto& at : n.attribute()) {
-      if (at.name() != "value") continue;
-      ASSIGN_OR_RETURN(Tensor t, TensorFromProto(at.t(), "[onnx] " + path_ + ": node '" + n.name() + "' value"));
-      if (t.numel() != 1) return NodeErr(n, "value must have one element");
-      double v = 0;
-      switch (t.dtype()) {
-        case DType::kF32: v = t.data<float>()[0]; break;
-        case DType::kI64: v = static_cast<double>(t.data<int64_t>()[0]); break;
-        case DType::kI32: v = t.data<int32_t>()[0]; break;
-        case DType::kBool: v = t.data<bool>()[0] ? 1 : 0; break;
-        case DType::kU8: v = t.data<uint8_t>()[0]; break;
-      }
-      a.Set("value", v);
-      a.Set("dtype", static_cast<int64_t>(t.dtype()));
-    }
     return Status::Ok();
   }
 

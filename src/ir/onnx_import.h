@@ -2,11 +2,17 @@
 //
 // The caller binds each ONNX graph input to a type (dtype and full shape, batch = micro_batch).
 // Import then folds every subgraph whose inputs are all constants (Constant nodes, shape
-// arithmetic) by running its CPU kernels, lowers Reshape/Flatten/Squeeze/Unsqueeze to one Reshape
-// with a static shape, drops Identity and Dropout (identity when training), and infers every shape.
+// arithmetic) by running its CPU kernels, folds Shape from its input's static type whatever the
+// input is, moves the constant inputs that decide shapes into attributes (ir/onnx_lower.h: one
+// static Reshape for Reshape/Flatten/Squeeze/Unsqueeze, Split sizes, Slice bounds...), drops
+// Identity and Dropout (identity when training), and infers every shape.
 //
-// Float initializers of rank >= 1 become parameters (kParam); everything else constant. Errors
-// start with "[onnx] FILE: " and name the node, its op type and the opset.
+// Float initializers of rank >= 1 become parameters (kParam); everything else constant. Two
+// PyTorch export habits are undone: an Identity of a parameter (the eval-mode export merges
+// initializers of equal value) gives a parameter of its own, and a parameter that no float path
+// connects to a graph output (a registered buffer such as a causal mask, read through Equal)
+// becomes a constant, with the nodes it feeds folded. Errors start with "[onnx] FILE: " and name
+// the node, its op type and the opset.
 #pragma once
 
 #include <map>

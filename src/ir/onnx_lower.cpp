@@ -1,0 +1,249 @@
+#include "ir/onnx_lower.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ir/onnx_proto.h"
+
+namespace fr::ir {
+namespace {
+
+Status NotConstant(const OnnxNodeCtx& c, int i, const std::string& what) {
+  return c.error("input " + std::to_string(i) + " ('" + c.proto.input(i) + "') must be " + what);
+}
+
+bool Has(const std::vector<ValueId>& ins, size_t i) { return i < ins.size() && ins[i] != kNoValue; }
+
+Result<std::vector<int64_t>> ConstIntsAt(const OnnxNodeCtx& c, const std::vector<ValueId>& ins, int i) {
+  const auto u = static_cast<size_t>(i);
+  if (!Has(ins, u) || c.graph.value(ins[u]).kind != ValueKind::kConst) return NotConstant(c, i, "a constant");
+  return ConstInts(c.graph.value(ins[u]).data);
+}
+
+Result<double> ConstScalarAt(const OnnxNodeCtx& c, const std::vector<ValueId>& ins, int i) {
+  const auto u = static_cast<size_t>(i);
+  if (!Has(ins, u) || c.graph.value(ins[u]).kind != ValueKind::kConst || c.graph.value(ins[u]).data.numel() != 1) {
+    return NotConstant(c, i, "a constant scalar");
+  }
+  const Tensor& t = c.graph.value(ins[u]).data;
+  switch (t.dtype()) {
+    case DType::kF32: return static_cast<double>(t.data<float>()[0]);
+    case DType::kI64: return static_cast<double>(t.data<int64_t>()[0]);
+    case DType::kI32: return static_cast<double>(t.data<int32_t>()[0]);
+    default: return NotConstant(c, i, "a number");
+  }
+}
+
+Status CheckedDims(const OnnxNodeCtx& c, const std::vector<int64_t>& dims) {
+  return CheckDims(dims).With(c.what + ": ");
+}
+
+Status LowerSplit(const OnnxNodeCtx& c, const Shape& x, std::vector<ValueId>& ins, Attrs& a) {
+  auto axis = x.Axis(a.Int("axis", 0));
+  if (!axis.ok()) return c.error(axis.status().message());
+  std::vector<int64_t> sizes;
+  const int64_t outs = c.proto.output_size();
+  if (Has(ins, 1)) {
+    ASSIGN_OR_RETURN(sizes, ConstIntsAt(c, ins, 1));
+  } else {
+    const int64_t dim = x[*axis];
+    if (dim % outs) {
+      return c.error("cannot split dim " + std::to_string(dim) + " into " + std::to_string(outs) + " equal parts");
+    }
+    sizes.assign(static_cast<size_t>(outs), dim / outs);
+  }
+  if (static_cast<int64_t>(sizes.size()) != outs) {
+    return c.error(std::to_string(sizes.size()) + " split sizes for " + std::to_string(outs) + " outputs");
+  }
+  a.Set("axis", int64_t{*axis});
+  a.Set("split", sizes);
+  ins.resize(1);
+  return Status::Ok();
+}
+
+// ONNX Slice(data, starts, ends, axes?, steps?): negative positions count from the end; positions
+// clamp to [0, dim] for a step > 0 and to [-1, dim - 1] for a step < 0; axes not named stay whole.
+Status LowerSlice(const OnnxNodeCtx& c, const Shape& x, std::vector<ValueId>& ins, Attrs& a) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> starts, ConstIntsAt(c, ins, 1));
+  ASSIGN_OR_RETURN(std::vector<int64_t> ends, ConstIntsAt(c, ins, 2));
+  std::vector<int64_t> axes, steps;
+  if (Has(ins, 3)) {
+    ASSIGN_OR_RETURN(axes, ConstIntsAt(c, ins, 3));
+  }
+  if (Has(ins, 4)) {
+    ASSIGN_OR_RETURN(steps, ConstIntsAt(c, ins, 4));
+  }
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+    return c.error("starts, ends, axes and steps differ in length");
+  }
+  const int64_t r = x.rank();
+  std::vector<int64_t> st(static_cast<size_t>(r), 0), en = x.dims(), sp(static_cast<size_t>(r), 1);
+  std::vector<bool> seen(static_cast<size_t>(r), false);
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int64_t ax = axes[i] < 0 ? axes[i] + r : axes[i];
+    if (ax < 0 || ax >= r || seen[static_cast<size_t>(ax)]) {
+      return c.error("bad or repeated axis " + std::to_string(axes[i]) + " for " + x.ToString());
+    }
+    seen[static_cast<size_t>(ax)] = true;
+    if (steps[i] == 0) return c.error("slice step 0");
+    const int64_t dim = x[static_cast<int>(ax)];
+    int64_t b = starts[i] < 0 ? starts[i] + dim : starts[i], e = ends[i] < 0 ? ends[i] + dim : ends[i];
+    if (steps[i] > 0) {
+      b = std::clamp(b, int64_t{0}, dim);
+      e = std::clamp(e, int64_t{0}, dim);
+    } else {
+      b = std::clamp(b, int64_t{0}, dim - 1);
+      e = std::clamp(e, int64_t{-1}, dim - 1);
+    }
+    st[static_cast<size_t>(ax)] = b;
+    en[static_cast<size_t>(ax)] = e;
+    sp[static_cast<size_t>(ax)] = steps[i];
+  }
+  a.Set("starts", st);
+  a.Set("ends", en);
+  a.Set("steps", sp);
+  ins.resize(1);
+  return Status::Ok();
+}
+
+// ConstantOfShape(shape) with its one-element tensor attribute `value` (float32 0 if absent).
+Status LowerConstantOfShape(const OnnxNodeCtx& c, const std::vector<ValueId>& ins, Attrs& a) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> shape, ConstIntsAt(c, ins, 0));
+  RETURN_IF_ERROR(CheckedDims(c, shape));
+  a = Attrs();
+  a.Set("shape", shape);
+  a.Set("dtype", static_cast<int64_t>(DType::kF32));
+  for (const auto& at : c.proto.attribute()) {
+    if (at.name() != "value") continue;
+    ASSIGN_OR_RETURN(Tensor t, TensorFromProto(at.t(), c.what + " value"));
+    if (t.numel() != 1) return c.error("value must have one element");
+    double v = 0;
+    switch (t.dtype()) {
+      case DType::kF32: v = t.data<float>()[0]; break;
+      case DType::kI64: v = static_cast<double>(t.data<int64_t>()[0]); break;
+      case DType::kI32: v = t.data<int32_t>()[0]; break;
+      case DType::kBool: v = t.data<bool>()[0] ? 1 : 0; break;
+      case DType::kU8: v = t.data<uint8_t>()[0]; break;
+    }
+    a.Set("value", v);
+    a.Set("dtype", static_cast<int64_t>(t.dtype()));
+  }
+  return Status::Ok();
+}
+
+Status LowerRange(const OnnxNodeCtx& c, const std::vector<ValueId>& ins, Attrs& a) {
+  ASSIGN_OR_RETURN(double start, ConstScalarAt(c, ins, 0));
+  ASSIGN_OR_RETURN(double limit, ConstScalarAt(c, ins, 1));
+  ASSIGN_OR_RETURN(double delta, ConstScalarAt(c, ins, 2));
+  if (delta == 0) return c.error("Range with delta 0");
+  const auto size = static_cast<int64_t>(std::max(std::ceil((limit - start) / delta), 0.0));
+  RETURN_IF_ERROR(CheckedDims(c, {size}));
+  a.Set("size", size);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::vector<int64_t>> ReshapeTarget(const OnnxNodeCtx& c, const std::vector<ValueId>& ins, const Attrs& a) {
+  const std::string& op = c.proto.op_type();
+  const Shape& x = c.graph.type(ins[0]).shape;
+  std::vector<int64_t> out;
+  if (op == "Reshape") {
+    ASSIGN_OR_RETURN(std::vector<int64_t> spec, ConstIntsAt(c, ins, 1));
+    const bool allowzero = a.Int("allowzero") != 0;
+    int64_t known = 1, infer_at = -1;
+    for (size_t i = 0; i < spec.size(); ++i) {
+      int64_t d = spec[i];
+      if (d == 0 && !allowzero) {
+        if (static_cast<int>(i) >= x.rank()) {
+          return c.error("shape copies dim " + std::to_string(i) + " of a rank-" + std::to_string(x.rank()) + " input");
+        }
+        d = x[static_cast<int>(i)];
+      }
+      if (d == -1) {
+        if (infer_at >= 0) return c.error("shape has more than one -1");
+        infer_at = static_cast<int64_t>(i);
+      } else if (d < 0) {
+        return c.error("shape has a negative dimension " + std::to_string(d));
+      } else {
+        known *= d;
+      }
+      out.push_back(d);
+    }
+    if (infer_at >= 0) {
+      if (known == 0 || x.numel() % known) return c.error("cannot reshape " + x.ToString() + " with a -1 in the shape");
+      out[static_cast<size_t>(infer_at)] = x.numel() / known;
+    }
+  } else if (op == "Flatten") {
+    int64_t axis = a.Int("axis", 1);
+    if (axis < 0) axis += x.rank();
+    if (axis < 0 || axis > x.rank()) return c.error("axis out of range");
+    int64_t lead = 1;
+    for (int i = 0; i < axis; ++i) lead *= x[i];
+    out = {lead, x.numel() / (lead ? lead : 1)};
+  } else {  // Squeeze / Unsqueeze: axes from input 1 (opset 13+)
+    std::vector<int64_t> axes;
+    if (Has(ins, 1)) {
+      ASSIGN_OR_RETURN(axes, ConstIntsAt(c, ins, 1));
+    }
+    if (op == "Unsqueeze") {
+      const int r = x.rank() + static_cast<int>(axes.size());
+      std::vector<bool> inserted(static_cast<size_t>(r), false);
+      for (int64_t ax : axes) {
+        const int64_t k = ax < 0 ? ax + r : ax;
+        if (k < 0 || k >= r || inserted[static_cast<size_t>(k)]) return c.error("bad axes");
+        inserted[static_cast<size_t>(k)] = true;
+      }
+      for (int i = 0, j = 0; i < r; ++i) out.push_back(inserted[static_cast<size_t>(i)] ? 1 : x[j++]);
+    } else {
+      std::vector<bool> drop(static_cast<size_t>(x.rank()), axes.empty());
+      for (int64_t ax : axes) {
+        const int64_t k = ax < 0 ? ax + x.rank() : ax;
+        if (k < 0 || k >= x.rank() || x[static_cast<int>(k)] != 1) {
+          return c.error("cannot squeeze axis " + std::to_string(ax) + " of " + x.ToString());
+        }
+        drop[static_cast<size_t>(k)] = true;
+      }
+      for (int i = 0; i < x.rank(); ++i)
+        if (!(drop[static_cast<size_t>(i)] && x[i] == 1)) out.push_back(x[i]);
+    }
+  }
+  RETURN_IF_ERROR(CheckedDims(c, out));
+  return out;
+}
+
+Status LowerOnnxNode(const OnnxNodeCtx& c, OpKind k, std::vector<ValueId>& ins, Attrs& a) {
+  const Shape x = Has(ins, 0) ? c.graph.type(ins[0]).shape : Shape{};
+  switch (k) {
+    case OpKind::kSplit: return LowerSplit(c, x, ins, a);
+    case OpKind::kSlice: return LowerSlice(c, x, ins, a);
+    case OpKind::kExpand: {
+      ASSIGN_OR_RETURN(std::vector<int64_t> shape, ConstIntsAt(c, ins, 1));
+      RETURN_IF_ERROR(CheckedDims(c, shape));
+      a.Set("shape", shape);
+      ins.resize(1);
+      return Status::Ok();
+    }
+    case OpKind::kTrilu:
+      if (Has(ins, 1)) {
+        ASSIGN_OR_RETURN(double kv, ConstScalarAt(c, ins, 1));
+        a.Set("k", static_cast<int64_t>(kv));
+      }
+      ins.resize(1);
+      return Status::Ok();
+    case OpKind::kCast: {
+      ASSIGN_OR_RETURN(DType to, DTypeFromOnnx(static_cast<int32_t>(a.Int("to", 0)), c.what + " (Cast) target"));
+      a = Attrs();
+      a.Set("dtype", static_cast<int64_t>(to));
+      return Status::Ok();
+    }
+    case OpKind::kConstantOfShape: return LowerConstantOfShape(c, ins, a);
+    case OpKind::kRange: return LowerRange(c, ins, a);
+    default: return Status::Ok();
+  }
+}
+
+}  // namespace fr::ir

@@ -1,0 +1,25 @@
+// Reading ONNX protobuf values into flowrun's: element types and tensors. A tensor's byte count is
+// checked against its shape before anything is allocated (a corrupt file may declare far more than
+// it holds). Errors are Status values whose message starts with `what`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/tensor.h"
+#include "onnx/onnx_pb.h"
+
+namespace fr::ir {
+
+// float32, int64, int32, bool and uint8; any other element type is an error naming it.
+Result<DType> DTypeFromOnnx(int32_t t, const std::string& what);
+
+// A copy of the tensor's data (raw_data or the typed fields); external data is an error.
+Result<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& what);
+
+// The values of an int64 or int32 tensor; empty for other types.
+std::vector<int64_t> ConstInts(const Tensor& t);
+
+}  // namespace fr::ir
