@@ -2,7 +2,12 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 
+#include <omp.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <thread>
 #include <iostream>
 
 #include "actor/runtime.h"
@@ -44,9 +49,20 @@ int Fail(const Status& s) {
   return s.exit_code();
 }
 
+// Kernel threads per rank (oneDNN's OpenMP team): the cores divided among the ranks on this node,
+// unless OMP_NUM_THREADS says otherwise. Ranks that each take every core slow each other down.
+void SetKernelThreads() {
+  if (std::getenv("OMP_NUM_THREADS")) return;
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  omp_set_num_threads(std::max(1, cores / ranks_here));
+}
+
 int Train(const Args& a) {
   auto world = actor::JoinWorld(nullptr, nullptr);
   if (!world.ok()) return Fail(world.status());
+  SetKernelThreads();
   const bool lead = world->rank == 0;
   // On any rank's failure every rank must stop: abort the job, carrying the exit code.
   CatchStopSignals();
