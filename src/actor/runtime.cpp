@@ -68,13 +68,14 @@ Status Runtime::StartComm(Actor* actor, const boxing::Task& t, std::vector<Tenso
   return Status::Ok();
 }
 
-bool Runtime::PollComm() {
+Stream::Poll Runtime::PollComm() {
+  bool progress = false;
   for (size_t i = 0; i < in_flight_.size();) {
     auto done = comm_->Test(CommHandle{in_flight_[i].handle});
     if (!done.ok()) {
       Fail(done.status());
       in_flight_.clear();
-      return false;
+      return Stream::Poll::kIdle;
     }
     if (!*done) {
       ++i;
@@ -87,8 +88,10 @@ bool Runtime::PollComm() {
       waiting_.erase(a->task().id);
     }
     a->CommDone();
+    progress = true;
   }
-  return !in_flight_.empty();
+  if (in_flight_.empty()) return Stream::Poll::kIdle;
+  return progress ? Stream::Poll::kProgress : Stream::Poll::kWaiting;
 }
 
 void Runtime::Fail(const Status& s) {
@@ -158,7 +161,7 @@ Status Runtime::Run(const RunOptions& opt) {
   start_ = std::chrono::steady_clock::now();
   for (const std::string& name : plan_.streams) {
     auto handle = [this](const Msg& m) { actors_[static_cast<size_t>(m.dst)]->Handle(m); };
-    std::function<bool()> poll;
+    std::function<Stream::Poll()> poll;
     if (name == "comm") poll = [this] { return PollComm(); };
     streams_.push_back(std::make_unique<Stream>(name, handle, poll));
   }

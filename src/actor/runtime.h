@@ -76,7 +76,7 @@ class Runtime {
  private:
   void Notify();
   void MaybeEmit();  // requires mu_
-  bool PollComm();   // comm stream thread: completes finished movements; true while any is in flight
+  Stream::Poll PollComm();  // comm stream thread: completes finished movements
   std::string StallReport() const;
 
   struct InFlight {

@@ -1,10 +1,11 @@
 #include "actor/stream.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace fr::actor {
 
-Stream::Stream(std::string name, std::function<void(const Msg&)> handle, std::function<bool()> poll)
+Stream::Stream(std::string name, std::function<void(const Msg&)> handle, std::function<Poll()> poll)
     : name_(std::move(name)), handle_(std::move(handle)), poll_(std::move(poll)) {}
 
 Stream::~Stream() { Join(); }
@@ -30,7 +31,11 @@ void Stream::Join() {
 }
 
 void Stream::Loop() {
-  bool pending = false;  // poll_ reported work in flight
+  // While movements are in flight the thread polls: often right after progress, backing off to
+  // 200 us when nothing completes, so waiting on a slow peer does not eat a core.
+  constexpr auto kMinWait = std::chrono::microseconds(10), kMaxWait = std::chrono::microseconds(200);
+  auto wait = kMinWait;
+  bool pending = false;
   for (;;) {
     Msg m;
     bool got = false;
@@ -38,7 +43,7 @@ void Stream::Loop() {
       std::unique_lock<std::mutex> lock(mu_);
       auto ready = [this] { return !queue_.empty(); };
       if (pending) {
-        cv_.wait_for(lock, std::chrono::microseconds(20), ready);
+        cv_.wait_for(lock, wait, ready);
       } else {
         cv_.wait(lock, ready);
       }
@@ -52,7 +57,10 @@ void Stream::Loop() {
       if (m.kind == MsgKind::kStop) return;
       handle_(m);
     }
-    if (poll_) pending = poll_();
+    if (!poll_) continue;
+    Poll p = poll_();
+    pending = p != Poll::kIdle;
+    wait = (p == Poll::kProgress || got) ? kMinWait : std::min(wait * 2, kMaxWait);
   }
 }
 

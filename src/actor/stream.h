@@ -16,9 +16,10 @@ namespace fr::actor {
 class Stream {
  public:
   // `handle` runs on the stream's thread for each message, kStop excepted, which ends the thread.
-  // `poll`, if set, runs on the thread between messages; while it returns true (work in flight,
-  // e.g. non-blocking communication) the thread wakes every few microseconds to call it again.
-  Stream(std::string name, std::function<void(const Msg&)> handle, std::function<bool()> poll = nullptr);
+  // `poll`, if set, runs on the thread between messages; while it reports work in flight (e.g.
+  // non-blocking communication) the thread wakes every 10-200 us to call it again.
+  enum class Poll { kIdle, kWaiting, kProgress };
+  Stream(std::string name, std::function<void(const Msg&)> handle, std::function<Poll()> poll = nullptr);
   ~Stream();  // joins
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -35,7 +36,7 @@ class Stream {
 
   std::string name_;
   std::function<void(const Msg&)> handle_;
-  std::function<bool()> poll_;
+  std::function<Poll()> poll_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Msg> queue_;  // guarded by mu_
