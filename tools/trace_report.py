@@ -66,19 +66,26 @@ def main():
         import matplotlib.pyplot as plt
         colors = {"compute": "#4C72B0", "variable": "#8172B2", "data": "#55A868", "boxing": "#C44E52",
                   "loss-sink": "#999999", "norm-sink": "#999999"}
+        # A posted receive spans the wait for its sender: it gets its own row, so the comm row
+        # shows the time collectives and sends are really in flight.
+        def row_of(e):
+            return (e["pid"], e["tid"], "/recv@" in e["name"])
         rows = []
         for rank, names, ev in ranks:
             for tid, name in sorted(names.items()):
-                rows.append((rank, tid, f"rank {rank} {name}"))
+                rows.append(((rank, tid, False), f"rank {rank} {name}"))
+                if any(row_of(e) == (rank, tid, True) for e in ev):
+                    rows.append(((rank, tid, True), f"rank {rank} recv posted"))
+        index = {key: y for y, (key, _) in enumerate(rows)}
         fig, ax = plt.subplots(figsize=(12, 0.5 + 0.45 * len(rows)))
-        for y, (rank, tid, _) in enumerate(rows):
-            for _, _, ev in [r for r in ranks if r[0] == rank]:
-                for e in ev:
-                    if e["tid"] == tid and a <= e["args"]["step"] < b:
-                        ax.broken_barh([((e["ts"] - t0) / 1e3, max(e["dur"], 0.5) / 1e3)], (y - 0.4, 0.8),
-                                       color=colors.get(e["cat"], "#333333"))
+        for _, _, ev in ranks:
+            for e in ev:
+                if a <= e["args"]["step"] < b:
+                    y = index[row_of(e)]
+                    ax.broken_barh([((e["ts"] - t0) / 1e3, max(e["dur"], 0.5) / 1e3)], (y - 0.4, 0.8),
+                                   color=colors.get(e["cat"], "#333333"), alpha=0.85)
         ax.set_yticks(range(len(rows)))
-        ax.set_yticklabels([r[2] for r in rows])
+        ax.set_yticklabels([r[1] for r in rows])
         ax.invert_yaxis()
         ax.set_xlabel("ms")
         ax.set_title("flowrun trace: " + ", ".join(f"{k} {v}" for k, v in colors.items() if k not in ("norm-sink",)))
