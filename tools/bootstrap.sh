@@ -10,7 +10,7 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler # ONNX import
   libopenmpi-dev openmpi-bin                    # ranks and CPU collectives
   libdnnl-dev                                   # CPU GEMM (oneDNN)
-  libgtest-dev                                  # tests
+  libgtest-dev procps                           # tests (the fault tests find rank processes with pgrep)
 )
 missing=()
 for p in "${packages[@]}"; do
