@@ -30,6 +30,7 @@ using sbp::NdSbp;
 using sbp::Placement;
 using sbp::Reduce;
 using sbp::Sbp;
+using boxing::testing::NdSbps;
 
 Communicator* g_comm = nullptr;  // the world communicator, made in main
 
@@ -40,21 +41,6 @@ Placement Ranks(std::vector<int> r) {
   return Placement(DeviceType::kCpu, std::move(r), Shape{n});
 }
 Placement Mesh2x2() { return Placement(DeviceType::kCpu, {0, 1, 2, 3}, Shape{2, 2}); }
-
-std::vector<NdSbp> NdSbps(const std::vector<Sbp>& each, int ndim) {
-  std::vector<NdSbp> out{NdSbp()};
-  for (int a = 0; a < ndim; ++a) {
-    std::vector<NdSbp> next;
-    for (const NdSbp& n : out)
-      for (const Sbp& s : each) {
-        std::vector<Sbp> v = n.axes();
-        v.push_back(s);
-        next.push_back(NdSbp(v));
-      }
-    out = next;
-  }
-  return out;
-}
 
 // Every (src, dst) pair of nd-SBPs built from `each`, on every shape, that fits its placements.
 std::vector<Request> Pairs(const std::vector<Shape>& shapes, const Placement& sp, const Placement& dp,

@@ -22,6 +22,7 @@ using sbp::NdSbp;
 using sbp::Placement;
 using sbp::Reduce;
 using sbp::Sbp;
+using boxing::testing::NdSbps;
 using testing::Combine;
 using testing::Equal;
 using testing::Logical;
@@ -97,21 +98,6 @@ std::map<std::string, int> RunAll(const std::vector<Request>& rs, const char* wh
   std::printf("\n");
   EXPECT_GT(run, 0);
   return used;
-}
-
-std::vector<NdSbp> NdSbps(const std::vector<Sbp>& each, int ndim) {
-  std::vector<NdSbp> out{NdSbp()};
-  for (int a = 0; a < ndim; ++a) {
-    std::vector<NdSbp> next;
-    for (const NdSbp& n : out)
-      for (const Sbp& s : each) {
-        std::vector<Sbp> v = n.axes();
-        v.push_back(s);
-        next.push_back(NdSbp(v));
-      }
-    out = next;
-  }
-  return out;
 }
 
 std::vector<Request> Pairs(const std::vector<Shape>& shapes, const Placement& sp, const Placement& dp,

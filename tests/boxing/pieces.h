@@ -145,4 +145,20 @@ inline Tensor Combine(std::vector<Tensor> level, const sbp::NdSbp& nd, const sbp
   return level[0];
 }
 
+// Every nd-SBP over `ndim` mesh axes whose entries come from `each`.
+inline std::vector<sbp::NdSbp> NdSbps(const std::vector<sbp::Sbp>& each, int ndim) {
+  std::vector<sbp::NdSbp> out{sbp::NdSbp()};
+  for (int a = 0; a < ndim; ++a) {
+    std::vector<sbp::NdSbp> next;
+    for (const sbp::NdSbp& n : out)
+      for (const sbp::Sbp& s : each) {
+        std::vector<sbp::Sbp> v = n.axes();
+        v.push_back(s);
+        next.push_back(sbp::NdSbp(v));
+      }
+    out = next;
+  }
+  return out;
+}
+
 }  // namespace fr::boxing::testing
