@@ -294,17 +294,7 @@ def make_goldens():
     for path in tokens_goldens():
         name = os.path.splitext(os.path.basename(path))[0]
         cfg = load_config(path)
-        losses, gnorms, lrs = run_golden(cfg, torch.float32)
-        with open(f"tests/golden/{name}.json", "w") as f:
-            json.dump({"config": path, "torch": torch.__version__,
-                       "losses": losses, "gnorms": gnorms, "lrs": lrs}, f, indent=1)
-            f.write("\n")
-        l64, g64, _ = run_golden(cfg, torch.float64)
-        rel = max(abs(a - b) / abs(b) for a, b in zip(losses, l64))
-        grel = max(abs(a - b) / abs(b) for a, b in zip(gnorms, g64))
-        print(f"{name}: loss {losses[0]:.6f} -> {losses[-1]:.6f}  "
-              f"gnorm {gnorms[0]:.4f} -> {gnorms[-1]:.4f}  "
-              f"f32 vs f64 max rel diff: loss {rel:.3e}, gnorm {grel:.3e}")
+        ref.write_golden(name, path, lambda dtype: run_golden(cfg, dtype))
 
 
 def main():

@@ -319,6 +319,24 @@ def run_golden(cfg, dtype):
     return losses, gnorms, lrs
 
 
+def write_golden(name, path, run_golden):
+    """Runs a golden config in float32, writes tests/golden/NAME.json, and prints how far the
+    float32 losses are from a float64 rerun (from the same initial weights and data): how much of
+    the float32 result is rounding noise. Shared with tools/make_gpt.py."""
+    losses, gnorms, lrs = run_golden(torch.float32)
+    out = {"config": path, "torch": torch.__version__,
+           "losses": losses, "gnorms": gnorms, "lrs": lrs}
+    with open(f"tests/golden/{name}.json", "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    l64, g64, _ = run_golden(torch.float64)
+    rel = max(abs(a - b) / abs(b) for a, b in zip(losses, l64))
+    grel = max(abs(a - b) / abs(b) for a, b in zip(gnorms, g64))
+    print(f"{name}: loss {losses[0]:.6f} -> {losses[-1]:.6f}  "
+          f"gnorm {gnorms[0]:.4f} -> {gnorms[-1]:.4f}  "
+          f"f32 vs f64 max rel diff: loss {rel:.3e}, gnorm {grel:.3e}")
+
+
 def make_goldens():
     for path in sorted(glob.glob("tests/golden/*.yaml")):
         name = os.path.splitext(os.path.basename(path))[0]
@@ -326,20 +344,7 @@ def make_goldens():
             if yaml.safe_load(f)["data"]["format"] == "tokens":
                 continue  # GPT goldens: tools/make_gpt.py
         cfg = load_config(path)
-        losses, gnorms, lrs = run_golden(cfg, torch.float32)
-        out = {"config": path, "torch": torch.__version__,
-               "losses": losses, "gnorms": gnorms, "lrs": lrs}
-        with open(f"tests/golden/{name}.json", "w") as f:
-            json.dump(out, f, indent=1)
-            f.write("\n")
-        # Float64 rerun from the same (float32) initial weights and data: how
-        # much of the float32 result is rounding noise.
-        l64, g64, _ = run_golden(cfg, torch.float64)
-        rel = max(abs(a - b) / abs(b) for a, b in zip(losses, l64))
-        grel = max(abs(a - b) / abs(b) for a, b in zip(gnorms, g64))
-        print(f"{name}: loss {losses[0]:.6f} -> {losses[-1]:.6f}  "
-              f"gnorm {gnorms[0]:.4f} -> {gnorms[-1]:.4f}  "
-              f"f32 vs f64 max rel diff: loss {rel:.3e}, gnorm {grel:.3e}")
+        write_golden(name, path, lambda dtype: run_golden(cfg, dtype))
 
 
 def main():
