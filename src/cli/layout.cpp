@@ -13,6 +13,9 @@ Status Bad(const Config& cfg, const std::string& key, const std::string& msg) {
 
 Result<std::vector<int64_t>> Mesh(const Config& cfg, int per_stage) {
   std::vector<int64_t> mesh = cfg.parallel.mesh.empty() ? std::vector<int64_t>{per_stage} : cfg.parallel.mesh;
+  if (mesh.size() > static_cast<size_t>(sbp::kMaxMeshAxes)) {
+    return Bad(cfg, "mesh", "has " + std::to_string(mesh.size()) + " axes; at most " + std::to_string(sbp::kMaxMeshAxes) + " are supported");
+  }
   int64_t known = 1;
   int infer = -1;
   for (size_t i = 0; i < mesh.size(); ++i) {

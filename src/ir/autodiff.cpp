@@ -33,6 +33,7 @@ Result<std::vector<ValueId>> Backward(Builder& b, ValueId loss, ValueId seed, co
     }
     slot = b.Op(OpKind::kAdd, {slot, d}, {}, b.UniqueName(g.value(v).name + "/grad_sum"), Phase::kBackward);
     g.nodes.back().origin = g.value(v).producer;  // -1 for parameters: placed with their consumers
+    g.value(slot).grad_of = v;
   };
   grad[static_cast<size_t>(loss)] = seed;
   for (size_t n = n_fwd; n-- > 0;) {
@@ -65,6 +66,7 @@ Result<std::vector<ValueId>> Backward(Builder& b, ValueId loss, ValueId seed, co
       FR_CHECK(g.type(di).shape == g.type(node.in[i]).shape,
                node.name + ": gradient shape " + g.type(di).shape.ToString() + " for input " +
                    g.type(node.in[i]).shape.ToString());
+      if (g.value(di).grad_of == kNoValue) g.value(di).grad_of = node.in[i];
       add_grad(node.in[i], di);
     }
   }

@@ -43,6 +43,7 @@ struct Value {
   Tensor data;            // kParam initial value, kConst value
   NodeId producer = -1;   // for kActivation and kState
   int producer_slot = 0;
+  ValueId grad_of = kNoValue;  // backward values: the forward value this is (a part of) the gradient of
 };
 
 using AttrValue = std::variant<int64_t, double, std::vector<int64_t>, std::vector<double>, std::string>;

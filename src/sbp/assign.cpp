@@ -49,6 +49,16 @@ class Assigner {
     a_.value_sbp.assign(g_.values.size(), NdSbp());
     a_.node_sig.resize(g_.nodes.size());
     consumers_ = g_.Consumers();
+    backward_of_.assign(g_.nodes.size(), {});
+    std::map<std::pair<std::vector<int64_t>, int>, int> classes;
+    for (const ir::Value& v : g_.values) {
+      std::vector<int64_t> dims;
+      for (int d = 0; d < v.type.shape.rank(); ++d) dims.push_back(v.type.shape[d]);
+      type_class_.push_back(classes.emplace(std::make_pair(dims, static_cast<int>(v.type.dtype)), static_cast<int>(classes.size())).first->second);
+    }
+    has_grad_.assign(g_.values.size(), false);
+    for (const ir::Value& v : g_.values)
+      if (v.grad_of != ir::kNoValue) has_grad_[static_cast<size_t>(v.grad_of)] = true;
     per_step_.assign(g_.values.size(), false);
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       const ir::Node& node = g_.nodes[n];
@@ -61,8 +71,29 @@ class Assigner {
     for (ValueId p : g_.params) per_step_[static_cast<size_t>(p)] = true;
     RETURN_IF_ERROR(ResolveHints());
     for (size_t n = 0; n < g_.nodes.size(); ++n) RETURN_IF_ERROR(Candidates(static_cast<NodeId>(n)));
-    RETURN_IF_ERROR(Solve());
-    SearchParams();
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      const ir::Node& node = g_.nodes[n];
+      if (node.phase == ir::Phase::kBackward && node.origin >= 0) backward_of_[static_cast<size_t>(node.origin)].push_back(static_cast<NodeId>(n));
+    }
+    for (const ir::ParamGrad& pg : tg_.params) update_of_[pg.param] = pg.update;
+    // Two starts, each polished by refinement and group moves; the cheaper wins (ties: the first).
+    Assignment best;
+    double best_cost = kInf;
+    for (bool mirror : {false, true}) {
+      mirror_ = mirror;
+      a_.value_sbp.assign(g_.values.size(), NdSbp());
+      a_.node_sig.assign(g_.nodes.size(), NdSignature());
+      RETURN_IF_ERROR(Solve());
+      SearchGroups();
+      for (int sweep = 0; sweep < 8; ++sweep)
+        if (!Refine()) break;
+      double c = Objective();
+      if (c < best_cost - 1e-12) {
+        best_cost = c;
+        best = a_;
+      }
+    }
+    a_ = std::move(best);
     Total();
     return a_;
   }
@@ -243,21 +274,27 @@ class Assigner {
                            PlaceOfNode(id).ToString());
   }
 
-  double Boxing(ValueId v, const NdSbp& have, const Placement& dst_place, const NdSbp& want) const {
+  // The price of moving value v from `have` to `want` on stage `dst`'s placement, memoised on
+  // small integer keys (this is the assigner's innermost call).
+  double Boxing(ValueId v, const NdSbp& have, int dst, const NdSbp& want) const {
     const Placement& src_place = PlaceOf(v);
+    const Placement& dst_place = o_.stages[static_cast<size_t>(dst)];
     if (src_place == dst_place && have == want) return 0;
-    std::string key = std::to_string(v) + have.ToString() + want.ToString() + dst_place.ToString();
+    const double rate = Rate(per_step_[static_cast<size_t>(v)]);
+    // Values of one type on one stage price alike: the key is the type's class, not the value.
+    PriceKey key{static_cast<uint64_t>(type_class_[static_cast<size_t>(v)]) << 16 |
+                     static_cast<uint64_t>(a_.value_stage[static_cast<size_t>(v)]) << 8 | static_cast<uint64_t>(dst),
+                 Code(have), Code(want)};
     auto it = price_memo_.find(key);
-    if (it != price_memo_.end()) return it->second;
+    if (it != price_memo_.end()) return rate * it->second;
     boxing::Request r{g_.type(v).shape, g_.type(v).dtype, src_place, have, dst_place, want};
     boxing::Estimate e = boxing::Price(r);
     // Point-to-point plans (send-recv, fallback) report no collectives but still pay a message's
     // latency; local ones (slice, zero-fill, assemble) pay nothing.
     double messages = e.collectives > 0 ? e.collectives : e.bytes_per_rank > 0 ? 1.0 : 0.0;
-    double c = Rate(per_step_[static_cast<size_t>(v)]) *
-               (e.bytes_per_rank / o_.cluster.bandwidth + messages * o_.cluster.latency);
-    price_memo_.emplace(std::move(key), c);
-    return c;
+    double c = e.bytes_per_rank / o_.cluster.bandwidth + messages * o_.cluster.latency;
+    price_memo_.emplace(key, c);
+    return rate * c;
   }
 
   double Compute(NodeId id, const NdSignature& s) const {
@@ -294,9 +331,9 @@ class Assigner {
       if (s.in[i].any_partial() && IsConst(v)) continue;
       const NdSbp& have = a_.value_sbp[static_cast<size_t>(v)];
       if (!have.size()) {  // a source not yet placed takes what this op wants, when it may
-        c += SourceAllows(v, s.in[i]) && PlaceOf(v) == p ? 0 : CheapestSource(v, p, s.in[i]);
+        c += SourceAllows(v, s.in[i]) && PlaceOf(v) == p ? 0 : CheapestSource(v, o_.node_stage[static_cast<size_t>(id)], s.in[i]);
       } else if (!WantedByOther(v, o_.node_stage[static_cast<size_t>(id)], s.in[i], id)) {
-        c += Boxing(v, have, p, s.in[i]);  // shared with any other consumer that wants the same
+        c += Boxing(v, have, o_.node_stage[static_cast<size_t>(id)], s.in[i]);  // shared with any other consumer that wants the same
       }
     }
     if (outputs) {
@@ -326,7 +363,7 @@ class Assigner {
         std::pair<int, NdSbp> key{o_.node_stage[static_cast<size_t>(u)], us.in[i]};
         if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
         seen.push_back(key);
-        c += Boxing(v, have, PlaceOfNode(u), us.in[i]);
+        c += Boxing(v, have, o_.node_stage[static_cast<size_t>(u)], us.in[i]);
       }
     }
     return c;
@@ -354,49 +391,295 @@ class Assigner {
     return out;
   }
 
-  double CheapestSource(ValueId v, const Placement& p, const NdSbp& want) const {
+  double CheapestSource(ValueId v, int stage, const NdSbp& want) const {
     double best = kInf;
-    for (const NdSbp& nd : SourceCandidates(v)) best = std::min(best, Boxing(v, nd, p, want));
+    for (const NdSbp& nd : SourceCandidates(v)) best = std::min(best, Boxing(v, nd, stage, want));
     return best;
+  }
+
+  // The greedy pass sees only the ops already placed, and the backward ops come after every
+  // forward one. So a forward op also pays, up front, for the backward movement its choice implies:
+  // the gradient of each input it reads moves back from the dual of what it wants to the dual of
+  // what the producer made, and a parameter's gradient moves once a step to the parameter's layout.
+  double MirrorCost(NodeId id, const NdSignature& s) const {
+    const ir::Node& n = g_.node(id);
+    double c = 0;
+    for (size_t i = 0; i < n.in.size(); ++i) {
+      ValueId v = n.in[i];
+      if (v == ir::kNoValue || IsConst(v) || !has_grad_[static_cast<size_t>(v)]) continue;
+      NdSbp back = Dual(s, s.in[i]);
+      if (!back.size()) continue;
+      const ir::Value& val = g_.value(v);
+      if (val.kind == ir::ValueKind::kParam) {
+        c += Boxing(v, back, a_.value_stage[static_cast<size_t>(v)], s.in[i]);
+      } else if (val.producer >= 0 && a_.value_sbp[static_cast<size_t>(v)].size()) {
+        const NdSignature& ps = a_.node_sig[static_cast<size_t>(val.producer)];
+        NdSbp there = Dual(ps, a_.value_sbp[static_cast<size_t>(v)]);
+        if (there.size()) c += Boxing(v, back, o_.node_stage[static_cast<size_t>(val.producer)], there);
+      }
+    }
+    return c;
+  }
+
+  // Whether candidate c of backward op b mirrors its forward op's current signature.
+  bool Mirrors(NodeId b, const NdSignature& c) const {
+    const ir::Node& bn = g_.node(b);
+    if (bn.origin < 0) return true;
+    const ir::Node& n = g_.node(bn.origin);
+    const NdSignature& s = a_.node_sig[static_cast<size_t>(bn.origin)];
+    if (s.in.empty()) return true;
+    for (size_t i = 0; i < bn.in.size(); ++i) {
+      NdSbp m = Mirror(n, s, bn.in[i]);
+      if (m.size() && !(c.in[i] == m)) return false;
+    }
+    for (size_t i = 0; i < bn.out.size(); ++i) {
+      NdSbp m = Mirror(n, s, bn.out[i]);
+      if (m.size() && !(c.out[i] == m)) return false;
+    }
+    return true;
   }
 
   Status Greedy(NodeId id) {
     const auto& cands = cands_[static_cast<size_t>(id)];
-    size_t best = 0;
+    const ir::Node& n = g_.node(id);
+    const bool forward = n.phase == ir::Phase::kForward || n.phase == ir::Phase::kLoss;
+    const bool backward = n.phase == ir::Phase::kBackward && n.origin >= 0;
+    size_t best = cands.size();
     double best_cost = kInf;
-    for (size_t c = 0; c < cands.size(); ++c) {
-      double cost = Cost(id, cands[c], false);
-      if (cost < best_cost) {
-        best_cost = cost;
-        best = c;
+    for (int pass = 0; pass < 2 && best == cands.size(); ++pass) {
+      for (size_t c = 0; c < cands.size(); ++c) {
+        if (mirror_ && backward && pass == 0 && !Mirrors(id, cands[c])) continue;
+        double cost = Cost(id, cands[c], false);
+        if (mirror_ && forward && cost < kInf) cost += MirrorCost(id, cands[c]);
+        if (cost < best_cost) {
+          best_cost = cost;
+          best = c;
+        }
       }
     }
-    if (best_cost == kInf) return Status::Invalid("[sbp] op '" + g_.node(id).name + "' has no signature that takes its parameter as it is");
+    if (best == cands.size()) return Status::Invalid("[sbp] op '" + n.name + "' has no signature that takes its parameter as it is");
     Place(id, cands[best]);
     return Status::Ok();
   }
 
+  void SetValue(ValueId v, const NdSbp& nd) {
+    NdSbp& cur = a_.value_sbp[static_cast<size_t>(v)];
+    if (logging_) value_log_.emplace_back(v, cur);
+    cur = nd;
+  }
+
   void Place(NodeId id, const NdSignature& s) {
+    if (logging_) node_log_.emplace_back(id, a_.node_sig[static_cast<size_t>(id)]);
     const ir::Node& n = g_.node(id);
     const Placement& p = PlaceOfNode(id);
     for (size_t i = 0; i < n.in.size(); ++i) {
       ValueId v = n.in[i];
       if (v == ir::kNoValue || IsConst(v) || a_.value_sbp[static_cast<size_t>(v)].size()) continue;
       if (SourceAllows(v, s.in[i]) && PlaceOf(v) == p) {
-        a_.value_sbp[static_cast<size_t>(v)] = s.in[i];
+        SetValue(v, s.in[i]);
         continue;
       }
       double best = kInf;
+      NdSbp pick;
       for (const NdSbp& nd : SourceCandidates(v)) {
-        double c = Boxing(v, nd, p, s.in[i]);
+        double c = Boxing(v, nd, o_.node_stage[static_cast<size_t>(id)], s.in[i]);
         if (c < best) {
           best = c;
-          a_.value_sbp[static_cast<size_t>(v)] = nd;
+          pick = nd;
+        }
+      }
+      SetValue(v, pick);
+    }
+    for (size_t i = 0; i < n.out.size(); ++i) SetValue(n.out[i], s.out[i]);
+    a_.node_sig[static_cast<size_t>(id)] = s;
+  }
+
+  void Undo() {
+    for (auto it = value_log_.rbegin(); it != value_log_.rend(); ++it) a_.value_sbp[static_cast<size_t>(it->first)] = it->second;
+    for (auto it = node_log_.rbegin(); it != node_log_.rend(); ++it) a_.node_sig[static_cast<size_t>(it->first)] = it->second;
+  }
+
+  // --- Group moves -----------------------------------------------------------------------------
+  // Per-op refinement cannot move a layer from one strategy to another (data to tensor parallel):
+  // its forward op, the backward ops derived from it and its parameters' updates must change
+  // together, and each alone only gets worse. A group move tries every candidate signature of a
+  // forward op with its backward ops mirroring it (below), its parameters taking what it wants and
+  // their updates following, lets the ops around the group re-pick, and keeps the move when the
+  // whole-graph cost falls.
+  //
+  // Mirroring: a backward op reads the forward tensors as the forward op read them; the gradient
+  // of a forward tensor takes the dual of its SBP (S stays S, B becomes P, P becomes B) on every
+  // mesh axis where the forward op splits its work, and stays B where the forward op is
+  // replicated (every device computes the same whole gradient).
+
+  NdSbp Dual(const NdSignature& s, const NdSbp& x) const {
+    std::vector<Sbp> d;
+    for (int a = 0; a < x.size(); ++a) {
+      bool replicated = true;
+      for (const NdSbp& y : s.in) replicated = replicated && (!y.size() || y[a].is_broadcast());
+      for (const NdSbp& y : s.out) replicated = replicated && y[a].is_broadcast();
+      if (replicated) {
+        d.push_back(Sbp::B());
+      } else {
+        if (x[a].is_partial() && x[a].reduce() != Reduce::kSum) return {};
+        d.push_back(x[a].Dual());
+      }
+    }
+    return NdSbp(d);
+  }
+
+  // What a backward op of forward op n (signature s) should see for value x; empty when free.
+  NdSbp Mirror(const ir::Node& n, const NdSignature& s, ValueId x) const {
+    if (x == ir::kNoValue || IsConst(x)) return {};
+    for (size_t i = 0; i < n.in.size(); ++i)
+      if (n.in[i] == x) return s.in[i];
+    for (size_t k = 0; k < n.out.size(); ++k)
+      if (n.out[k] == x) return s.out[k];
+    ValueId f = g_.value(x).grad_of;
+    if (f == ir::kNoValue) return {};
+    for (size_t i = 0; i < n.in.size(); ++i)
+      if (n.in[i] == f && s.in[i].size()) return Dual(s, s.in[i]);
+    for (size_t k = 0; k < n.out.size(); ++k)
+      if (n.out[k] == f) return Dual(s, s.out[k]);
+    return {};
+  }
+
+  // The cheapest candidate of op id (counting both its edges) among those `keep` accepts, or
+  // among all when none does; false when none is allowed at all.
+  template <typename Keep>
+  bool Repick(NodeId id, Keep keep) {
+    const auto& cands = cands_[static_cast<size_t>(id)];
+    size_t best = cands.size();
+    double best_cost = kInf;
+    for (int pass = 0; pass < 2 && best == cands.size(); ++pass) {
+      for (size_t c = 0; c < cands.size(); ++c) {
+        if (pass == 0 && !keep(cands[c])) continue;
+        double cost = Cost(id, cands[c], true);
+        if (cost < best_cost) {
+          best_cost = cost;
+          best = c;
         }
       }
     }
-    for (size_t i = 0; i < n.out.size(); ++i) a_.value_sbp[static_cast<size_t>(n.out[i])] = s.out[i];
-    a_.node_sig[static_cast<size_t>(id)] = s;
+    if (best == cands.size()) return false;
+    if (!(cands[best] == a_.node_sig[static_cast<size_t>(id)])) Place(id, cands[best]);
+    return true;
+  }
+
+  bool ApplyGroup(NodeId id, const NdSignature& s) {
+    const ir::Node& n = g_.node(id);
+    std::vector<NodeId> group = {id};
+    for (size_t i = 0; i < n.in.size(); ++i) {
+      ValueId v = n.in[i];
+      if (v == ir::kNoValue || g_.value(v).kind != ir::ValueKind::kParam || a_.value_sbp[static_cast<size_t>(v)] == s.in[i]) continue;
+      if (!SourceAllows(v, s.in[i]) || !(PlaceOf(v) == PlaceOfNode(id))) continue;
+      SetValue(v, s.in[i]);
+      auto u = update_of_.find(v);
+      if (u != update_of_.end()) group.push_back(u->second);
+    }
+    Place(id, s);
+    if (n.phase == ir::Phase::kOptimizer && !Allowed(id, s)) return false;
+    for (NodeId b : backward_of_[static_cast<size_t>(id)]) {
+      Repick(b, [&](const NdSignature& c) { return Mirrors(b, c); });
+      group.push_back(b);
+    }
+    for (size_t k = 1; k < group.size(); ++k) {
+      const ir::Node& u = g_.node(group[k]);
+      if (u.op == OpKind::kSgdUpdate || u.op == OpKind::kAdamWUpdate)
+        if (!Repick(group[k], [](const NdSignature&) { return true; }) || Cost(group[k], a_.node_sig[static_cast<size_t>(group[k])], false) == kInf) return false;
+    }
+    // Let the ops around the group re-pick, outward while they change (three rings).
+    std::vector<bool> in_group(g_.nodes.size(), false);
+    for (NodeId u : group) in_group[static_cast<size_t>(u)] = true;
+    std::vector<NodeId> ring = group;
+    for (int depth = 0; depth < 2 && !ring.empty(); ++depth) {
+      std::vector<NodeId> next;
+      auto visit = [&](NodeId u) {
+        if (u < 0 || in_group[static_cast<size_t>(u)]) return;
+        in_group[static_cast<size_t>(u)] = true;
+        next.push_back(u);
+      };
+      for (NodeId u : ring) {
+        for (ValueId v : g_.node(u).in)
+          if (v != ir::kNoValue) visit(g_.value(v).producer), [&] { for (NodeId c : consumers_[static_cast<size_t>(v)]) visit(c); }();
+        for (ValueId v : g_.node(u).out)
+          for (NodeId c : consumers_[static_cast<size_t>(v)]) visit(c);
+      }
+      std::sort(next.begin(), next.end());
+      ring.clear();
+      for (NodeId u : next) {
+        NdSignature before = a_.node_sig[static_cast<size_t>(u)];
+        const ir::Node& un = g_.node(u);
+        if (un.op == OpKind::kSgdUpdate || un.op == OpKind::kAdamWUpdate) {
+          if (!Repick(u, [](const NdSignature&) { return true; })) return false;
+        } else {
+          Repick(u, [](const NdSignature&) { return true; });
+        }
+        if (!(before == a_.node_sig[static_cast<size_t>(u)])) ring.push_back(u);
+      }
+    }
+    return true;
+  }
+
+  // The part of the objective a move can change: the compute of the nodes it re-signed and the
+  // boxing out of every value they read or write.
+  double Local(const std::vector<NodeId>& nodes, const std::vector<ValueId>& values) const {
+    double c = 0;
+    for (NodeId n : nodes) c += Compute(n, a_.node_sig[static_cast<size_t>(n)]);
+    for (ValueId v : values)
+      if (a_.value_sbp[static_cast<size_t>(v)].size()) c += OutEdges(v, a_.value_sbp[static_cast<size_t>(v)]);
+    return c;
+  }
+
+  void SearchGroups() {
+    std::vector<int> mark_n(g_.nodes.size(), -1), mark_v(g_.values.size(), -1);
+    int stamp = 0;
+    for (int round = 0; round < 4; ++round) {
+      bool improved = false;
+      for (size_t n = 0; n < g_.nodes.size(); ++n) {
+        auto id = static_cast<NodeId>(n);
+        // Forward ops lead strategies; any other op is worth moving only when it pays boxing.
+        if (g_.nodes[n].phase != ir::Phase::kForward && Cost(id, a_.node_sig[n], true) <= Compute(id, a_.node_sig[n])) continue;
+        for (const NdSignature& s : cands_[n]) {
+          if (s == a_.node_sig[n]) continue;
+          node_log_.clear();
+          value_log_.clear();
+          logging_ = true;
+          bool ok = ApplyGroup(id, s);
+          logging_ = false;
+          // What the move touched, then its cost after and (undone) before.
+          ++stamp;
+          std::vector<NodeId> nodes;
+          std::vector<ValueId> values;
+          auto add_v = [&](ValueId v) {
+            if (v == ir::kNoValue || mark_v[static_cast<size_t>(v)] == stamp) return;
+            mark_v[static_cast<size_t>(v)] = stamp;
+            values.push_back(v);
+          };
+          for (const auto& [u, old] : node_log_) {
+            if (mark_n[static_cast<size_t>(u)] == stamp) continue;
+            mark_n[static_cast<size_t>(u)] = stamp;
+            nodes.push_back(u);
+            for (ValueId v : g_.node(u).in) add_v(v);
+            for (ValueId v : g_.node(u).out) add_v(v);
+          }
+          for (const auto& [v, old] : value_log_) add_v(v);
+          double after = ok ? Local(nodes, values) : kInf;
+          std::vector<NdSignature> new_sigs;
+          std::vector<NdSbp> new_sbps;
+          for (NodeId u : nodes) new_sigs.push_back(a_.node_sig[static_cast<size_t>(u)]);
+          for (ValueId v : values) new_sbps.push_back(a_.value_sbp[static_cast<size_t>(v)]);
+          Undo();
+          double before = Local(nodes, values);
+          if (after < before - 1e-12) {
+            for (size_t k = 0; k < nodes.size(); ++k) a_.node_sig[static_cast<size_t>(nodes[k])] = new_sigs[k];
+            for (size_t k = 0; k < values.size(); ++k) a_.value_sbp[static_cast<size_t>(values[k])] = new_sbps[k];
+            improved = true;
+          }
+        }
+      }
+      if (!improved) break;
+    }
   }
 
   // Greedy pass, then refinement sweeps, from the current preset sources.
@@ -405,41 +688,6 @@ class Assigner {
     for (int sweep = 0; sweep < 8; ++sweep)
       if (!Refine()) break;
     return Status::Ok();
-  }
-
-  // Coordinate descent over the parameters' layouts, the decisions that shape a strategy (data vs
-  // tensor parallel): for each parameter and each nd-SBP it may take, re-solve every op with the
-  // other parameters held, and keep the change if the whole-graph cost falls. Escapes the local
-  // optima of per-op refinement, where a layer's forward, backward and update must move together.
-  void SearchParams() {
-    double best = Objective();
-    for (int round = 0; round < 3; ++round) {
-      bool improved = false;
-      for (const ir::ParamGrad& pg : tg_.params) {
-        if (hint_[static_cast<size_t>(pg.param)].size()) continue;
-        for (const NdSbp& nd : SourceCandidates(pg.param)) {
-          if (nd == a_.value_sbp[static_cast<size_t>(pg.param)]) continue;
-          Assignment saved = a_;
-          std::vector<NdSbp> held;
-          for (ValueId q : g_.params) held.push_back(a_.value_sbp[static_cast<size_t>(q)]);
-          a_.value_sbp.assign(g_.values.size(), NdSbp());
-          a_.node_sig.assign(g_.nodes.size(), NdSignature());
-          for (size_t i = 0; i < g_.params.size(); ++i) a_.value_sbp[static_cast<size_t>(g_.params[i])] = held[i];
-          a_.value_sbp[static_cast<size_t>(pg.param)] = nd;
-          fix_params_ = true;
-          Status s = Solve();
-          fix_params_ = false;
-          double c = s.ok() ? Objective() : kInf;
-          if (c < best - 1e-12) {
-            best = c;
-            improved = true;
-          } else {
-            a_ = std::move(saved);
-          }
-        }
-      }
-      if (!improved) break;
-    }
   }
 
   double Objective() {
@@ -460,7 +708,7 @@ class Assigner {
         if (u == pg.update) continue;
         const NdSignature& us = a_.node_sig[static_cast<size_t>(u)];
         for (size_t i = 0; i < us.in.size(); ++i)
-          if (g_.node(u).in[i] == v) c += Boxing(v, nd, PlaceOfNode(u), us.in[i]);
+          if (g_.node(u).in[i] == v) c += Boxing(v, nd, o_.node_stage[static_cast<size_t>(u)], us.in[i]);
       }
       double best = kInf;
       for (const NdSignature& s : cands_[static_cast<size_t>(pg.update)]) {
@@ -490,8 +738,7 @@ class Assigner {
 
   bool Refine() {
     bool changed = false;
-    if (!fix_params_)
-      for (const ir::ParamGrad& pg : tg_.params) changed = RefineParam(pg) || changed;
+    for (const ir::ParamGrad& pg : tg_.params) changed = RefineParam(pg) || changed;
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       auto id = static_cast<NodeId>(n);
       const auto& cands = cands_[n];
@@ -531,8 +778,29 @@ class Assigner {
   std::vector<NdSbp> hint_;
   std::vector<int> dp_axes_;
   std::vector<std::vector<NdSignature>> cands_;
-  mutable std::unordered_map<std::string, double> price_memo_;
-  bool fix_params_ = false;
+  struct PriceKey {
+    uint64_t value_stage, have, want;
+    bool operator==(const PriceKey&) const = default;
+  };
+  struct PriceKeyHash {
+    size_t operator()(const PriceKey& k) const { return (k.value_stage * 0x9E3779B97F4A7C15ULL) ^ (k.have * 0xC2B2AE3D27D4EB4FULL) ^ (k.want + (k.want << 29)); }
+  };
+  // One byte per mesh axis (kind, split axis, reduction): meshes have at most 8 axes.
+  static uint64_t Code(const NdSbp& nd) {
+    uint64_t c = static_cast<uint64_t>(nd.size());
+    for (int a = 0; a < nd.size(); ++a)
+      c = c << 8 | (static_cast<uint64_t>(nd[a].kind()) << 6 | static_cast<uint64_t>(nd[a].reduce()) << 4 | static_cast<uint64_t>(nd[a].axis() & 15));
+    return c;
+  }
+  mutable std::unordered_map<PriceKey, double, PriceKeyHash> price_memo_;
+  std::vector<std::vector<NodeId>> backward_of_;    // per forward node: the backward nodes derived from it
+  std::unordered_map<ValueId, NodeId> update_of_;   // parameter -> its update node
+  std::vector<int> type_class_;                     // per value: one id per (shape, dtype)
+  std::vector<bool> has_grad_;                      // per value: something computes its gradient
+  bool mirror_ = false;                             // greedy start: forward ops pay for their backward
+  bool logging_ = false;                            // Place/SetValue record what they overwrite
+  std::vector<std::pair<NodeId, NdSignature>> node_log_;
+  std::vector<std::pair<ValueId, NdSbp>> value_log_;
 };
 
 }  // namespace

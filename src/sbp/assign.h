@@ -17,12 +17,26 @@
 //      cartesian product over the axes, keeping those whose every tensor fits (sbp::Check) and that
 //      honour the hints on the op's outputs. Sources (data inputs, parameters) may take any nd-SBP
 //      of S and B that fits; constants follow whatever their consumer wants, at no cost.
-//   2. Greedy pass in topological order: each op takes its cheapest candidate given the tensors
-//      already placed; a source not yet placed takes the SBP its first consumer wants (so a weight
-//      is placed where the op that reads it first needs it).
-//   3. Refinement sweeps over all ops (coordinate descent on the global cost: each op re-picks its
-//      candidate counting the boxing on both its input and its output edges, with consumers' wants
-//      fixed) until no op changes or 8 sweeps.
+//   2. Two greedy starts in topological order: each op takes its cheapest candidate given the
+//      tensors already placed; a source not yet placed takes the SBP its first consumer wants.
+//      The second start also charges each forward op for the backward movement its choice implies
+//      (the gradients of its inputs moving back, a parameter's gradient syncing once a step) and
+//      has each backward op mirror its forward op (below) where a candidate does.
+//   3. Refinement sweeps (coordinate descent on the global cost: each op re-picks its candidate
+//      counting the boxing on both its input and its output edges; each parameter re-picks its
+//      layout with its update op) until nothing changes or 8 sweeps.
+//   4. Group moves, which per-op refinement cannot make: a layer goes from data to tensor
+//      parallel only if its forward op, the backward ops derived from it, its parameters and
+//      their updates change together. For every forward op (and every other op that pays for
+//      boxing) and each candidate: apply it, let the backward ops take the mirrored signature (they
+//      read forward tensors as the forward op did; the gradient of a tensor takes the dual of its
+//      SBP, S -> S, B -> P, P -> B, on mesh axes where the forward op splits its work, and B where
+//      it is replicated), let the parameters take what the op reads and their updates follow, let
+//      two rings of neighbouring ops re-pick, and keep the move if the cost of everything it
+//      touched falls. Up to 4 rounds, then refinement sweeps again.
+//   5. The cheaper of the two starts wins (the first on a tie).
+// This finds Megatron's layout from one hint on the first layer of a pair (column split): the
+// second layer's weight is split along its input features and one all-reduce follows the pair.
 // Constraints: an optimizer update reads its parameter in place, so its signature takes the
 // parameter's nd-SBP as is. Without ZeRO a parameter is B on every mesh axis along which the data
 // is split (data parallelism replicates weights); with ZeRO it must be S on those axes, so its
@@ -48,6 +62,7 @@ struct Cluster {
 
 struct NdSignature {
   std::vector<NdSbp> in, out;
+  bool operator==(const NdSignature&) const = default;
   std::string ToString() const;
 };
 

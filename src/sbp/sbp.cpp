@@ -1,5 +1,6 @@
 #include "sbp/sbp.h"
 
+#include <algorithm>
 #include <regex>
 
 namespace fr::sbp {
@@ -33,21 +34,26 @@ Result<Sbp> Sbp::Parse(const std::string& text) {
   return Status::Invalid("'" + text + "' is not an SBP; expected S(axis), B, P, P(max) or P(min)");
 }
 
+NdSbp::NdSbp(const std::vector<Sbp>& s) : n_(static_cast<uint8_t>(s.size())) {
+  FR_CHECK(s.size() <= static_cast<size_t>(kMaxMeshAxes), "an nd-SBP has at most " + std::to_string(kMaxMeshAxes) + " axes");
+  std::copy(s.begin(), s.end(), v_.begin());
+}
+
 bool NdSbp::any_partial() const {
-  for (const Sbp& s : v_)
-    if (s.is_partial()) return true;
+  for (int i = 0; i < n_; ++i)
+    if ((*this)[i].is_partial()) return true;
   return false;
 }
 
 bool NdSbp::all_broadcast() const {
-  for (const Sbp& s : v_)
-    if (!s.is_broadcast()) return false;
+  for (int i = 0; i < n_; ++i)
+    if (!(*this)[i].is_broadcast()) return false;
   return true;
 }
 
 std::string NdSbp::ToString() const {
   std::string s = "[";
-  for (size_t i = 0; i < v_.size(); ++i) s += (i ? ", " : "") + v_[i].ToString();
+  for (int i = 0; i < n_; ++i) s += (i ? ", " : "") + (*this)[i].ToString();
   return s + "]";
 }
 
@@ -58,7 +64,8 @@ Result<NdSbp> NdSbp::Parse(const std::vector<std::string>& parts) {
     v.push_back(s);
   }
   if (v.empty()) return Status::Invalid("an nd-SBP needs at least one entry");
-  return NdSbp(std::move(v));
+  if (v.size() > static_cast<size_t>(kMaxMeshAxes)) return Status::Invalid("an nd-SBP has at most " + std::to_string(kMaxMeshAxes) + " entries (mesh axes)");
+  return NdSbp(v);
 }
 
 Result<NdSbp> NdSbp::Parse(const std::string& text) {
@@ -86,8 +93,8 @@ Result<NdSbp> NdSbp::Parse(const std::string& text) {
 }
 
 size_t NdSbp::Hash() const {
-  size_t h = v_.size();
-  for (const Sbp& s : v_) h = h * 1000003u ^ s.Hash();
+  size_t h = n_;
+  for (int i = 0; i < n_; ++i) h = h * 1000003u ^ (*this)[i].Hash();
   return h;
 }
 

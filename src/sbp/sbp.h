@@ -10,6 +10,7 @@
 // All types are small values with ==, hashing, Parse and ToString in this notation.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -46,26 +47,35 @@ class Sbp {
   size_t Hash() const { return static_cast<size_t>(kind_) * 131 + static_cast<size_t>(axis_) * 7 + static_cast<size_t>(reduce_); }
 
  private:
-  constexpr Sbp(Kind k, int axis, Reduce r) : kind_(k), axis_(axis), reduce_(r) {}
+  constexpr Sbp(Kind k, int axis, Reduce r) : kind_(k), reduce_(r), axis_(static_cast<int16_t>(axis)) {}
   Kind kind_ = Kind::kBroadcast;
-  int axis_ = 0;
   Reduce reduce_ = Reduce::kSum;
+  int16_t axis_ = 0;  // Parse accepts two digits
 };
+
+// Meshes have at most this many axes, so an NdSbp is a small inline value (the assigner copies
+// millions of them).
+inline constexpr int kMaxMeshAxes = 6;
 
 class NdSbp {
  public:
   NdSbp() = default;
-  NdSbp(std::initializer_list<Sbp> s) : v_(s) {}
-  explicit NdSbp(std::vector<Sbp> s) : v_(std::move(s)) {}
+  NdSbp(std::initializer_list<Sbp> s) : NdSbp(std::vector<Sbp>(s)) {}
+  explicit NdSbp(const std::vector<Sbp>& s);  // at most kMaxMeshAxes entries
   static NdSbp Broadcast(int rank) { return NdSbp(std::vector<Sbp>(static_cast<size_t>(rank))); }
 
-  int size() const { return static_cast<int>(v_.size()); }
+  int size() const { return n_; }
   const Sbp& operator[](int i) const { return v_[static_cast<size_t>(i)]; }
   Sbp& operator[](int i) { return v_[static_cast<size_t>(i)]; }
-  const std::vector<Sbp>& axes() const { return v_; }
+  std::vector<Sbp> axes() const { return {v_.begin(), v_.begin() + n_}; }
   bool any_partial() const;
   bool all_broadcast() const;
-  bool operator==(const NdSbp&) const = default;
+  bool operator==(const NdSbp& o) const {
+    if (n_ != o.n_) return false;
+    for (int i = 0; i < n_; ++i)
+      if (!(v_[static_cast<size_t>(i)] == o.v_[static_cast<size_t>(i)])) return false;
+    return true;
+  }
   std::string ToString() const;  // "[S(0), B]"
   // "[S(0), B]", "S(0)" (1-D shorthand) or a list of Sbp strings.
   static Result<NdSbp> Parse(const std::string& s);
@@ -73,7 +83,8 @@ class NdSbp {
   size_t Hash() const;
 
  private:
-  std::vector<Sbp> v_;
+  std::array<Sbp, kMaxMeshAxes> v_{};
+  uint8_t n_ = 0;
 };
 
 // Devices of one type, named by global rank, arranged as a mesh (the hierarchy).
