@@ -282,6 +282,34 @@ Status ReadParallel(const Val& v, ParallelConfig* p) {
   return s.Check("timeout", p->timeout > 0, "a number of seconds > 0");
 }
 
+Status ReadPair(const Section& s, const std::string& key, double* intra, double* inter, const std::string& what) {
+  const Val* v = s.Find(key);
+  if (!v) return Status::Ok();
+  ASSIGN_OR_RETURN(Section p, Section::Open(*v, {"intra", "inter"}));
+  RETURN_IF_ERROR(p.Read("intra", intra, Need::kOptional));
+  RETURN_IF_ERROR(p.Check("intra", *intra > 0, what));
+  *inter = *intra;
+  RETURN_IF_ERROR(p.Read("inter", inter, Need::kOptional));
+  return p.Check("inter", *inter > 0, what);
+}
+
+Status ReadCluster(const Val& v, ClusterConfig* c) {
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"nodes", "devices_per_node", "memory_gib", "flops", "bandwidth",
+                                                "latency", "measured"}));
+  c->given = true;
+  RETURN_IF_ERROR(s.Read("nodes", &c->nodes, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("nodes", c->nodes >= 1, "an integer >= 1"));
+  RETURN_IF_ERROR(s.Read("devices_per_node", &c->devices_per_node, Need::kOptional));
+  if (s.Find("devices_per_node")) RETURN_IF_ERROR(s.Check("devices_per_node", c->devices_per_node >= 1, "an integer >= 1"));
+  RETURN_IF_ERROR(s.Read("memory_gib", &c->memory_gib, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("memory_gib", c->memory_gib > 0, "a number of GiB > 0"));
+  RETURN_IF_ERROR(s.Read("flops", &c->flops, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("flops", c->flops > 0, "FLOP/s per device > 0"));
+  RETURN_IF_ERROR(ReadPair(s, "bandwidth", &c->bandwidth_intra, &c->bandwidth_inter, "bytes/s per rank > 0"));
+  RETURN_IF_ERROR(ReadPair(s, "latency", &c->latency_intra, &c->latency_inter, "seconds per message > 0"));
+  return s.Read("measured", &c->measured, Need::kOptional);
+}
+
 Status ReadLog(const Val& v, LogConfig* l) {
   ASSIGN_OR_RETURN(Section s, Section::Open(v, {"every", "jsonl"}));
   RETURN_IF_ERROR(s.Read("every", &l->every, Need::kOptional));
@@ -293,7 +321,7 @@ Result<Config> Build(const Val& root, const std::string& path) {
   Config c;
   c.path = path;
   ASSIGN_OR_RETURN(Section top, Section::Open(root, {"model", "data", "train", "optimizer",
-                                                     "schedule", "parallel", "log"}));
+                                                     "schedule", "parallel", "cluster", "log"}));
   ASSIGN_OR_RETURN(Val model, top.Get("model"));
   RETURN_IF_ERROR(ReadModel(model, &c.model));
   ASSIGN_OR_RETURN(Val data, top.Get("data"));
@@ -304,9 +332,135 @@ Result<Config> Build(const Val& root, const std::string& path) {
   RETURN_IF_ERROR(ReadOptimizer(optimizer, &c.optimizer));
   if (const Val* v = top.Find("schedule")) RETURN_IF_ERROR(ReadSchedule(*v, c, &c.schedule));
   if (const Val* v = top.Find("parallel")) RETURN_IF_ERROR(ReadParallel(*v, &c.parallel));
+  if (const Val* v = top.Find("cluster")) RETURN_IF_ERROR(ReadCluster(*v, &c.cluster));
   if (const Val* v = top.Find("log")) RETURN_IF_ERROR(ReadLog(*v, &c.log));
   return c;
 }
+
+// ---- writing ----
+
+std::string Quote(const std::string& s) {
+  std::string q = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') q += '\\';
+    q += ch;
+  }
+  return q + "\"";
+}
+
+std::string Exact(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // stays a float in YAML
+  return s;
+}
+
+std::string List(const std::vector<std::string>& items) {
+  std::string s = "[";
+  for (size_t i = 0; i < items.size(); ++i) s += (i ? ", " : "") + items[i];
+  return s + "]";
+}
+
+std::string QuotedList(const std::vector<std::string>& items) {
+  std::vector<std::string> q;
+  for (const std::string& i : items) q.push_back(Quote(i));
+  return List(q);
+}
+
+}  // namespace
+
+std::string ConfigToYaml(const Config& c) {
+  std::string y;
+  auto line = [&](const std::string& s) { y += s + "\n"; };
+  line("model:");
+  line("  onnx: " + Quote(c.model.onnx));
+  std::vector<std::string> inputs;
+  for (const auto& [k, v] : c.model.inputs) inputs.push_back(Quote(k) + ": " + Quote(v));
+  line("  inputs: {" + List(inputs).substr(1, List(inputs).size() - 2) + "}");
+  const bool ce = c.model.loss.type == LossConfig::Type::kCrossEntropy;
+  line("  loss: {type: " + NameOf(kLossTypes, c.model.loss.type) + ", " + (ce ? "logits: " : "output: ") +
+       Quote(c.model.loss.output) + ", labels: " + Quote(c.model.loss.labels) + "}");
+  line("data:");
+  line("  format: " + NameOf(kFormats, c.data.format));
+  line("  order: " + NameOf(kOrders, c.data.order));
+  switch (c.data.format) {
+    case DataConfig::Format::kTokens:
+      line("  train: " + Quote(c.data.train));
+      line("  seq_len: " + std::to_string(c.data.seq_len));
+      break;
+    case DataConfig::Format::kNpy:
+      for (const auto& [k, v] : c.data.npy) line("  " + k + ": " + Quote(v));
+      break;
+    case DataConfig::Format::kSynthetic:
+      line("  samples: " + std::to_string(c.data.samples));
+      line("  fields:");
+      for (const auto& [k, f] : c.data.synthetic) {
+        std::vector<std::string> dims;
+        for (int64_t d : f.shape) dims.push_back(std::to_string(d));
+        std::string e = "    " + Quote(k) + ": {shape: " + List(dims) + ", dtype: " + NameOf(kDTypes, f.dtype);
+        if (f.dtype == SyntheticField::DType::kI64) e += ", classes: " + std::to_string(f.classes);
+        line(e + "}");
+      }
+      break;
+  }
+  line("train:");
+  line("  steps: " + std::to_string(c.train.steps));
+  line("  global_batch: " + std::to_string(c.train.global_batch));
+  line("  micro_batch: " + std::to_string(c.train.micro_batch));
+  line("  seed: " + std::to_string(c.train.seed));
+  const OptimizerConfig& o = c.optimizer;
+  line("optimizer:");
+  line("  type: " + NameOf(kOptimizers, o.type));
+  line("  lr: " + Exact(o.lr));
+  line("  weight_decay: " + Exact(o.weight_decay));
+  line("  grad_clip: " + Exact(o.grad_clip));
+  if (o.type == OptimizerConfig::Type::kSgd) {
+    line("  momentum: " + Exact(o.momentum));
+    line(std::string("  nesterov: ") + (o.nesterov ? "true" : "false"));
+  } else {
+    line("  betas: [" + Exact(o.beta1) + ", " + Exact(o.beta2) + "]");
+    line("  eps: " + Exact(o.eps));
+  }
+  line("schedule: {type: " + NameOf(kSchedules, c.schedule.type) + ", warmup: " + std::to_string(c.schedule.warmup) +
+       ", min_lr: " + Exact(c.schedule.min_lr) + "}");
+  const ParallelConfig& p = c.parallel;
+  line("parallel:");
+  line("  device: " + NameOf(kDevices, p.device));
+  line("  ranks: " + std::to_string(p.ranks));
+  if (!p.mesh.empty()) {
+    std::vector<std::string> m;
+    for (int64_t d : p.mesh) m.push_back(std::to_string(d));
+    line("  mesh: " + List(m));
+  }
+  if (!p.stages.empty()) {
+    line("  stages:");
+    for (const auto& st : p.stages) line("    - " + QuotedList(st));
+  }
+  if (!p.sbp.empty()) {
+    line("  sbp:");
+    for (const auto& [k, v] : p.sbp) line("    " + Quote(k) + ": " + QuotedList(v));
+  }
+  line(std::string("  zero: ") + (p.zero ? "true" : "false"));
+  line("  timeout: " + Exact(p.timeout));
+  if (c.cluster.given) {
+    const ClusterConfig& k = c.cluster;
+    line("cluster:");
+    line("  nodes: " + std::to_string(k.nodes));
+    if (k.devices_per_node > 0) line("  devices_per_node: " + std::to_string(k.devices_per_node));
+    line("  memory_gib: " + Exact(k.memory_gib));
+    line("  flops: " + Exact(k.flops));
+    line("  bandwidth: {intra: " + Exact(k.bandwidth_intra) + ", inter: " + Exact(k.bandwidth_inter) + "}");
+    line("  latency: {intra: " + Exact(k.latency_intra) + ", inter: " + Exact(k.latency_inter) + "}");
+    if (!k.measured.empty()) line("  measured: " + Quote(k.measured));
+  }
+  line("log:");
+  line("  every: " + std::to_string(c.log.every));
+  if (!c.log.jsonl.empty()) line("  jsonl: " + Quote(c.log.jsonl));
+  return y;
+}
+
+namespace {
 
 // ---- documents and overrides ----
 

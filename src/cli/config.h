@@ -89,6 +89,19 @@ struct ParallelConfig {
   double timeout = 60;                  // seconds
 };
 
+// The machine `flowrun search` and the cost model price (DESIGN.md §4), per device. `flowrun env`
+// measures this machine and prints the section. Without it the cost model uses its defaults.
+struct ClusterConfig {
+  bool given = false;                 // the config has a cluster: section
+  int64_t nodes = 1;
+  int64_t devices_per_node = 0;       // 0 = all ranks on one node
+  double memory_gib = 16;             // per device
+  double flops = 5e10;                // per device (rank), dense f32 GEMM FLOP/s
+  double bandwidth_intra = 4e9, bandwidth_inter = 4e9;  // bytes/s per rank
+  double latency_intra = 5e-6, latency_inter = 5e-6;    // seconds per collective or message
+  std::string measured;               // free text: how the figures were obtained
+};
+
 struct LogConfig {
   int64_t every = 1;
   std::string jsonl;  // path as written; empty = none
@@ -102,6 +115,7 @@ struct Config {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   ParallelConfig parallel;
+  ClusterConfig cluster;
   LogConfig log;
 
   int64_t accumulation() const { return train.global_batch / train.micro_batch; }
@@ -113,6 +127,10 @@ struct Config {
 // path are created. A string without '=' or with an empty key is an error. An unreadable file gives
 // "[config] cannot read 'PATH': REASON".
 Result<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The config as YAML that LoadConfig reads back to the same Config (every key written; numbers
+// round-trip exactly). `flowrun search` writes its best candidate with it.
+std::string ConfigToYaml(const Config& c);
 
 // The same, from YAML text (for tests); `path` is used in messages only.
 Result<Config> ParseConfig(const std::string& yaml_text, const std::string& path,

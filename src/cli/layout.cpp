@@ -104,6 +104,14 @@ Result<sbp::AssignOptions> Layout(const Config& cfg, const ir::TrainingGraph& tg
     o.hints.emplace_back(pattern, *nd);
   }
   o.zero = par.zero;
+  const ClusterConfig& cl = cfg.cluster;
+  o.cluster.flops = cl.flops;
+  o.cluster.bandwidth = cl.bandwidth_intra;
+  o.cluster.latency = cl.latency_intra;
+  o.cluster.bandwidth_inter = cl.bandwidth_inter;
+  o.cluster.latency_inter = cl.latency_inter;
+  o.cluster.devices_per_node = static_cast<int>(cl.devices_per_node);
+  o.cluster.memory = cl.memory_gib * static_cast<double>(1LL << 30);
   o.micro_batches = cfg.accumulation();
   return o;
 }

@@ -14,9 +14,11 @@
 #include "actor/trace.h"
 #include "actor/world.h"
 #include "cli/config.h"
+#include "cli/env.h"
 #include "cli/pipeline.h"
 #include "cli/step_log.h"
 #include "ir/plan_dump.h"
+#include "search/command.h"
 #include "ir/plan_serialize.h"
 
 namespace fr {
@@ -177,6 +179,25 @@ int main(int argc, char** argv) {
   plan->add_flag("--dump", args.dump, "print every op, boxing edge, task and register");
   plan->add_option("--ranks", args.ranks, "plan for N ranks (default: parallel.ranks, or 1)")->check(CLI::Range(1, 1 << 20));
   plan->add_option("--format", args.format, "text (with --dump), json or dot")->check(CLI::IsMember({"text", "json", "dot"}));
+  fr::search::SearchArgs search_args;
+  auto* search = app.add_subcommand("search", "suggest parallel strategies, ranked by the cost model, and write the best as YAML");
+  search->add_option("config", search_args.config, "the YAML config (its cluster: section describes the machine)")->required();
+  search->add_option("--set", search_args.set, "override a config key: key.path=value (repeatable)");
+  search->add_option("--ranks", search_args.ranks, "search for N ranks (default: parallel.ranks, or cluster nodes x devices_per_node)")
+      ->check(CLI::Range(1, 1 << 20));
+  search->add_option("--top", search_args.top, "rows in the table (default 10)")->check(CLI::Range(1, 1 << 20));
+  search->add_option("--out", search_args.out, "write the best candidate here (default best.yaml; \"\" for none)");
+  search->add_flag("--explain", search_args.explain, "compare the winner with the runner-up, per stage and per boxing edge");
+  search->add_option("--micro-batches", search_args.micro_batches, "micro-batch counts per step to try (default 1, 2, 4, ... 32 that divide)")
+      ->check(CLI::PositiveNumber);
+  search->add_option("--validate", search_args.validate, "run the top K candidates here and compare predicted with measured step time")
+      ->check(CLI::Range(0, 1 << 20));
+  search->add_option("--validate-steps", search_args.validate_steps, "steps per validation run (default 12)")->check(CLI::Range(2, 1 << 20));
+  fr::EnvArgs env_args;
+  auto* env = app.add_subcommand("env", "measure this machine and print a cluster: section for configs");
+  auto* env_ranks = env->add_option("--ranks", env_args.ranks, "measure with N ranks at once, N >= 2 (default 2)");
+  env->add_option("--out", env_args.out, "write the section to FILE instead of stdout");
+  env->add_flag("--launched", env_args.launched, "set by flowrun on the ranks it starts")->group("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -184,5 +205,10 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   if (train->parsed()) return fr::Train(args);
+  if (search->parsed()) return fr::search::RunSearch(search_args);
+  if (env->parsed()) {
+    env_args.ranks_given = env_ranks->count() > 0;
+    return fr::RunEnv(env_args, &argc, &argv);
+  }
   return fr::Plan(args);
 }

@@ -83,7 +83,7 @@ Status CheckTrainable(const Config& cfg) {
   return Status::Ok();
 }
 
-Result<Compiled> Compile(const Config& cfg, int ranks) {
+Result<Compiled> Prepare(const Config& cfg) {
   Compiled c;
   ASSIGN_OR_RETURN(c.dataset, data::OpenDataset(cfg.data, cfg.train.seed));
   const auto& fields = c.dataset->fields();
@@ -112,6 +112,13 @@ Result<Compiled> Compile(const Config& cfg, int ranks) {
   ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(cfg.model.onnx, bound));
   ASSIGN_OR_RETURN(c.training, ir::BuildTraining(std::move(forward), SpecOf(cfg, *c.dataset)));
   RETURN_IF_ERROR(CheckLabels(cfg, *c.dataset, c.training.graph));
+  c.flops_per_step = MatMulFlops(c.training.graph, cfg.accumulation());
+  c.tokens_per_step = cfg.train.global_batch * (cfg.data.format == DataConfig::Format::kTokens ? cfg.data.seq_len : 1);
+  return c;
+}
+
+Result<Compiled> Compile(const Config& cfg, int ranks) {
+  ASSIGN_OR_RETURN(Compiled c, Prepare(cfg));
   if (ranks <= 1 && cfg.parallel.sbp.empty()) {
     ASSIGN_OR_RETURN(c.plan, boxing::LowerOneDevice(c.training, cfg.train.steps, cfg.accumulation()));
   } else {
@@ -126,8 +133,6 @@ Result<Compiled> Compile(const Config& cfg, int ranks) {
     if (!plan.ok()) return plan.status().With("[boxing] " + cfg.path + ": ");
     c.plan = std::move(plan).value();
   }
-  c.flops_per_step = MatMulFlops(c.training.graph, cfg.accumulation());
-  c.tokens_per_step = cfg.train.global_batch * (cfg.data.format == DataConfig::Format::kTokens ? cfg.data.seq_len : 1);
   return c;
 }
 

@@ -23,8 +23,12 @@ struct Compiled {
   int64_t tokens_per_step = 0;  // global_batch x seq_len for tokens, else global_batch samples
 };
 
-// Compiles for `ranks` ranks (the world size of a run, or `plan --ranks`).
+// Compiles for `ranks` ranks (the world size of a run, or `plan --ranks`): Prepare, then the Plan.
 Result<Compiled> Compile(const Config& cfg, int ranks);
+
+// The pipeline up to the training graph: dataset, import with the config's shapes, training graph
+// (c.plan stays empty). `flowrun search` prepares once per micro-batch size and assigns many times.
+Result<Compiled> Prepare(const Config& cfg);
 
 // Training supports what this version runs: CPU tensors.
 Status CheckTrainable(const Config& cfg);

@@ -26,7 +26,9 @@ using ir::NodeId;
 using ir::ValueId;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-double Flops(const ir::Graph& g, const ir::Node& n) {
+}  // namespace
+
+double OpFlops(const ir::Graph& g, const ir::Node& n) {
   if (n.op == OpKind::kMatMul || n.op == OpKind::kGemm) {
     const Shape& a = g.type(n.in[0]).shape;
     int64_t k = n.attrs.Int("transA") ? a[a.rank() - 2] : a[a.rank() - 1];
@@ -38,6 +40,8 @@ double Flops(const ir::Graph& g, const ir::Node& n) {
     if (v != ir::kNoValue) f += static_cast<double>(g.type(v).shape.numel());
   return 4.0 * f;  // elementwise-like ops are memory bound: count a few FLOPs per element touched
 }
+
+namespace {
 
 class Assigner {
  public:
@@ -95,6 +99,7 @@ class Assigner {
     }
     a_ = std::move(best);
     Total();
+    Breakdown();
     return a_;
   }
 
@@ -274,6 +279,36 @@ class Assigner {
                            PlaceOfNode(id).ToString());
   }
 
+  int NodeOf(int rank) const { return o_.cluster.devices_per_node > 0 ? rank / o_.cluster.devices_per_node : 0; }
+
+  // Whether a movement from stage `src` to stage `dst` by `strategy` ("all-gather@1 > ..." on a
+  // mesh, one step name on 1-D) involves ranks on different nodes.
+  bool CrossesNodes(int src, int dst, const std::string& strategy) const {
+    if (o_.cluster.devices_per_node <= 0) return false;
+    const Placement& a = o_.stages[static_cast<size_t>(src)];
+    const Placement& b = o_.stages[static_cast<size_t>(dst)];
+    const int node = NodeOf(a.ranks()[0]);
+    bool spans = false;
+    for (int r : a.ranks()) spans = spans || NodeOf(r) != node;
+    for (int r : b.ranks()) spans = spans || NodeOf(r) != node;
+    if (!spans || src != dst || a.ndim() == 1 || strategy.find('@') == std::string::npos) return spans;
+    // On a mesh, only the axes the steps run along matter.
+    for (size_t at = strategy.find('@'); at != std::string::npos; at = strategy.find('@', at + 1)) {
+      int axis = std::atoi(strategy.c_str() + at + 1);
+      if (axis < 0 || axis >= a.ndim()) return true;
+      for (int i = 0; i < a.size(); ++i) {
+        std::vector<int64_t> c = a.Coords(i);
+        if (c[static_cast<size_t>(axis)] != 0) continue;
+        for (int j = 0; j < a.size(); ++j) {
+          std::vector<int64_t> d = a.Coords(j);
+          d[static_cast<size_t>(axis)] = 0;
+          if (d == c && NodeOf(a.ranks()[static_cast<size_t>(j)]) != NodeOf(a.ranks()[static_cast<size_t>(i)])) return true;
+        }
+      }
+    }
+    return false;
+  }
+
   // The price of moving value v from `have` to `want` on stage `dst`'s placement, memoised on
   // small integer keys (this is the assigner's innermost call).
   double Boxing(ValueId v, const NdSbp& have, int dst, const NdSbp& want) const {
@@ -292,7 +327,9 @@ class Assigner {
     // Point-to-point plans (send-recv, fallback) report no collectives but still pay a message's
     // latency; local ones (slice, zero-fill, assemble) pay nothing.
     double messages = e.collectives > 0 ? e.collectives : e.bytes_per_rank > 0 ? 1.0 : 0.0;
-    double c = e.bytes_per_rank / o_.cluster.bandwidth + messages * o_.cluster.latency;
+    const bool inter = CrossesNodes(a_.value_stage[static_cast<size_t>(v)], dst, e.strategy);
+    double c = e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) +
+               messages * (inter ? o_.cluster.latency_inter : o_.cluster.latency);
     price_memo_.emplace(key, c);
     return rate * c;
   }
@@ -308,7 +345,7 @@ class Assigner {
       if (splits) share *= static_cast<double>(p.hierarchy()[a]);
     }
     bool micro = n.phase != ir::Phase::kOptimizer;
-    return Rate(!micro) * Flops(g_, n) / share / o_.cluster.flops;
+    return Rate(!micro) * OpFlops(g_, n) / share / o_.cluster.flops;
   }
 
   // Update ops read their parameter in place: their signature must take it as it is.
@@ -758,6 +795,30 @@ class Assigner {
       }
     }
     return changed;
+  }
+
+  // Per node compute and per edge boxing, for the plan's readers and `flowrun search`.
+  void Breakdown() {
+    a_.node_seconds.assign(g_.nodes.size(), 0);
+    for (size_t n = 0; n < g_.nodes.size(); ++n) a_.node_seconds[n] = Compute(static_cast<NodeId>(n), a_.node_sig[n]);
+    a_.edges.clear();
+    for (size_t v = 0; v < g_.values.size(); ++v) {
+      const NdSbp& have = a_.value_sbp[v];
+      if (!have.size()) continue;
+      std::vector<std::pair<int, NdSbp>> seen;
+      for (NodeId u : consumers_[v]) {
+        const NdSignature& us = a_.node_sig[static_cast<size_t>(u)];
+        for (size_t i = 0; i < g_.node(u).in.size() && !us.in.empty(); ++i) {
+          if (g_.node(u).in[i] != static_cast<ValueId>(v)) continue;
+          std::pair<int, NdSbp> key{o_.node_stage[static_cast<size_t>(u)], us.in[i]};
+          if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+          seen.push_back(key);
+          if (key.first == a_.value_stage[v] && key.second == have) continue;
+          a_.edges.push_back({static_cast<ValueId>(v), key.first, have, key.second,
+                              Boxing(static_cast<ValueId>(v), have, key.first, key.second), per_step_[v]});
+        }
+      }
+    }
   }
 
   void Total() {

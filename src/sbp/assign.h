@@ -52,11 +52,16 @@
 
 namespace fr::sbp {
 
-// The machine the cost model prices (DESIGN.md §4). Defaults are this CPU machine's.
+// The machine the cost model prices (DESIGN.md §4), from the config's cluster: section.
+// A movement whose ranks sit on more than one node pays the inter-node figures: a collective
+// along a mesh axis that spans nodes, a transfer between stages on different nodes.
 struct Cluster {
   double flops = 5e10;          // per device, FLOP/s
-  double bandwidth = 4e9;       // bytes/s per rank, collectives and point-to-point
-  double latency = 5e-6;        // seconds per collective or message
+  double bandwidth = 4e9;       // bytes/s per rank, collectives and point-to-point, within a node
+  double latency = 5e-6;        // seconds per collective or message, within a node
+  double bandwidth_inter = 4e9; // the same across nodes
+  double latency_inter = 5e-6;
+  int devices_per_node = 0;     // global rank r sits on node r / devices_per_node; 0 = one node
   double memory = 16.0 * (1 << 30);  // bytes per device
 };
 
@@ -76,13 +81,28 @@ struct AssignOptions {
   Cluster cluster;
 };
 
+// One priced boxing edge: a value moving from its nd-SBP to what consumers on `dst_stage` want.
+struct PricedEdge {
+  ir::ValueId value = ir::kNoValue;
+  int dst_stage = 0;
+  NdSbp have, want;
+  double seconds = 0;      // per step (micro-batch edges count M times)
+  bool per_step = false;   // moves once a step, not once per micro-batch
+};
+
 struct Assignment {
   std::vector<int> value_stage;       // per value
   std::vector<NdSbp> value_sbp;       // per value as produced or held; empty for constants
   std::vector<NdSignature> node_sig;  // per node
   double compute_seconds = 0;         // predicted per step, summed over ops
   double boxing_seconds = 0;          // predicted per step, summed over boxing edges
+  std::vector<double> node_seconds;   // per node: its compute per step
+  std::vector<PricedEdge> edges;      // every boxing edge with a cost or a change of SBP
 };
+
+// The FLOPs the cost model counts for one op: 2 x output x K for MatMul and Gemm; elementwise-like
+// ops are memory bound and count 4 per element touched.
+double OpFlops(const ir::Graph& g, const ir::Node& n);
 
 // Errors ("[sbp] ...") name the hint, tensor and op: a hint that matches nothing, a hint that
 // does not fit its tensor, a hint that the producing op cannot honour (with what it accepts).

@@ -1,0 +1,94 @@
+#include "base/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+extern char** environ;
+
+namespace fr {
+namespace {
+
+volatile sig_atomic_t g_child = 0;
+
+// mpirun shares our terminal's process group, so Ctrl-C reaches it anyway; a signal sent to this
+// process alone is passed on, and we still return mpirun's exit code.
+extern "C" void ForwardToMpirun(int sig) {
+  if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
+}
+
+}  // namespace
+
+std::string FindOnPath(const std::string& name) {
+  const char* env = std::getenv("PATH");
+  std::stringstream path(env ? env : "/usr/local/bin:/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(path, dir, ':')) {
+    std::string p = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
+
+Result<int> RunUnderMpirun(int ranks, const std::vector<std::string>& args, const std::string& output) {
+  std::string mpirun = FindOnPath("mpirun");
+  if (mpirun.empty()) {
+    return Status::Invalid("mpirun not found on PATH: install openmpi-bin (Debian/Ubuntu: apt-get install openmpi-bin)");
+  }
+  std::error_code ec;
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) return Status::Runtime("cannot resolve /proc/self/exe: " + ec.message());
+  std::vector<std::string> all = {mpirun, "-n", std::to_string(ranks), "--oversubscribe"};
+  if (::geteuid() == 0) all.push_back("--allow-run-as-root");
+  all.push_back(self);
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : all) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  if (!output.empty()) {
+    posix_spawn_file_actions_addopen(&files, STDOUT_FILENO, output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&files, STDOUT_FILENO, STDERR_FILENO);
+  }
+  struct sigaction fwd {}, old_int {}, old_term {}, old_hup {};
+  fwd.sa_handler = ForwardToMpirun;
+  sigemptyset(&fwd.sa_mask);
+  sigaction(SIGINT, &fwd, &old_int);
+  sigaction(SIGTERM, &fwd, &old_term);
+  sigaction(SIGHUP, &fwd, &old_hup);
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, mpirun.c_str(), &files, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&files);
+  Result<int> code = 0;
+  if (rc != 0) {
+    code = Status::Runtime("cannot start " + mpirun + ": " + std::strerror(rc));
+  } else {
+    g_child = pid;
+    int st = 0;
+    pid_t w;
+    while ((w = ::waitpid(pid, &st, 0)) < 0 && errno == EINTR) {
+    }
+    if (w < 0) code = Status::Runtime(std::string("waiting for mpirun: ") + std::strerror(errno));
+    else if (WIFEXITED(st)) code = WEXITSTATUS(st);
+    else code = 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    g_child = 0;
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGHUP, &old_hup, nullptr);
+  return code;
+}
+
+}  // namespace fr

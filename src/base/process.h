@@ -1,0 +1,21 @@
+// Starting this binary's ranks under Open MPI's mpirun (`flowrun env` re-launching itself,
+// `flowrun search --validate` running candidates).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace fr {
+
+// The full path of an executable on PATH, or "" when there is none.
+std::string FindOnPath(const std::string& name);
+
+// Runs `mpirun -n RANKS --oversubscribe [--allow-run-as-root when root] FLOWRUN ARGS...` (FLOWRUN:
+// this binary) and waits for it; SIGINT, SIGTERM and SIGHUP sent to this process are passed on.
+// With `output` set, the job's stdout and stderr go to that file. Returns mpirun's exit code
+// (128 + signal when a signal ended it). Errors: no mpirun on PATH (Invalid), a failed start.
+Result<int> RunUnderMpirun(int ranks, const std::vector<std::string>& args, const std::string& output = "");
+
+}  // namespace fr

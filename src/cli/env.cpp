@@ -1,0 +1,431 @@
+#include "cli/env.h"
+
+#include <dnnl.h>
+#include <mpi.h>
+#include <omp.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cctype>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <vector>
+
+#include "actor/world.h"
+#include "base/status.h"
+#include "boxing/boxing.h"
+
+extern char** environ;
+
+namespace fr {
+namespace {
+
+constexpr int kGemmSizes[] = {512, 256};
+constexpr int kGemmReps = 10;  // blocks
+constexpr int kGemmsPerBlock = 4;
+constexpr int kLatencyReps = 200;
+constexpr int kBandwidthReps = 10;
+constexpr int64_t kBandwidthFloats = int64_t{1} << 20;  // 4 MiB
+
+int Fail(const Status& s) {
+  std::cerr << "flowrun: " << s.message() << std::endl;
+  return s.exit_code();
+}
+
+// ---- Re-launching under mpirun -------------------------------------------------------------
+
+std::string FindOnPath(const std::string& name) {
+  const char* env = std::getenv("PATH");
+  std::stringstream path(env ? env : "/usr/local/bin:/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(path, dir, ':')) {
+    std::string p = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
+
+volatile sig_atomic_t g_child = 0;
+
+// mpirun shares our terminal's process group, so Ctrl-C reaches it anyway; a signal sent to this
+// process alone is passed on, and we still return mpirun's exit code.
+extern "C" void ForwardSignal(int sig) {
+  if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
+}
+
+// Fails early, before any rank starts, when FILE could not be written; writes nothing.
+Status CheckWritable(const std::string& file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = fs::absolute(file, ec);
+  if (ec) return Status::Runtime("[env] cannot write '" + file + "': " + ec.message());
+  bool exists = fs::exists(p, ec);
+  std::string target = exists ? p.string() : p.parent_path().string();
+  if (exists && fs::is_directory(p, ec)) return Status::Runtime("[env] cannot write '" + file + "': it is a directory");
+  if (::access(target.c_str(), exists ? W_OK : W_OK | X_OK) != 0)
+    return Status::Runtime("[env] cannot write '" + file + "': " + target + ": " + std::strerror(errno));
+  return Status::Ok();
+}
+
+int Relaunch(const EnvArgs& a) {
+  if (!a.out.empty()) {
+    if (Status s = CheckWritable(a.out); !s.ok()) return Fail(s);
+  }
+  std::string mpirun = FindOnPath("mpirun");
+  if (mpirun.empty()) {
+    return Fail(Status::Invalid(
+        "[env] mpirun not found on PATH: install openmpi-bin (Debian/Ubuntu: apt-get install openmpi-bin), or "
+        "launch the ranks yourself: mpirun -n " + std::to_string(a.ranks) + " flowrun env"));
+  }
+  std::error_code ec;
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) return Fail(Status::Runtime("[env] cannot resolve /proc/self/exe: " + ec.message()));
+  std::vector<std::string> args = {mpirun, "-n", std::to_string(a.ranks), "--oversubscribe"};
+  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  args.insert(args.end(), {self, "env", "--ranks", std::to_string(a.ranks), "--launched"});
+  if (!a.out.empty()) {
+    std::string out = std::filesystem::absolute(a.out, ec).string();
+    args.insert(args.end(), {"--out", ec ? a.out : out});
+  }
+  std::vector<char*> argv;
+  for (std::string& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  struct sigaction fwd {}, old_int {}, old_term {}, old_hup {};
+  fwd.sa_handler = ForwardSignal;
+  sigemptyset(&fwd.sa_mask);
+  sigaction(SIGINT, &fwd, &old_int);
+  sigaction(SIGTERM, &fwd, &old_term);
+  sigaction(SIGHUP, &fwd, &old_hup);
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, mpirun.c_str(), nullptr, nullptr, argv.data(), environ);
+  int code;
+  if (rc != 0) {
+    code = Fail(Status::Runtime("[env] cannot start " + mpirun + ": " + std::strerror(rc)));
+  } else {
+    g_child = pid;
+    int st = 0;
+    pid_t w;
+    while ((w = ::waitpid(pid, &st, 0)) < 0 && errno == EINTR) {
+    }
+    if (w < 0) {
+      code = Fail(Status::Runtime(std::string("[env] waiting for mpirun: ") + std::strerror(errno)));
+    } else if (WIFEXITED(st)) {
+      code = WEXITSTATUS(st);
+    } else {
+      code = 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+      std::cerr << "flowrun: [env] mpirun ended by signal " << code - 128 << std::endl;
+    }
+    g_child = 0;
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGHUP, &old_hup, nullptr);
+  return code;
+}
+
+// ---- This machine ----------------------------------------------------------------------------
+
+struct Host {
+  std::string name, cpu, date;
+  int cores = 0;
+  double mem_total_gib = 0;
+};
+
+std::string Trimmed(const std::string& s) {
+  std::string r;
+  for (char c : s) {
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      if (!r.empty() && r.back() != ' ') r += ' ';
+    } else {
+      r += c;
+    }
+  }
+  while (!r.empty() && r.back() == ' ') r.pop_back();
+  return r;
+}
+
+Result<Host> ReadHost() {
+  Host h;
+  std::ifstream mem("/proc/meminfo");
+  if (!mem) return Status::Runtime("[env] cannot read /proc/meminfo: " + std::string(std::strerror(errno)));
+  std::string key;
+  int64_t kib = -1;
+  while (mem >> key) {
+    if (key == "MemTotal:") {
+      mem >> kib;
+      break;
+    }
+    mem.ignore(1 << 20, '\n');
+  }
+  if (kib <= 0) return Status::Runtime("[env] /proc/meminfo: no MemTotal line");
+  h.mem_total_gib = static_cast<double>(kib) / (1024.0 * 1024.0);
+
+  std::ifstream cpu("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpu, line)) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string k = Trimmed(line.substr(0, colon));
+    if (k == "model name" || k == "Model" || k == "cpu model" || k == "Hardware") {
+      h.cpu = Trimmed(line.substr(colon + 1));
+      if (k == "model name") break;
+    }
+  }
+  if (h.cpu.empty()) h.cpu = "unknown CPU";
+  h.cores = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || !name[0]) std::snprintf(name, sizeof name, "localhost");
+  h.name = name;
+  std::time_t now = std::time(nullptr);
+  std::tm tm {};
+  localtime_r(&now, &tm);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d", &tm);
+  h.date = date;
+  return h;
+}
+
+// ---- Measurements, every rank at once ---------------------------------------------------------
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double AllReduce(double x, MPI_Op op) {
+  double r = 0;
+  MPI_Allreduce(&x, &r, 1, MPI_DOUBLE, op, MPI_COMM_WORLD);
+  return r;
+}
+
+// Seconds per n x n x n sgemm: the median over blocks of kGemmsPerBlock back to back, each block
+// between two barriers, so a block lasts until the slowest rank is done. Ranks that share cores
+// thus report the share they get, not a turn alone on a core while the others wait.
+Result<double> GemmSeconds(int n) {
+  const size_t nn = static_cast<size_t>(n) * static_cast<size_t>(n);
+  std::vector<float> a(nn), b(nn), c(nn);  // [n, n] each
+  for (size_t i = 0; i < nn; ++i) {
+    a[i] = static_cast<float>(i % 17) * 0.01f - 0.08f;
+    b[i] = static_cast<float>(i % 13) * 0.02f - 0.12f;
+  }
+  std::vector<double> t;
+  for (int r = -1; r < kGemmReps; ++r) {  // one warm-up block
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < kGemmsPerBlock; ++i) {
+      dnnl_status_t s = dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      if (s != dnnl_success) {
+        return Status::Runtime("[env] dnnl_sgemm " + std::to_string(n) + "^3 failed with status " +
+                               std::to_string(static_cast<int>(s)));
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (r >= 0) t.push_back((MPI_Wtime() - t0) / kGemmsPerBlock);
+  }
+  return Median(t);
+}
+
+double LatencySeconds() {
+  double one = 1, sum = 0;
+  std::vector<double> t;
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int r = -20; r < kLatencyReps; ++r) {
+    double t0 = MPI_Wtime();
+    MPI_Allreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    if (r >= 0) t.push_back(MPI_Wtime() - t0);
+  }
+  return Median(t);
+}
+
+double AllReduceSeconds() {
+  std::vector<float> in(static_cast<size_t>(kBandwidthFloats), 1.0f), out(in.size());
+  std::vector<double> t;
+  for (int r = -2; r < kBandwidthReps; ++r) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    MPI_Allreduce(in.data(), out.data(), static_cast<int>(in.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (r >= 0) t.push_back(MPI_Wtime() - t0);
+  }
+  return Median(t);
+}
+
+struct Figures {
+  double gemm_flops[std::size(kGemmSizes)] = {};  // per rank, the slowest rank's median
+  double flops = 0;
+  double latency = 0;        // s
+  double allreduce_s = 0;    // the 4 MiB all-reduce
+  double wire_bytes = 0;     // what boxing::Price charges each rank for it
+  int collectives = 1;
+  double bandwidth = 0;      // bytes/s per rank
+};
+
+Result<Figures> Measure(int ranks) {
+  Figures f;
+  for (size_t i = 0; i < std::size(kGemmSizes); ++i) {
+    const int n = kGemmSizes[i];
+    ASSIGN_OR_RETURN(double s, GemmSeconds(n));
+    f.gemm_flops[i] = 2.0 * n * n * n / AllReduce(s, MPI_MAX);
+    f.flops = std::max(f.flops, f.gemm_flops[i]);
+  }
+  f.latency = AllReduce(LatencySeconds(), MPI_MAX);
+  f.allreduce_s = AllReduce(AllReduceSeconds(), MPI_MAX);
+  const sbp::Placement all = sbp::Placement::Range(DeviceType::kCpu, 0, ranks);
+  boxing::Estimate e = boxing::Price(boxing::Request{Shape{kBandwidthFloats}, DType::kF32, all,
+                                                     sbp::NdSbp{sbp::Sbp::P()}, all, sbp::NdSbp{sbp::Sbp::B()}});
+  if (e.strategy != "all-reduce" || !(e.bytes_per_rank > 0) || !std::isfinite(e.bytes_per_rank)) {
+    return Status::Runtime("[env] the cost model prices P -> B on " + std::to_string(ranks) + " ranks as '" +
+                           e.strategy + "', not one all-reduce");
+  }
+  f.wire_bytes = e.bytes_per_rank;
+  f.collectives = std::max(1, e.collectives);
+  double moving = f.allreduce_s - f.collectives * f.latency;
+  f.bandwidth = f.wire_bytes / (moving > 0 ? moving : f.allreduce_s);
+  return f;
+}
+
+// ---- Output ---------------------------------------------------------------------------------
+
+std::string Num(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1e", x);
+  return b;
+}
+
+std::string Quoted(const std::string& s) {
+  std::string q = "\"";
+  for (char c : s) q += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+  return q + "\"";
+}
+
+std::string Section(const Host& h, const Figures& f, int ranks, int threads) {
+  char mem[32];
+  std::snprintf(mem, sizeof mem, "%.1f", std::max(0.1, std::round(h.mem_total_gib / ranks * 10) / 10));
+  std::ostringstream o;
+  auto line = [&](const std::string& text, const std::string& comment) {
+    o << text;
+    if (!comment.empty()) o << std::string(text.size() < 48 ? 48 - text.size() : 1, ' ') << "# " << comment;
+    o << "\n";
+  };
+  o << "# Measured by `flowrun env --ranks " << ranks << "`: " << ranks << " ranks at once, " << threads
+    << " kernel thread(s) each.\n";
+  line("cluster:", "");
+  line("  nodes: 1", "");
+  line("  devices_per_node: " + std::to_string(ranks), "the ranks measured");
+  line("  memory_gib: " + std::string(mem), "per device: MemTotal / ranks");
+  line("  flops: " + Num(f.flops), "dense f32 GEMM FLOP/s per rank, all ranks at once");
+  line("  # One machine: inter = intra (no second node to measure).", "");
+  line("  bandwidth: {intra: " + Num(f.bandwidth) + ", inter: " + Num(f.bandwidth) + "}", "bytes/s per rank");
+  line("  latency: {intra: " + Num(f.latency) + ", inter: " + Num(f.latency) + "}", "seconds per collective");
+  line("  measured: " + Quoted("flowrun env: " + std::to_string(ranks) + " ranks on " + h.name + " (" +
+                              std::to_string(h.cores) + " cores, " + h.cpu + "), " + h.date),
+       "");
+  return o.str();
+}
+
+void Summary(const Host& h, const Figures& f, int ranks, int threads) {
+  char b[512];
+  std::cerr << "[env] " << ranks << " ranks on " << h.name << " (" << h.cores << " cores, " << h.cpu << "), "
+            << threads << " kernel thread(s) per rank, all measuring at once\n";
+  std::cerr << "[env] f32 GEMM per rank (median of " << kGemmReps << " blocks of " << kGemmsPerBlock
+            << ", each until the slowest rank is done):";
+  for (size_t i = 0; i < std::size(kGemmSizes); ++i) {
+    std::snprintf(b, sizeof b, " %d^3 %.2f GFLOP/s", kGemmSizes[i], f.gemm_flops[i] / 1e9);
+    std::cerr << b << (i + 1 < std::size(kGemmSizes) ? "," : "\n");
+  }
+  std::snprintf(b, sizeof b, "[env] all-reduce of 8 B: %.2f us (slowest rank's median of %d)\n", f.latency * 1e6,
+                kLatencyReps);
+  std::cerr << b;
+  std::snprintf(b, sizeof b,
+                "[env] all-reduce of 4 MiB: %.3f ms (median of %d); %.2f MiB per rank on the wire -> %.2f GB/s per rank\n",
+                f.allreduce_s * 1e3, kBandwidthReps, f.wire_bytes / (1 << 20), f.bandwidth / 1e9);
+  std::cerr << b;
+  std::snprintf(b, sizeof b, "[env] memory: %.1f GiB MemTotal / %d ranks\n", h.mem_total_gib, ranks);
+  std::cerr << b;
+}
+
+int Measured(const EnvArgs& a, int* argc, char*** argv) {
+  auto world = actor::JoinWorld(argc, argv);
+  if (!world.ok()) return Fail(world.status());
+  const bool lead = world->rank == 0;
+  const int p = world->size;
+  if (a.ranks_given && p != a.ranks) {
+    if (lead) {
+      Fail(Status::Invalid("[env] the job has " + std::to_string(p) + " rank(s) but --ranks is " +
+                           std::to_string(a.ranks) + " (mpirun -n " + std::to_string(a.ranks) + ")"));
+    }
+    return 2;
+  }
+  if (p < 2) {
+    if (lead) Fail(Status::Invalid("[env] measuring collectives needs at least 2 ranks; the job has 1 (mpirun -n 2)"));
+    return 2;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+  if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(1);
+  const int threads = omp_get_max_threads();
+
+  // Rank 0's set-up (host facts, the output file) fails before the measurement, on every rank alike.
+  Result<Host> host = Host{};
+  std::ofstream out;
+  int code = 0;
+  if (lead) {
+    host = ReadHost();
+    if (!host.ok()) {
+      code = Fail(host.status());
+    } else if (!a.out.empty()) {
+      out.open(a.out, std::ios::trunc);
+      if (!out) code = Fail(Status::Runtime("[env] cannot write '" + a.out + "': " + std::strerror(errno)));
+    }
+  }
+  code = static_cast<int>(AllReduce(code, MPI_MAX));
+  if (code) return code;
+
+  auto f = Measure(p);
+  if (!f.ok()) {
+    Fail(f.status());
+    world->comm->Abort(1);
+  }
+  if (!lead) return 0;
+  Summary(*host, *f, p, threads);
+  std::string section = Section(*host, *f, p, threads);
+  if (a.out.empty()) {
+    std::cout << section << std::flush;
+    return 0;
+  }
+  out << section;
+  out.close();
+  if (!out) return Fail(Status::Runtime("[env] writing '" + a.out + "' failed: " + std::strerror(errno)));
+  std::cerr << "[env] wrote the cluster: section to " << a.out << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int RunEnv(const EnvArgs& a, int* argc, char*** argv) {
+  if (a.ranks_given && a.ranks < 2) {
+    return Fail(Status::Invalid("[env] --ranks must be at least 2 (got " + std::to_string(a.ranks) +
+                                "): latency and bandwidth are measured between ranks"));
+  }
+  if (std::getenv("OMPI_COMM_WORLD_SIZE")) return Measured(a, argc, argv);
+  if (a.launched) {
+    return Fail(Status::Invalid("[env] started by mpirun but OMPI_COMM_WORLD_SIZE is not set: flowrun env needs "
+                                "Open MPI's mpirun (openmpi-bin) first on PATH"));
+  }
+  return Relaunch(a);
+}
+
+}  // namespace fr

@@ -1,0 +1,123 @@
+// `flowrun search CONFIG`: the ranked table, the best candidate as YAML, --explain, --validate.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "base/process.h"
+#include "search/command.h"
+#include "search/search.h"
+
+namespace fr::search {
+namespace {
+
+int Fail(const Status& s) {
+  std::cerr << "flowrun: " << s.message() << std::endl;
+  return s.exit_code();
+}
+
+std::string Ms(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < 1e-2 ? "%.3f" : "%.2f", s * 1e3);
+  return buf;
+}
+
+// The median step time of a validation run's step log, leaving out the first `warm` steps.
+Result<double> MeasuredStep(const std::string& jsonl, int warm) {
+  std::ifstream in(jsonl);
+  if (!in) return Status::Runtime("[search] no step log at " + jsonl);
+  std::vector<double> ms;
+  std::string line;
+  int step = 0;
+  while (std::getline(in, line)) {
+    size_t at = line.find("\"step_ms\": ");
+    if (at == std::string::npos) continue;
+    if (++step <= warm) continue;
+    ms.push_back(std::stod(line.substr(at + 11)));
+  }
+  if (ms.empty()) return Status::Runtime("[search] " + jsonl + " holds no step past the first " + std::to_string(warm));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] / 1e3;
+}
+
+int Validate(const Outcome& o, const SearchArgs& a) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir = fs::temp_directory_path(ec) / ("flowrun-validate-" + std::to_string(::getpid()));
+  fs::create_directories(dir, ec);
+  if (ec) return Fail(Status::Runtime("[search] cannot create " + dir.string() + ": " + ec.message()));
+  const size_t k = std::min(o.ranked.size(), static_cast<size_t>(a.validate));
+  std::cout << "\nvalidate: the top " << k << " on this machine, " << a.validate_steps << " steps each under mpirun -n "
+            << o.ranks << " (median step time past the first " << a.validate_warm << ")\n";
+  std::printf("%-4s %-22s %12s %12s %8s\n", "rank", "layout", "predicted ms", "measured ms", "ratio");
+  std::vector<double> predicted, measured;
+  for (size_t i = 0; i < k; ++i) {
+    Config c = o.ranked[i].config;
+    c.train.steps = a.validate_steps;
+    c.log.every = 1;
+    c.log.jsonl = (dir / ("candidate" + std::to_string(i + 1) + ".jsonl")).string();
+    fs::path yaml = dir / ("candidate" + std::to_string(i + 1) + ".yaml");
+    fs::path log = dir / ("candidate" + std::to_string(i + 1) + ".log");
+    std::ofstream(yaml) << ConfigToYaml(c);
+    auto rc = RunUnderMpirun(o.ranks, {"train", yaml.string()}, log.string());
+    if (!rc.ok()) return Fail(rc.status());
+    if (*rc != 0) {
+      std::cout << std::flush;
+      return Fail(Status::Runtime("[search] validating " + o.ranked[i].Name() + ": the run exited " + std::to_string(*rc) +
+                                  "; its config is " + yaml.string() + " and its output " + log.string()));
+    }
+    auto m = MeasuredStep(c.log.jsonl, a.validate_warm);
+    if (!m.ok()) return Fail(m.status());
+    predicted.push_back(o.ranked[i].step_s);
+    measured.push_back(*m);
+    std::printf("%-4zu %-22s %12s %12s %8.2f\n", i + 1, o.ranked[i].Name().c_str(), Ms(o.ranked[i].step_s).c_str(),
+                Ms(*m).c_str(), *m / o.ranked[i].step_s);
+    std::fflush(stdout);
+  }
+  if (k >= 2) {
+    size_t best = static_cast<size_t>(std::min_element(measured.begin(), measured.end()) - measured.begin());
+    std::printf("Spearman rank correlation, predicted vs measured: %.2f over %zu candidates\n", Spearman(predicted, measured), k);
+    std::printf("the predicted best (%s) measured %s ms; the measured best (%s) %s ms: %.0f%% slower\n",
+                o.ranked[0].Name().c_str(), Ms(measured[0]).c_str(), o.ranked[best].Name().c_str(),
+                Ms(measured[best]).c_str(), 100 * (measured[0] / measured[best] - 1));
+  }
+  fs::remove_all(dir, ec);
+  return 0;
+}
+
+}  // namespace
+
+int RunSearch(const SearchArgs& a) {
+  auto cfg = LoadConfig(a.config, a.set);
+  if (!cfg.ok()) return Fail(cfg.status());
+  Options opt;
+  opt.ranks = a.ranks;
+  opt.micro_batches = a.micro_batches;
+  auto o = Search(*cfg, opt);
+  if (!o.ok()) return Fail(o.status());
+  if (!cfg->cluster.given) {
+    std::cout << "note: " << cfg->path << " has no cluster: section; prices use the defaults (run `flowrun env`)\n";
+  }
+  std::cout << "search: " << cfg->path << " on " << o->ranks << " rank(s)\n" << Table(*o, a.top);
+  if (a.explain) std::cout << Explain(*o);
+  std::printf("search time %.2f s\n", o->seconds);
+  if (o->ranked.empty()) return Fail(Status::Invalid("[search] " + cfg->path + ": no candidate fits this cluster"));
+  if (!a.out.empty()) {
+    std::ofstream out(a.out);
+    out << "# flowrun search: " << o->ranked[0].Name() << ", predicted " << Ms(o->ranked[0].step_s)
+        << " ms/step; run with: mpirun -n " << o->ranks << " flowrun train " << a.out << "\n"
+        << ConfigToYaml(o->ranked[0].config);
+    if (!out) return Fail(Status::Runtime("[search] cannot write '" + a.out + "'"));
+    std::cout << "best: " << o->ranked[0].Name() << " written to " << a.out << " (mpirun -n " << o->ranks << " flowrun train "
+              << a.out << ")\n";
+  }
+  std::cout << std::flush;
+  if (a.validate > 0) return Validate(*o, a);
+  return 0;
+}
+
+}  // namespace fr::search

@@ -1,0 +1,474 @@
+#include "search/search.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "cli/layout.h"
+#include "cli/pipeline.h"
+#include "sbp/assign.h"
+
+namespace fr::search {
+namespace {
+
+using ir::NodeId;
+using ir::ValueId;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string Fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string Bytes(double b) {
+  if (b >= double(1LL << 30)) return Fmt("%.2f GiB", b / double(1LL << 30));
+  if (b >= double(1 << 20)) return Fmt("%.1f MiB", b / double(1 << 20));
+  if (b >= 1024) return Fmt("%.1f KiB", b / 1024);
+  return Fmt("%.0f B", b);
+}
+
+std::string Ms(double s) { return Fmt(s < 1e-2 ? "%.3f" : "%.2f", s * 1e3); }
+
+std::vector<int> Divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+// Forward ops in order with the modelled seconds of each (forward and the backward derived from
+// it) on one device, and the seconds to move what crosses a cut before op i (activations forward,
+// their gradients back).
+struct CutModel {
+  std::vector<NodeId> ops;
+  std::vector<double> work;   // per op
+  std::vector<double> cross;  // per position i: cost of cutting between ops[i-1] and ops[i]
+};
+
+CutModel ModelCuts(const ir::TrainingGraph& tg, const ClusterConfig& cl) {
+  const ir::Graph& g = tg.graph;
+  CutModel m;
+  std::vector<int> pos(g.nodes.size(), -1);
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    if (g.nodes[n].phase != ir::Phase::kForward) continue;
+    pos[n] = static_cast<int>(m.ops.size());
+    m.ops.push_back(static_cast<NodeId>(n));
+    m.work.push_back(0);
+  }
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const ir::Node& node = g.nodes[n];
+    NodeId owner = node.phase == ir::Phase::kForward ? static_cast<NodeId>(n) : node.origin;
+    if (owner < 0 || pos[static_cast<size_t>(owner)] < 0) continue;
+    m.work[static_cast<size_t>(pos[static_cast<size_t>(owner)])] += sbp::OpFlops(g, node) / cl.flops;
+  }
+  // A forward value produced at position p and last read (forward) at q crosses every cut in
+  // (p, q]: its bytes forward and its gradient's back.
+  m.cross.assign(m.ops.size() + 1, 0);
+  auto consumers = g.Consumers();
+  for (size_t i = 0; i < m.ops.size(); ++i) {
+    for (ValueId v : g.node(m.ops[i]).out) {
+      int last = static_cast<int>(i);
+      for (NodeId u : consumers[static_cast<size_t>(v)])
+        if (pos[static_cast<size_t>(u)] >= 0) last = std::max(last, pos[static_cast<size_t>(u)]);
+      double bytes = static_cast<double>(g.type(v).shape.numel() * static_cast<int64_t>(SizeOf(g.type(v).dtype)));
+      double t = 2 * (bytes / cl.bandwidth_intra + cl.latency_intra);
+      for (int c = static_cast<int>(i) + 1; c <= last; ++c) m.cross[static_cast<size_t>(c)] += t;
+    }
+  }
+  return m;
+}
+
+// Contiguous cut of the forward ops into `pp` stages minimising the busiest stage's modelled time
+// (its work plus the transfers at its cuts), by dynamic programming. Returns the first op of each
+// stage after the first.
+std::vector<size_t> BalancedCuts(const CutModel& m, int pp) {
+  const size_t n = m.ops.size();
+  std::vector<double> prefix(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + m.work[i];
+  // best[k][i]: the least possible busiest-stage time covering ops [0, i) with k stages.
+  std::vector<std::vector<double>> best(static_cast<size_t>(pp) + 1, std::vector<double>(n + 1, kInf));
+  std::vector<std::vector<size_t>> from(static_cast<size_t>(pp) + 1, std::vector<size_t>(n + 1, 0));
+  best[0][0] = 0;
+  for (size_t k = 1; k <= static_cast<size_t>(pp); ++k) {
+    for (size_t i = k; i <= n; ++i) {
+      for (size_t j = k - 1; j < i; ++j) {
+        if (best[k - 1][j] == kInf) continue;
+        double stage = prefix[i] - prefix[j] + (j > 0 ? m.cross[j] : 0) + (i < n ? m.cross[i] : 0);
+        double t = std::max(best[k - 1][j], stage);
+        if (t < best[k][i]) {
+          best[k][i] = t;
+          from[k][i] = j;
+        }
+      }
+    }
+  }
+  std::vector<size_t> cuts;
+  for (size_t k = static_cast<size_t>(pp), i = n; k > 1; --k) {
+    i = from[k][i];
+    cuts.push_back(i);
+  }
+  std::reverse(cuts.begin(), cuts.end());
+  return cuts;
+}
+
+struct Prepared {
+  Compiled c;
+  CutModel cuts;
+};
+
+// Prices a candidate whose config is set: assignment, stage times, memory.
+void Price(const Prepared& prep, int ranks, Candidate* cand) {
+  const ir::TrainingGraph& tg = prep.c.training;
+  const ir::Graph& g = tg.graph;
+  auto ao = Layout(cand->config, tg, ranks);
+  if (!ao.ok()) {
+    cand->pruned = ao.status().message();
+    return;
+  }
+  auto a = sbp::Assign(tg, *ao);
+  if (!a.ok()) {
+    cand->pruned = a.status().message();
+    return;
+  }
+  const int S = static_cast<int>(ao->stages.size());
+  const double M = static_cast<double>(cand->micro_batches);
+  cand->stages.assign(static_cast<size_t>(S), StageCost{});
+  std::vector<double> comm(static_cast<size_t>(S), 0);
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    StageCost& st = cand->stages[static_cast<size_t>(ao->node_stage[n])];
+    if (g.nodes[n].phase == ir::Phase::kOptimizer) st.step_s += a->node_seconds[n];
+    else st.micro_s += a->node_seconds[n] / M;
+  }
+  for (const sbp::PricedEdge& e : a->edges) {
+    StageCost& st = cand->stages[static_cast<size_t>(e.dst_stage)];
+    if (e.per_step) st.step_s += e.seconds;
+    else st.micro_s += e.seconds / M;
+    comm[static_cast<size_t>(e.dst_stage)] += e.seconds;
+    if (e.seconds <= 0) continue;
+    std::string where = S > 1 ? " on stage " + std::to_string(e.dst_stage) : "";
+    cand->edges.push_back({g.value(e.value).name + ": " + e.have.ToString() + " -> " + e.want.ToString() + where +
+                               (e.per_step ? ", per step" : ", per micro-batch"),
+                           e.seconds});
+  }
+  std::sort(cand->edges.begin(), cand->edges.end(), [](const EdgeCost& x, const EdgeCost& y) {
+    return x.seconds != y.seconds ? x.seconds > y.seconds : x.what < y.what;
+  });
+  double w = 0, u = 0;
+  int busiest = 0;
+  for (int s = 0; s < S; ++s) {
+    const StageCost& st = cand->stages[static_cast<size_t>(s)];
+    if (st.micro_s * M + st.step_s > cand->stages[static_cast<size_t>(busiest)].micro_s * M + cand->stages[static_cast<size_t>(busiest)].step_s) busiest = s;
+    w = std::max(w, st.micro_s);
+    u = std::max(u, st.step_s);
+  }
+  cand->step_s = (M + S - 1) * w + u;
+  cand->bubble_s = (S - 1) * w;
+  const StageCost& b = cand->stages[static_cast<size_t>(busiest)];
+  double busy = b.micro_s * M + b.step_s;
+  cand->comm_s = comm[static_cast<size_t>(busiest)];
+  cand->compute_s = busy - cand->comm_s;
+  cand->tokens_per_s = static_cast<double>(prep.c.tokens_per_step) / cand->step_s;
+
+  // Memory per stage on its device 0 (uneven splits give it the most), as the Plan allocates.
+  std::vector<std::vector<std::pair<std::string, double>>> held(static_cast<size_t>(S));
+  auto piece = [&](ValueId v, const sbp::NdSbp& nd, int stage) {
+    const sbp::Placement& p = ao->stages[static_cast<size_t>(stage)];
+    return static_cast<double>(sbp::PieceShape(g.type(v).shape, nd, p, 0).numel() * static_cast<int64_t>(SizeOf(g.type(v).dtype)));
+  };
+  std::map<ValueId, int> updates;
+  for (const ir::ParamGrad& pg : tg.params) updates[pg.param] = static_cast<int>(g.node(pg.update).out.size());
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    const ir::Value& val = g.values[v];
+    if (!a->value_sbp[v].size() || val.kind == ir::ValueKind::kConst) continue;
+    const int st = a->value_stage[v];
+    double bytes = piece(static_cast<ValueId>(v), a->value_sbp[v], st);
+    if (val.kind == ir::ValueKind::kParam) {
+      auto it = updates.find(static_cast<ValueId>(v));
+      bytes *= 1 + (it == updates.end() ? 0 : it->second);  // the parameter and its optimizer state
+    } else if (val.kind == ir::ValueKind::kInput) {
+      bytes *= 2;  // the loader fills one while the step reads the other
+    } else if (val.kind == ir::ValueKind::kActivation && val.producer >= 0 && g.node(val.producer).phase == ir::Phase::kOptimizer) {
+      // per-step results (updated optimizer state) are written in place
+      continue;
+    }
+    held[static_cast<size_t>(st)].emplace_back(val.name, bytes);
+  }
+  for (const sbp::PricedEdge& e : a->edges) {
+    if (e.want.any_partial() && !e.have.any_partial()) continue;  // zero-fill reads in place
+    double bytes = piece(e.value, e.want, e.dst_stage);
+    if (e.dst_stage != a->value_stage[static_cast<size_t>(e.value)] && !e.per_step) bytes *= S;
+    held[static_cast<size_t>(e.dst_stage)].emplace_back(g.value(e.value).name + " (moved to " + e.want.ToString() + ")", bytes);
+  }
+  int fullest = 0;
+  for (int s = 0; s < S; ++s) {
+    double total = 0;
+    for (const auto& [name, bytes] : held[static_cast<size_t>(s)]) total += bytes;
+    cand->stages[static_cast<size_t>(s)].memory = total;
+    if (total > cand->stages[static_cast<size_t>(fullest)].memory) fullest = s;
+  }
+  cand->memory = cand->stages[static_cast<size_t>(fullest)].memory;
+  cand->peak_tensors = held[static_cast<size_t>(fullest)];
+  std::sort(cand->peak_tensors.begin(), cand->peak_tensors.end(),
+            [](const auto& x, const auto& y) { return x.second != y.second ? x.second > y.second : x.first < y.first; });
+  if (cand->peak_tensors.size() > 6) cand->peak_tensors.resize(6);
+}
+
+}  // namespace
+
+std::string Candidate::Name() const {
+  std::string s = "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " m" +
+                  std::to_string(micro_batches);
+  return zero ? s + " zero" : s;
+}
+
+Result<Outcome> Search(const Config& cfg, const Options& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Outcome out;
+  const ClusterConfig& cl = cfg.cluster;
+  out.ranks = opt.ranks > 0 ? opt.ranks
+              : cfg.parallel.ranks > 0 ? static_cast<int>(cfg.parallel.ranks)
+              : cl.given && cl.devices_per_node > 0 ? static_cast<int>(cl.nodes * cl.devices_per_node)
+                                                    : 0;
+  if (out.ranks < 1) {
+    return Status::Invalid("[search] " + cfg.path +
+                           ": how many ranks? give --ranks N, parallel.ranks, or cluster.nodes and cluster.devices_per_node");
+  }
+  if (cl.given && cl.devices_per_node > 0 && cl.nodes * cl.devices_per_node != out.ranks) {
+    return Status::Invalid("[search] " + cfg.path + ": cluster has " + std::to_string(cl.nodes) + " x " +
+                           std::to_string(cl.devices_per_node) + " devices but the search is for " + std::to_string(out.ranks) +
+                           " ranks");
+  }
+  out.capacity = cl.memory_gib * static_cast<double>(1LL << 30);
+
+  std::vector<int64_t> counts = opt.micro_batches;
+  if (counts.empty())
+    for (int64_t m = 1; m <= 32; m *= 2)
+      if (cfg.train.global_batch % m == 0) counts.push_back(m);
+  for (int64_t m : counts) {
+    if (m < 1 || cfg.train.global_batch % m) {
+      return Status::Invalid("[search] " + cfg.path + ": micro-batch count " + std::to_string(m) +
+                             " does not divide train.global_batch (" + std::to_string(cfg.train.global_batch) + ")");
+    }
+  }
+
+  // One training graph per micro-batch size.
+  std::map<int64_t, std::unique_ptr<Prepared>> prepared;
+  for (int64_t m : counts) {
+    Config c = cfg;
+    c.train.micro_batch = cfg.train.global_batch / m;
+    c.parallel = ParallelConfig{};
+    ASSIGN_OR_RETURN(Compiled compiled, Prepare(c));
+    auto p = std::make_unique<Prepared>();
+    p->c = std::move(compiled);
+    p->cuts = ModelCuts(p->c.training, cl);
+    prepared[m] = std::move(p);
+  }
+
+  // Candidates.
+  std::vector<Candidate> cands;
+  for (int pp : Divisors(out.ranks)) {
+    const Prepared& any = *prepared.begin()->second;
+    if (static_cast<size_t>(pp) > any.cuts.ops.size()) continue;
+    std::vector<std::vector<std::string>> stages;
+    if (pp > 1) {
+      std::vector<size_t> cuts = BalancedCuts(any.cuts, pp);
+      size_t begin = 0;
+      for (size_t k = 0; k <= cuts.size(); ++k) {
+        size_t end = k < cuts.size() ? cuts[k] : any.cuts.ops.size();
+        std::vector<std::string> names;
+        if (k + 1 < static_cast<size_t>(pp)) {
+          for (size_t i = begin; i < end; ++i) names.push_back(any.c.training.graph.node(any.cuts.ops[i]).name);
+        } else {
+          names.push_back("*");  // the last stage takes the rest
+        }
+        stages.push_back(std::move(names));
+        begin = end;
+      }
+    }
+    const int per = out.ranks / pp;
+    for (int dp : Divisors(per)) {
+      const int tp = per / dp;
+      for (int64_t m : counts) {
+        for (bool zero : {false, true}) {
+          if (zero && (dp == 1 || !opt.zero)) continue;
+          Candidate c;
+          c.dp = dp;
+          c.tp = tp;
+          c.pp = pp;
+          c.micro_batches = m;
+          c.zero = zero;
+          c.config = cfg;
+          c.config.train.micro_batch = cfg.train.global_batch / m;
+          ParallelConfig& par = c.config.parallel;
+          par.ranks = out.ranks;
+          par.stages = stages;
+          par.mesh.clear();
+          if (dp > 1) par.mesh.push_back(dp);
+          if (tp > 1) par.mesh.push_back(tp);
+          if (par.mesh.empty()) par.mesh.push_back(1);
+          par.sbp.clear();
+          if (dp > 1) {
+            std::vector<std::string> nd = {"S(0)"};
+            if (tp > 1) nd.push_back("B");
+            for (const auto& [input, field] : cfg.model.inputs) par.sbp.emplace_back(input, nd);
+          }
+          par.zero = zero;
+          if (c.config.train.micro_batch % dp) {
+            c.pruned = "a micro-batch of " + std::to_string(c.config.train.micro_batch) + " does not split over dp " +
+                       std::to_string(dp);
+          }
+          cands.push_back(std::move(c));
+        }
+      }
+    }
+  }
+
+  // Price them, in parallel: candidates are independent and the graphs are read only.
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < cands.size(); i = next++) {
+      Candidate& c = cands[i];
+      if (!c.pruned.empty()) continue;
+      Price(*prepared.at(c.micro_batches), out.ranks, &c);
+      if (c.pruned.empty() && c.memory > out.capacity) {
+        c.pruned = "memory " + Bytes(c.memory) + " per device > capacity " + Bytes(out.capacity);
+      }
+    }
+  };
+  const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 8u));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+
+  for (Candidate& c : cands) (c.pruned.empty() ? out.ranked : out.pruned).push_back(std::move(c));
+  std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const Candidate& a, const Candidate& b) {
+    return a.step_s != b.step_s ? a.step_s < b.step_s : a.Name() < b.Name();
+  });
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+std::string Table(const Outcome& o, int top) {
+  std::string s;
+  char line[320];
+  std::snprintf(line, sizeof line, "%-4s %-22s %10s %12s %22s %7s %7s\n", "rank", "layout", "step ms", "tokens/s",
+                "memory / device", "comm", "bubble");
+  s += line;
+  for (size_t i = 0; i < o.ranked.size() && static_cast<int>(i) < top; ++i) {
+    const Candidate& c = o.ranked[i];
+    double busy = c.compute_s + c.comm_s;
+    std::snprintf(line, sizeof line, "%-4zu %-22s %10s %12.0f %22s %6.0f%% %6.0f%%\n", i + 1, c.Name().c_str(),
+                  Ms(c.step_s).c_str(), c.tokens_per_s, (Bytes(c.memory) + " / " + Bytes(o.capacity)).c_str(),
+                  busy > 0 ? 100 * c.comm_s / busy : 0.0, c.step_s > 0 ? 100 * c.bubble_s / c.step_s : 0.0);
+    s += line;
+  }
+  std::map<std::string, int> why;
+  for (const Candidate& c : o.pruned) {
+    std::string reason = c.pruned.substr(0, c.pruned.find(" per device"));
+    if (reason.starts_with("memory")) reason = "memory over capacity";
+    else if (reason.find("does not split") != std::string::npos) reason = "batch does not split over dp";
+    ++why[reason];
+  }
+  s += std::to_string(o.ranked.size() + o.pruned.size()) + " candidates: " + std::to_string(o.ranked.size()) +
+       " priced and feasible, " + std::to_string(o.pruned.size()) + " pruned";
+  std::string sep = " (";
+  for (const auto& [reason, n] : why) {
+    s += sep + std::to_string(n) + " " + reason;
+    sep = ", ";
+  }
+  s += o.pruned.empty() ? "\n" : ")\n";
+  if (o.ranked.empty() && !o.pruned.empty()) {
+    // Nothing fits: the least hungry candidate, and what fills its fullest device.
+    const Candidate* least = nullptr;
+    for (const Candidate& c : o.pruned)
+      if (c.memory > 0 && (!least || c.memory < least->memory)) least = &c;
+    s += "nothing fits";
+    if (least) {
+      s += ": the least memory is " + least->Name() + " at " + Bytes(least->memory) + " per device against " +
+           Bytes(o.capacity) + " (cluster.memory_gib); at its peak:\n";
+      for (const auto& [name, bytes] : least->peak_tensors) s += "  " + Bytes(bytes) + "  " + name + "\n";
+    } else {
+      s += ": " + o.pruned.front().Name() + ": " + o.pruned.front().pruned + "\n";
+    }
+  }
+  return s;
+}
+
+std::string Explain(const Outcome& o) {
+  if (o.ranked.size() < 2) return "explain: fewer than two feasible candidates\n";
+  const Candidate& a = o.ranked[0];
+  const Candidate& b = o.ranked[1];
+  std::string s = "explain: " + a.Name() + " (" + Ms(a.step_s) + " ms) against " + b.Name() + " (" + Ms(b.step_s) + " ms)\n";
+  s += "  per stage: one micro-batch / once a step / memory\n";
+  for (size_t k = 0; k < std::max(a.stages.size(), b.stages.size()); ++k) {
+    auto cell = [&](const Candidate& c) {
+      if (k >= c.stages.size()) return std::string("-");
+      const StageCost& st = c.stages[k];
+      return Ms(st.micro_s) + " ms / " + Ms(st.step_s) + " ms / " + Bytes(st.memory);
+    };
+    s += "    stage " + std::to_string(k) + ": " + cell(a) + "  |  " + cell(b) + "\n";
+  }
+  s += "  bubble " + Ms(a.bubble_s) + " ms | " + Ms(b.bubble_s) + " ms\n";
+  // Edges keyed by what moves; those in one plan only, or priced differently, differ.
+  std::map<std::string, std::pair<double, double>> edges;
+  for (const EdgeCost& e : a.edges) edges[e.what].first += e.seconds;
+  for (const EdgeCost& e : b.edges) edges[e.what].second += e.seconds;
+  std::vector<std::pair<std::string, std::pair<double, double>>> diff;
+  for (const auto& [what, t] : edges)
+    if (std::abs(t.first - t.second) > 1e-12) diff.emplace_back(what, t);
+  std::sort(diff.begin(), diff.end(), [](const auto& x, const auto& y) {
+    double dx = std::abs(x.second.first - x.second.second), dy = std::abs(y.second.first - y.second.second);
+    return dx != dy ? dx > dy : x.first < y.first;
+  });
+  s += "  boxing edges that differ (ms per step, " + a.Name() + " | " + b.Name() + "): " + std::to_string(diff.size()) + "\n";
+  for (const auto& [what, t] : diff) {
+    s += "    " + (t.first > 0 ? Ms(t.first) : std::string("-")) + " | " + (t.second > 0 ? Ms(t.second) : std::string("-")) +
+         "  " + what + "\n";
+  }
+  double ta = 0, tb = 0;
+  for (const EdgeCost& e : a.edges) ta += e.seconds;
+  for (const EdgeCost& e : b.edges) tb += e.seconds;
+  s += "  boxing total " + Ms(ta) + " ms | " + Ms(tb) + " ms\n";
+  return s;
+}
+
+double Spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  auto ranks = [](const std::vector<double>& x) {
+    std::vector<size_t> idx(x.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::sort(idx.begin(), idx.end(), [&](size_t i, size_t j) { return x[i] < x[j]; });
+    std::vector<double> r(x.size());
+    for (size_t i = 0; i < idx.size();) {
+      size_t j = i;
+      while (j + 1 < idx.size() && x[idx[j + 1]] == x[idx[i]]) ++j;
+      for (size_t k = i; k <= j; ++k) r[idx[k]] = (static_cast<double>(i + j) / 2) + 1;
+      i = j + 1;
+    }
+    return r;
+  };
+  if (a.size() != b.size() || a.size() < 2) return 0;
+  std::vector<double> ra = ranks(a), rb = ranks(b);
+  double ma = 0, mb = 0;
+  for (size_t i = 0; i < a.size(); ++i) ma += ra[i], mb += rb[i];
+  ma /= static_cast<double>(a.size());
+  mb /= static_cast<double>(b.size());
+  double num = 0, da = 0, db = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (ra[i] - ma) * (rb[i] - mb);
+    da += (ra[i] - ma) * (ra[i] - ma);
+    db += (rb[i] - mb) * (rb[i] - mb);
+  }
+  return da > 0 && db > 0 ? num / std::sqrt(da * db) : 0;
+}
+
+}  // namespace fr::search
