@@ -3,18 +3,15 @@
 #include <dnnl.h>
 #include <mpi.h>
 #include <omp.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <csignal>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <cctype>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -24,10 +21,9 @@
 #include <vector>
 
 #include "actor/world.h"
+#include "base/process.h"
 #include "base/status.h"
 #include "boxing/boxing.h"
-
-extern char** environ;
 
 namespace fr {
 namespace {
@@ -46,26 +42,6 @@ int Fail(const Status& s) {
 
 // ---- Re-launching under mpirun -------------------------------------------------------------
 
-std::string FindOnPath(const std::string& name) {
-  const char* env = std::getenv("PATH");
-  std::stringstream path(env ? env : "/usr/local/bin:/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(path, dir, ':')) {
-    std::string p = (dir.empty() ? std::string(".") : dir) + "/" + name;
-    struct stat st {};
-    if (::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0) return p;
-  }
-  return "";
-}
-
-volatile sig_atomic_t g_child = 0;
-
-// mpirun shares our terminal's process group, so Ctrl-C reaches it anyway; a signal sent to this
-// process alone is passed on, and we still return mpirun's exit code.
-extern "C" void ForwardSignal(int sig) {
-  if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
-}
-
 // Fails early, before any rank starts, when FILE could not be written; writes nothing.
 Status CheckWritable(const std::string& file) {
   namespace fs = std::filesystem;
@@ -81,60 +57,21 @@ Status CheckWritable(const std::string& file) {
 }
 
 int Relaunch(const EnvArgs& a) {
+  std::vector<std::string> args = {"env", "--ranks", std::to_string(a.ranks), "--launched"};
   if (!a.out.empty()) {
     if (Status s = CheckWritable(a.out); !s.ok()) return Fail(s);
-  }
-  std::string mpirun = FindOnPath("mpirun");
-  if (mpirun.empty()) {
-    return Fail(Status::Invalid(
-        "[env] mpirun not found on PATH: install openmpi-bin (Debian/Ubuntu: apt-get install openmpi-bin), or "
-        "launch the ranks yourself: mpirun -n " + std::to_string(a.ranks) + " flowrun env"));
-  }
-  std::error_code ec;
-  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-  if (ec) return Fail(Status::Runtime("[env] cannot resolve /proc/self/exe: " + ec.message()));
-  std::vector<std::string> args = {mpirun, "-n", std::to_string(a.ranks), "--oversubscribe"};
-  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
-  args.insert(args.end(), {self, "env", "--ranks", std::to_string(a.ranks), "--launched"});
-  if (!a.out.empty()) {
-    std::string out = std::filesystem::absolute(a.out, ec).string();
+    std::error_code ec;
+    std::string out = std::filesystem::absolute(a.out, ec).string();  // the ranks may start elsewhere
     args.insert(args.end(), {"--out", ec ? a.out : out});
   }
-  std::vector<char*> argv;
-  for (std::string& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-
-  struct sigaction fwd {}, old_int {}, old_term {}, old_hup {};
-  fwd.sa_handler = ForwardSignal;
-  sigemptyset(&fwd.sa_mask);
-  sigaction(SIGINT, &fwd, &old_int);
-  sigaction(SIGTERM, &fwd, &old_term);
-  sigaction(SIGHUP, &fwd, &old_hup);
-  pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, mpirun.c_str(), nullptr, nullptr, argv.data(), environ);
-  int code;
-  if (rc != 0) {
-    code = Fail(Status::Runtime("[env] cannot start " + mpirun + ": " + std::strerror(rc)));
-  } else {
-    g_child = pid;
-    int st = 0;
-    pid_t w;
-    while ((w = ::waitpid(pid, &st, 0)) < 0 && errno == EINTR) {
-    }
-    if (w < 0) {
-      code = Fail(Status::Runtime(std::string("[env] waiting for mpirun: ") + std::strerror(errno)));
-    } else if (WIFEXITED(st)) {
-      code = WEXITSTATUS(st);
-    } else {
-      code = 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-      std::cerr << "flowrun: [env] mpirun ended by signal " << code - 128 << std::endl;
-    }
-    g_child = 0;
+  Result<int> code = RunUnderMpirun(a.ranks, args);
+  if (code.ok()) return *code;
+  std::string msg = "[env] " + code.status().message();
+  if (code.status().exit_code() == 2) {
+    return Fail(Status::Invalid(msg + ", or launch the ranks yourself: mpirun -n " + std::to_string(a.ranks) +
+                                " flowrun env"));
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
-  sigaction(SIGHUP, &old_hup, nullptr);
-  return code;
+  return Fail(Status::Runtime(msg));
 }
 
 // ---- This machine ----------------------------------------------------------------------------

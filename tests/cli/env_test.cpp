@@ -1,0 +1,110 @@
+// `flowrun env` end to end: it re-launches itself under mpirun, measures, and writes a cluster:
+// section that a config accepts; bad rank counts give exit 2 and a message. Runs the binary named by
+// FLOWRUN_BIN (tests/meson.build sets it) from the repository root.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/config.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Output {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+Output Flowrun(const std::vector<std::string>& args, const std::string& prefix = "") {
+  const char* b = std::getenv("FLOWRUN_BIN");
+  std::string cmd = prefix + Quote(b && *b ? b : "build/src/flowrun");
+  for (const auto& a : args) cmd += " " + Quote(a);
+  cmd += " 2>&1";
+  Output r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  return r;
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string TempPath(const std::string& name) {
+  return (fs::temp_directory_path() / ("flowrun_env_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+TEST(Env, WritesClusterSection_1n2d) {
+  const std::string out = TempPath("cluster.yaml");
+  Output r = Flowrun({"env", "--ranks", "2", "--out", out});
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[env] wrote the cluster: section to " + out), std::string::npos) << r.out;
+  const std::string section = Read(out);
+  fs::remove(out);
+  ASSERT_NE(section.find("cluster:"), std::string::npos) << section;
+
+  auto cfg = fr::ParseConfig(Read("configs/mlp.yaml") + section, "configs/mlp.yaml + " + out);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message() << "\n" << section;
+  const fr::ClusterConfig& c = cfg->cluster;
+  EXPECT_TRUE(c.given);
+  EXPECT_EQ(c.nodes, 1);
+  EXPECT_EQ(c.devices_per_node, 2);
+  EXPECT_GT(c.memory_gib, 0);
+  EXPECT_GT(c.flops, 1e8) << section;
+  EXPECT_GT(c.bandwidth_intra, 1e6) << section;
+  EXPECT_EQ(c.bandwidth_inter, c.bandwidth_intra);
+  EXPECT_GT(c.latency_intra, 0) << section;
+  EXPECT_LT(c.latency_intra, 1) << section;
+  EXPECT_EQ(c.latency_inter, c.latency_intra);
+  EXPECT_EQ(c.measured.rfind("flowrun env: 2 ranks on ", 0), 0u) << c.measured;
+}
+
+TEST(Env, OneRankIsRefused) {
+  Output r = Flowrun({"env", "--ranks", "1"});
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("[env] --ranks must be at least 2"), std::string::npos) << r.out;
+}
+
+// Under a user's own mpirun the world size must be what --ranks says.
+TEST(Env, WorldSizeMismatch_1n3d) {
+  Output r = Flowrun({"env", "--ranks", "2"}, "mpirun --oversubscribe --allow-run-as-root -n 3 ");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("[env] the job has 3 rank(s) but --ranks is 2"), std::string::npos) << r.out;
+}
+
+TEST(Env, UnwritableOut) {
+  Output r = Flowrun({"env", "--out", "/nonexistent_flowrun_dir/cluster.yaml"});
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("[env] cannot write '/nonexistent_flowrun_dir/cluster.yaml'"), std::string::npos) << r.out;
+}
+
+TEST(Env, NoMpirun) {
+  Output r = Flowrun({"env"}, "PATH=/nonexistent_flowrun_dir ");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("[env] mpirun not found"), std::string::npos) << r.out;
+}
+
+}  // namespace
