@@ -163,7 +163,7 @@ Status Runtime::Run(const RunOptions& opt) {
     auto handle = [this](const Msg& m) { actors_[static_cast<size_t>(m.dst)]->Handle(m); };
     std::function<Stream::Poll()> poll;
     if (name == "comm") poll = [this] { return PollComm(); };
-    streams_.push_back(std::make_unique<Stream>(name, handle, poll));
+    streams_.push_back(std::make_unique<Stream>(name, handle, poll, opt.on_thread_start));
   }
   int mine = 0;
   actors_.resize(plan_.tasks.size());

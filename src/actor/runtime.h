@@ -43,6 +43,9 @@ struct RunOptions {
   double stall_timeout = 60;
   // Polled every 200 ms; when it holds a signal number the run stops with an error naming it.
   const std::atomic<int>* stop_signal = nullptr;
+  // Run first on every stream thread: per-thread settings such as the OpenMP team size, which a
+  // thread does not inherit from the one that set it.
+  std::function<void()> on_thread_start;
 };
 
 class Communicator;

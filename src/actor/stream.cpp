@@ -5,12 +5,18 @@
 
 namespace fr::actor {
 
-Stream::Stream(std::string name, std::function<void(const Msg&)> handle, std::function<Poll()> poll)
-    : name_(std::move(name)), handle_(std::move(handle)), poll_(std::move(poll)) {}
+Stream::Stream(std::string name, std::function<void(const Msg&)> handle, std::function<Poll()> poll,
+               std::function<void()> init)
+    : name_(std::move(name)), handle_(std::move(handle)), poll_(std::move(poll)), init_(std::move(init)) {}
 
 Stream::~Stream() { Join(); }
 
-void Stream::Start() { thread_ = std::thread([this] { Loop(); }); }
+void Stream::Start() {
+  thread_ = std::thread([this] {
+    if (init_) init_();
+    Loop();
+  });
+}
 
 void Stream::Push(const Msg& m) {
   {

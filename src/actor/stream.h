@@ -19,7 +19,7 @@ class Stream {
   // `poll`, if set, runs on the thread between messages; while it reports work in flight (e.g.
   // non-blocking communication) the thread wakes every 10-200 us to call it again.
   enum class Poll { kIdle, kWaiting, kProgress };
-  Stream(std::string name, std::function<void(const Msg&)> handle, std::function<Poll()> poll = nullptr);
+  Stream(std::string name, std::function<void(const Msg&)> handle, std::function<Poll()> poll = nullptr, std::function<void()> init = nullptr);
   ~Stream();  // joins
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -37,6 +37,7 @@ class Stream {
   std::string name_;
   std::function<void(const Msg&)> handle_;
   std::function<Poll()> poll_;
+  std::function<void()> init_;  // run first on the stream's thread
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Msg> queue_;  // guarded by mu_

@@ -52,19 +52,23 @@ int Fail(const Status& s) {
 }
 
 // Kernel threads per rank (oneDNN's OpenMP team): the cores divided among the ranks on this node,
-// unless OMP_NUM_THREADS says otherwise. Ranks that each take every core slow each other down.
-void SetKernelThreads() {
-  if (std::getenv("OMP_NUM_THREADS")) return;
+// unless OMP_NUM_THREADS says otherwise; 0 = leave OpenMP's default. Ranks that each take every
+// core slow each other down (4 ranks on 2 cores, each with a 2-thread team spinning at its
+// barriers: 20 ms steps instead of 1). The OpenMP team size is per thread, so every stream
+// thread sets it (RunOptions::on_thread_start).
+int KernelThreads() {
+  if (std::getenv("OMP_NUM_THREADS")) return 0;
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  omp_set_num_threads(std::max(1, cores / ranks_here));
+  return std::max(1, cores / ranks_here);
 }
 
 int Train(const Args& a) {
   auto world = actor::JoinWorld(nullptr, nullptr);
   if (!world.ok()) return Fail(world.status());
-  SetKernelThreads();
+  const int kernel_threads = KernelThreads();
+  if (kernel_threads > 0) omp_set_num_threads(kernel_threads);
   const bool lead = world->rank == 0;
   // On any rank's failure every rank must stop: abort the job, carrying the exit code.
   CatchStopSignals();
@@ -115,6 +119,7 @@ int Train(const Args& a) {
   ro.on_step = [&](const actor::StepRecord& r) { log.OnStep(r); };
   ro.stall_timeout = cfg->parallel.timeout;
   ro.stop_signal = &g_stop_signal;
+  if (kernel_threads > 0) ro.on_thread_start = [kernel_threads] { omp_set_num_threads(kernel_threads); };
   std::unique_ptr<actor::Tracer> tracer;
   if (!a.trace.empty()) {
     tracer = std::make_unique<actor::Tracer>(plan, world->rank);
