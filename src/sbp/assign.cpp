@@ -88,9 +88,11 @@ class Assigner {
       a_.value_sbp.assign(g_.values.size(), NdSbp());
       a_.node_sig.assign(g_.nodes.size(), NdSignature());
       RETURN_IF_ERROR(Solve());
-      SearchGroups();
-      for (int sweep = 0; sweep < 8; ++sweep)
-        if (!Refine()) break;
+      if (o_.group_moves) {
+        SearchGroups();
+        for (int sweep = 0; sweep < 8; ++sweep)
+          if (!Refine()) break;
+      }
       double c = Objective();
       if (c < best_cost - 1e-12) {
         best_cost = c;
@@ -722,7 +724,7 @@ class Assigner {
   // Greedy pass, then refinement sweeps, from the current preset sources.
   Status Solve() {
     for (size_t n = 0; n < g_.nodes.size(); ++n) RETURN_IF_ERROR(Greedy(static_cast<NodeId>(n)));
-    for (int sweep = 0; sweep < 8; ++sweep)
+    for (int sweep = 0; sweep < (o_.group_moves ? 8 : 2); ++sweep)
       if (!Refine()) break;
     return Status::Ok();
   }

@@ -79,6 +79,7 @@ struct AssignOptions {
   bool zero = false;
   int64_t micro_batches = 1;
   Cluster cluster;
+  bool group_moves = true;  // step 4 below; `flowrun search` ranks candidates without it first
 };
 
 // One priced boxing edge: a value moving from its nd-SBP to what consumers on `dst_stage` want.

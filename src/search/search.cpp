@@ -125,8 +125,9 @@ struct Prepared {
   CutModel cuts;
 };
 
-// Prices a candidate whose config is set: assignment, stage times, memory.
-void Price(const Prepared& prep, int ranks, Candidate* cand) {
+// Prices a candidate whose config is set: assignment, stage times, memory. `thorough`: with the
+// assigner's group moves, as `flowrun plan` assigns.
+void Price(const Prepared& prep, int ranks, bool thorough, Candidate* cand) {
   const ir::TrainingGraph& tg = prep.c.training;
   const ir::Graph& g = tg.graph;
   auto ao = Layout(cand->config, tg, ranks);
@@ -134,6 +135,8 @@ void Price(const Prepared& prep, int ranks, Candidate* cand) {
     cand->pruned = ao.status().message();
     return;
   }
+  ao->group_moves = thorough;
+  *cand = Candidate{cand->dp, cand->tp, cand->pp, cand->micro_batches, cand->zero, cand->config, {}, 0, 0, 0, 0, 0, 0, {}, {}, {}};
   auto a = sbp::Assign(tg, *ao);
   if (!a.ok()) {
     cand->pruned = a.status().message();
@@ -332,28 +335,41 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
     }
   }
 
-  // Price them, in parallel: candidates are independent and the graphs are read only.
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i = next++; i < cands.size(); i = next++) {
-      Candidate& c = cands[i];
-      if (!c.pruned.empty()) continue;
-      Price(*prepared.at(c.micro_batches), out.ranks, &c);
-      if (c.pruned.empty() && c.memory > out.capacity) {
-        c.pruned = "memory " + Bytes(c.memory) + " per device > capacity " + Bytes(out.capacity);
+  // Price them in parallel (candidates are independent, the graphs read only): first all of them
+  // with the assigner's quick passes, then the leaders exactly as `flowrun plan` will plan them.
+  auto price_all = [&](const std::vector<Candidate*>& todo, bool thorough) {
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      for (size_t i = next++; i < todo.size(); i = next++) {
+        Candidate& c = *todo[i];
+        Price(*prepared.at(c.micro_batches), out.ranks, thorough, &c);
+        if (c.pruned.empty() && c.memory > out.capacity) {
+          c.pruned = "memory " + Bytes(c.memory) + " per device > capacity " + Bytes(out.capacity);
+        }
       }
-    }
+    };
+    const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 8u));
+    std::vector<std::thread> pool;
+    for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+    worker();
+    for (std::thread& t : pool) t.join();
   };
-  const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 8u));
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
+  auto by_time = [](const Candidate* a, const Candidate* b) {
+    return a->step_s != b->step_s ? a->step_s < b->step_s : a->Name() < b->Name();
+  };
+  std::vector<Candidate*> todo;
+  for (Candidate& c : cands)
+    if (c.pruned.empty()) todo.push_back(&c);
+  price_all(todo, false);
+  std::vector<Candidate*> feasible;
+  for (Candidate* c : todo)
+    if (c->pruned.empty()) feasible.push_back(c);
+  std::stable_sort(feasible.begin(), feasible.end(), by_time);
+  feasible.resize(std::min(feasible.size(), static_cast<size_t>(std::max(opt.exact, 0))));
+  price_all(feasible, true);
 
   for (Candidate& c : cands) (c.pruned.empty() ? out.ranked : out.pruned).push_back(std::move(c));
-  std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const Candidate& a, const Candidate& b) {
-    return a.step_s != b.step_s ? a.step_s < b.step_s : a.Name() < b.Name();
-  });
+  std::stable_sort(out.ranked.begin(), out.ranked.end(), [&](const Candidate& a, const Candidate& b) { return by_time(&a, &b); });
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

@@ -1,0 +1,213 @@
+// `flowrun search` (src/search/search.h) on the bundled models, in process and through the binary:
+// pruning by memory, the written YAML planned back by `flowrun plan`'s pipeline to the same
+// prediction, --explain naming the boxing edges that differ, balanced pipeline cuts, bad input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli/config.h"
+#include "cli/pipeline.h"
+#include "search/search.h"
+
+namespace {
+
+using fr::search::Candidate;
+using fr::search::Outcome;
+
+fr::Result<Outcome> SearchFor(const std::string& config, int ranks, const std::vector<std::string>& set = {}) {
+  ASSIGN_OR_RETURN(fr::Config cfg, fr::LoadConfig(config, set));
+  fr::search::Options o;
+  o.ranks = ranks;
+  return fr::search::Search(cfg, o);
+}
+
+#define ASSERT_OK(r) ASSERT_TRUE((r).ok()) << (r).status().message()
+
+bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Every layout of 4 ranks is enumerated: pp x dp x tp = 4, micro-batch counts that divide the
+// batch of 64, ZeRO where dp > 1; the ranked list is sorted and every entry is feasible.
+TEST(Search, EnumeratesAndRanks_4) {
+  auto o = SearchFor("configs/mlp.yaml", 4);
+  ASSERT_OK(o);
+  EXPECT_EQ(o->ranks, 4);
+  std::set<std::string> layouts;
+  for (const Candidate& c : o->ranked) {
+    EXPECT_EQ(c.dp * c.tp * c.pp, 4) << c.Name();
+    EXPECT_EQ(64 % c.micro_batches, 0) << c.Name();
+    EXPECT_GT(c.step_s, 0) << c.Name();
+    EXPECT_TRUE(c.pruned.empty());
+    EXPECT_TRUE(layouts.insert(c.Name()).second) << "twice: " << c.Name();
+  }
+  for (size_t i = 1; i < o->ranked.size(); ++i) EXPECT_LE(o->ranked[i - 1].step_s, o->ranked[i].step_s);
+  for (const char* want : {"dp4 tp1 pp1 m1", "dp1 tp4 pp1 m1", "dp2 tp2 pp1 m2 zero", "dp1 tp1 pp4 m4", "dp2 tp1 pp2 m2"})
+    EXPECT_TRUE(layouts.count(want)) << want;
+  // The only structural pruning on this model: 32 micro-batches of 2 rows do not split over dp 4.
+  for (const Candidate& c : o->pruned) EXPECT_TRUE(Contains(c.pruned, "does not split over dp")) << c.Name() << ": " << c.pruned;
+}
+
+// A memory limit between the hungriest and the leanest candidate prunes some and keeps others;
+// below every candidate, nothing fits and the table says what fills memory at the peak.
+TEST(Search, PrunesByMemory) {
+  auto all = SearchFor("configs/mlp.yaml", 4);
+  ASSERT_OK(all);
+  double lo = 1e30, hi = 0;
+  for (const Candidate& c : all->ranked) lo = std::min(lo, c.memory), hi = std::max(hi, c.memory);
+  ASSERT_LT(lo, hi);
+  const double limit = (lo + hi) / 2;
+  auto o = SearchFor("configs/mlp.yaml", 4, {"cluster.memory_gib=" + std::to_string(limit / double(1LL << 30))});
+  ASSERT_OK(o);
+  int by_memory = 0;
+  for (const Candidate& c : o->pruned) {
+    if (!Contains(c.pruned, "memory")) continue;
+    ++by_memory;
+    EXPECT_GT(c.memory, o->capacity) << c.Name();
+  }
+  EXPECT_GT(by_memory, 0);
+  EXPECT_FALSE(o->ranked.empty());
+  for (const Candidate& c : o->ranked) EXPECT_LE(c.memory, o->capacity) << c.Name();
+  EXPECT_TRUE(Contains(fr::search::Table(*o, 5), std::to_string(by_memory) + " memory over capacity"));
+
+  auto none = SearchFor("configs/mlp.yaml", 4, {"cluster.memory_gib=1e-6"});
+  ASSERT_OK(none);
+  EXPECT_TRUE(none->ranked.empty());
+  std::string t = fr::search::Table(*none, 5);
+  EXPECT_TRUE(Contains(t, "nothing fits")) << t;
+  EXPECT_TRUE(Contains(t, "cluster.memory_gib")) << t;
+  EXPECT_TRUE(Contains(t, "fc2.weight")) << "the largest parameter fills the peak:\n" << t;
+}
+
+// The best candidate written as YAML loads back, and `flowrun plan`'s pipeline plans it to the
+// prediction the search made (one stage: the assignment's own total).
+TEST(Search, WrittenYamlRoundTripsThroughPlan) {
+  for (const char* config : {"configs/mlp.yaml", "configs/gpt.yaml"}) {
+    SCOPED_TRACE(config);
+    auto o = SearchFor(config, 4);
+    ASSERT_OK(o);
+    ASSERT_FALSE(o->ranked.empty());
+    const Candidate* one_stage = nullptr;
+    for (const Candidate& c : o->ranked)
+      if (c.pp == 1) {
+        one_stage = &c;
+        break;
+      }
+    ASSERT_NE(one_stage, nullptr);
+    for (const Candidate* c : std::vector<const Candidate*>{&o->ranked.front(), one_stage}) {
+      SCOPED_TRACE(c->Name());
+      std::string path = testing::TempDir() + "/search_best.yaml";
+      std::ofstream(path) << fr::ConfigToYaml(c->config);
+      auto back = fr::LoadConfig(path);
+      ASSERT_OK(back);
+      EXPECT_EQ(fr::ConfigToYaml(*back), fr::ConfigToYaml(c->config));
+      EXPECT_EQ(back->parallel.ranks, 4);
+      EXPECT_EQ(back->train.micro_batch * c->micro_batches, back->train.global_batch);
+      auto plan = fr::Compile(*back, 4);
+      ASSERT_OK(plan);
+      EXPECT_EQ(plan->plan.ranks, 4);
+      EXPECT_EQ(plan->plan.stages.size() >= static_cast<size_t>(c->pp), true);
+      if (c->pp == 1) {
+        double predicted = plan->plan.predicted_compute_s + plan->plan.predicted_boxing_s;
+        EXPECT_NEAR(predicted, c->step_s, 1e-9 * c->step_s) << "plan and search price the same assignment";
+      }
+    }
+  }
+}
+
+// --explain: every boxing edge in one of the two plans and not the other is named.
+TEST(Search, ExplainNamesTheEdgesThatDiffer) {
+  auto o = SearchFor("configs/mlp.yaml", 4);
+  ASSERT_OK(o);
+  ASSERT_GE(o->ranked.size(), 2u);
+  std::string e = fr::search::Explain(*o);
+  const Candidate& a = o->ranked[0];
+  const Candidate& b = o->ranked[1];
+  EXPECT_TRUE(Contains(e, a.Name()) && Contains(e, b.Name())) << e;
+  std::set<std::string> in_a, in_b;
+  for (const auto& x : a.edges) in_a.insert(x.what);
+  for (const auto& x : b.edges) in_b.insert(x.what);
+  int differ = 0;
+  for (const auto* pair : {&in_a, &in_b}) {
+    const auto& other = pair == &in_a ? in_b : in_a;
+    for (const std::string& w : *pair) {
+      if (other.count(w)) continue;
+      ++differ;
+      EXPECT_TRUE(Contains(e, w)) << w << "\n" << e;
+    }
+  }
+  EXPECT_GT(differ, 0) << "the two leaders move different tensors\n" << e;
+  EXPECT_TRUE(Contains(e, "boxing edges that differ")) << e;
+  // An edge both plans share at the same price is not listed.
+  for (const auto& x : a.edges)
+    for (const auto& y : b.edges)
+      if (x.what == y.what && x.seconds == y.seconds) {
+        EXPECT_FALSE(Contains(e, x.what)) << x.what;
+      }
+}
+
+// Pipeline stages are cut where the modelled work balances: for gpt_mini on 2 stages neither
+// stage holds more than 3/4 of the forward work, and the cut config plans.
+TEST(Search, BalancedPipelineCut) {
+  auto o = SearchFor("configs/gpt.yaml", 2);
+  ASSERT_OK(o);
+  const Candidate* pp2 = nullptr;
+  for (const Candidate& c : o->ranked)
+    if (c.pp == 2 && c.micro_batches == 2) pp2 = &c;
+  ASSERT_NE(pp2, nullptr);
+  ASSERT_EQ(pp2->config.parallel.stages.size(), 2u);
+  EXPECT_FALSE(pp2->config.parallel.stages[0].empty());
+  EXPECT_EQ(pp2->config.parallel.stages[1], std::vector<std::string>{"*"});
+  ASSERT_EQ(pp2->stages.size(), 2u);
+  double w0 = pp2->stages[0].micro_s, w1 = pp2->stages[1].micro_s;
+  EXPECT_LT(std::max(w0, w1) / (w0 + w1), 0.75) << w0 << " " << w1;
+  EXPECT_NEAR(pp2->bubble_s, std::max(w0, w1), 1e-12);
+  auto plan = fr::Compile(pp2->config, 2);
+  ASSERT_OK(plan);
+}
+
+struct Output {
+  int code = -1;
+  std::string out;
+};
+
+Output Flowrun(const std::string& args) {
+  const char* bin = std::getenv("FLOWRUN_BIN");
+  std::string cmd = std::string(bin && *bin ? bin : "build/src/flowrun") + " " + args + " 2>&1";
+  Output r;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.out.append(buf, n);
+  int st = pclose(f);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  return r;
+}
+
+TEST(Search, CommandLine) {
+  std::string out = testing::TempDir() + "/search_cli_best.yaml";
+  Output r = Flowrun("search configs/mlp.yaml --ranks 4 --explain --out " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* want : {"rank", "layout", "step ms", "tokens/s", "memory / device", "comm", "bubble", "candidates:",
+                           "pruned", "explain:", "search time", "best:"})
+    EXPECT_TRUE(Contains(r.out, want)) << want << "\n" << r.out;
+  Output p = Flowrun("plan " + out + " --dump");
+  EXPECT_EQ(p.code, 0) << p.out;
+  EXPECT_TRUE(Contains(p.out, "predicted step time")) << p.out;
+
+  Output bad = Flowrun("search configs/mlp.yaml");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_TRUE(Contains(bad.out, "[search] configs/mlp.yaml")) << bad.out;
+  EXPECT_TRUE(Contains(bad.out, "--ranks")) << bad.out;
+  Output odd = Flowrun("search configs/mlp.yaml --ranks 4 --micro-batches 3");
+  EXPECT_EQ(odd.code, 2) << odd.out;
+  EXPECT_TRUE(Contains(odd.out, "micro-batch count 3")) << odd.out;
+}
+
+}  // namespace
