@@ -295,7 +295,7 @@ Status ReadPair(const Section& s, const std::string& key, double* intra, double*
 
 Status ReadCluster(const Val& v, ClusterConfig* c) {
   ASSIGN_OR_RETURN(Section s, Section::Open(v, {"nodes", "devices_per_node", "memory_gib", "flops", "bandwidth",
-                                                "latency", "measured"}));
+                                                "latency", "p2p_latency", "op_overhead", "measured"}));
   c->given = true;
   RETURN_IF_ERROR(s.Read("nodes", &c->nodes, Need::kOptional));
   RETURN_IF_ERROR(s.Check("nodes", c->nodes >= 1, "an integer >= 1"));
@@ -307,6 +307,10 @@ Status ReadCluster(const Val& v, ClusterConfig* c) {
   RETURN_IF_ERROR(s.Check("flops", c->flops > 0, "FLOP/s per device > 0"));
   RETURN_IF_ERROR(ReadPair(s, "bandwidth", &c->bandwidth_intra, &c->bandwidth_inter, "bytes/s per rank > 0"));
   RETURN_IF_ERROR(ReadPair(s, "latency", &c->latency_intra, &c->latency_inter, "seconds per message > 0"));
+  RETURN_IF_ERROR(s.Read("p2p_latency", &c->p2p_latency, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("p2p_latency", c->p2p_latency >= 0, "seconds per message >= 0 (0 = latency.intra)"));
+  RETURN_IF_ERROR(s.Read("op_overhead", &c->op_overhead, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("op_overhead", c->op_overhead >= 0, "seconds per op >= 0"));
   return s.Read("measured", &c->measured, Need::kOptional);
 }
 
@@ -452,6 +456,8 @@ std::string ConfigToYaml(const Config& c) {
     line("  flops: " + Exact(k.flops));
     line("  bandwidth: {intra: " + Exact(k.bandwidth_intra) + ", inter: " + Exact(k.bandwidth_inter) + "}");
     line("  latency: {intra: " + Exact(k.latency_intra) + ", inter: " + Exact(k.latency_inter) + "}");
+    line("  p2p_latency: " + Exact(k.p2p_latency));
+    line("  op_overhead: " + Exact(k.op_overhead));
     if (!k.measured.empty()) line("  measured: " + Quote(k.measured));
   }
   line("log:");

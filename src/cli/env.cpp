@@ -7,6 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
+#include <mutex>
+#include <condition_variable>
 #include <cerrno>
 #include <cmath>
 #include <cctype>
@@ -33,6 +37,7 @@ constexpr int kGemmReps = 10;  // blocks
 constexpr int kGemmsPerBlock = 4;
 constexpr int kLatencyReps = 200;
 constexpr int kBandwidthReps = 10;
+constexpr int kRuntimeReps = 100;
 constexpr int64_t kBandwidthFloats = int64_t{1} << 20;  // 4 MiB
 
 int Fail(const Status& s) {
@@ -189,6 +194,102 @@ double LatencySeconds() {
   return Median(t);
 }
 
+// A collective as flowrun's runtime waits for it: MPI_Iallreduce of 8 bytes, tested with the comm
+// stream's back-off (a condition-variable wait of 10 us doubling to 200 us between tests,
+// actor/stream.cpp), while every rank does the same. Under oversubscription this is mostly the
+// time a sleeping rank takes to be scheduled again, which the blocking figure above hides.
+double RuntimeLatencySeconds() {
+  double one = 1, sum = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<double> t;
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int r = -10; r < kRuntimeReps; ++r) {
+    double t0 = MPI_Wtime();
+    MPI_Request req;
+    MPI_Iallreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
+    auto wait = std::chrono::microseconds(10);
+    for (int done = 0;;) {
+      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (done) break;
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait_for(lock, wait);
+      wait = std::min(wait * 2, std::chrono::microseconds(200));
+    }
+    if (r >= 0) t.push_back(MPI_Wtime() - t0);
+  }
+  return Median(t);
+}
+
+// A point-to-point message as the runtime waits for it: ranks pair up (0-1, 2-3, ...) and
+// ping-pong 8 bytes with MPI_Isend/MPI_Irecv tested with the comm stream's back-off; half the
+// round trip. An odd rank out pairs with rank 0's partner chain and simply waits at the barrier.
+double RuntimeMessageSeconds(int rank, int size) {
+  const int peer = rank % 2 == 0 ? rank + 1 : rank - 1;
+  double x = 1, y = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  auto wait_for = [&](MPI_Request& req) {
+    auto wait = std::chrono::microseconds(10);
+    for (int done = 0;;) {
+      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait_for(lock, wait);
+      wait = std::min(wait * 2, std::chrono::microseconds(200));
+    }
+  };
+  std::vector<double> t;
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int r = -10; r < kRuntimeReps && peer < size; ++r) {
+    double t0 = MPI_Wtime();
+    MPI_Request req;
+    if (rank % 2 == 0) {
+      MPI_Isend(&x, 1, MPI_DOUBLE, peer, 7, MPI_COMM_WORLD, &req);
+      wait_for(req);
+      MPI_Irecv(&y, 1, MPI_DOUBLE, peer, 8, MPI_COMM_WORLD, &req);
+      wait_for(req);
+    } else {
+      MPI_Irecv(&y, 1, MPI_DOUBLE, peer, 7, MPI_COMM_WORLD, &req);
+      wait_for(req);
+      MPI_Isend(&x, 1, MPI_DOUBLE, peer, 8, MPI_COMM_WORLD, &req);
+      wait_for(req);
+    }
+    if (r >= 0) t.push_back((MPI_Wtime() - t0) / 2);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return t.empty() ? 0 : Median(t);
+}
+
+// What the runtime spends to run one op besides its kernel: a message to another stream thread
+// and its wake-up (actor/stream.cpp: a queue under a mutex and a condition variable), measured as
+// half a ping-pong between two threads, while every rank does the same.
+double DispatchSeconds() {
+  std::mutex mu;
+  std::condition_variable cv;
+  int turn = 0;
+  constexpr int kHops = 2000;
+  std::thread peer([&] {
+    for (int i = 0; i < kHops; ++i) {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return turn == 1; });
+      turn = 0;
+      cv.notify_all();
+    }
+  });
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  for (int i = 0; i < kHops; ++i) {
+    std::unique_lock<std::mutex> lock(mu);
+    turn = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return turn == 0; });
+  }
+  double t = MPI_Wtime() - t0;
+  peer.join();
+  return t / (2.0 * kHops);
+}
+
 double AllReduceSeconds() {
   std::vector<float> in(static_cast<size_t>(kBandwidthFloats), 1.0f), out(in.size());
   std::vector<double> t;
@@ -204,7 +305,10 @@ double AllReduceSeconds() {
 struct Figures {
   double gemm_flops[std::size(kGemmSizes)] = {};  // per rank, the slowest rank's median
   double flops = 0;
-  double latency = 0;        // s
+  double latency = 0;        // s, blocking MPI_Allreduce
+  double runtime_latency = 0;  // s, as the runtime waits for a collective
+  double runtime_message = 0;  // s, as the runtime waits for a point-to-point message
+  double dispatch = 0;       // s per op, the runtime's hand-off between threads
   double allreduce_s = 0;    // the 4 MiB all-reduce
   double wire_bytes = 0;     // what boxing::Price charges each rank for it
   int collectives = 1;
@@ -220,6 +324,11 @@ Result<Figures> Measure(int ranks) {
     f.flops = std::max(f.flops, f.gemm_flops[i]);
   }
   f.latency = AllReduce(LatencySeconds(), MPI_MAX);
+  f.runtime_latency = AllReduce(RuntimeLatencySeconds(), MPI_MAX);
+  f.dispatch = AllReduce(DispatchSeconds(), MPI_MAX);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  f.runtime_message = AllReduce(RuntimeMessageSeconds(rank, ranks), MPI_MAX);
   f.allreduce_s = AllReduce(AllReduceSeconds(), MPI_MAX);
   const sbp::Placement all = sbp::Placement::Range(DeviceType::kCpu, 0, ranks);
   boxing::Estimate e = boxing::Price(boxing::Request{Shape{kBandwidthFloats}, DType::kF32, all,
@@ -267,7 +376,10 @@ std::string Section(const Host& h, const Figures& f, int ranks, int threads) {
   line("  flops: " + Num(f.flops), "dense f32 GEMM FLOP/s per rank, all ranks at once");
   line("  # One machine: inter = intra (no second node to measure).", "");
   line("  bandwidth: {intra: " + Num(f.bandwidth) + ", inter: " + Num(f.bandwidth) + "}", "bytes/s per rank");
-  line("  latency: {intra: " + Num(f.latency) + ", inter: " + Num(f.latency) + "}", "seconds per collective");
+  line("  latency: {intra: " + Num(f.runtime_latency) + ", inter: " + Num(f.runtime_latency) + "}",
+       "seconds per collective, as the runtime waits for one");
+  line("  p2p_latency: " + Num(f.runtime_message), "seconds per point-to-point message, as the runtime waits");
+  line("  op_overhead: " + Num(f.dispatch), "seconds per op run, besides its kernel");
   line("  measured: " + Quoted("flowrun env: " + std::to_string(ranks) + " ranks on " + h.name + " (" +
                               std::to_string(h.cores) + " cores, " + h.cpu + "), " + h.date),
        "");
@@ -284,8 +396,12 @@ void Summary(const Host& h, const Figures& f, int ranks, int threads) {
     std::snprintf(b, sizeof b, " %d^3 %.2f GFLOP/s", kGemmSizes[i], f.gemm_flops[i] / 1e9);
     std::cerr << b << (i + 1 < std::size(kGemmSizes) ? "," : "\n");
   }
-  std::snprintf(b, sizeof b, "[env] all-reduce of 8 B: %.2f us (slowest rank's median of %d)\n", f.latency * 1e6,
-                kLatencyReps);
+  std::snprintf(b, sizeof b, "[env] all-reduce of 8 B: %.2f us blocking, %.2f us as the runtime waits (slowest rank's median)\n",
+                f.latency * 1e6, f.runtime_latency * 1e6);
+  std::cerr << b;
+  std::snprintf(b, sizeof b, "[env] point-to-point message as the runtime waits: %.2f us\n", f.runtime_message * 1e6);
+  std::cerr << b;
+  std::snprintf(b, sizeof b, "[env] op dispatch between threads: %.2f us\n", f.dispatch * 1e6);
   std::cerr << b;
   std::snprintf(b, sizeof b,
                 "[env] all-reduce of 4 MiB: %.3f ms (median of %d); %.2f MiB per rank on the wire -> %.2f GB/s per rank\n",

@@ -330,8 +330,12 @@ class Assigner {
     // latency; local ones (slice, zero-fill, assemble) pay nothing.
     double messages = e.collectives > 0 ? e.collectives : e.bytes_per_rank > 0 ? 1.0 : 0.0;
     const bool inter = CrossesNodes(a_.value_stage[static_cast<size_t>(v)], dst, e.strategy);
+    // Collectives pay the collective latency; point-to-point plans (send-recv, the fallback) a
+    // message's, within a node.
+    double latency = inter ? o_.cluster.latency_inter : o_.cluster.latency;
+    if (e.collectives == 0 && !inter && o_.cluster.p2p_latency > 0) latency = o_.cluster.p2p_latency;
     double c = e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) +
-               messages * (inter ? o_.cluster.latency_inter : o_.cluster.latency);
+               messages * (latency + o_.cluster.op_overhead);
     price_memo_.emplace(key, c);
     return rate * c;
   }
@@ -347,7 +351,7 @@ class Assigner {
       if (splits) share *= static_cast<double>(p.hierarchy()[a]);
     }
     bool micro = n.phase != ir::Phase::kOptimizer;
-    return Rate(!micro) * OpFlops(g_, n) / share / o_.cluster.flops;
+    return Rate(!micro) * (OpFlops(g_, n) / share / o_.cluster.flops + o_.cluster.op_overhead);
   }
 
   // Update ops read their parameter in place: their signature must take it as it is.

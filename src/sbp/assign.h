@@ -7,7 +7,8 @@
 //
 // The cost of an assignment, per step, per rank:
 //   compute  FLOPs of each op / (peak FLOP/s x the devices that share its work), where a mesh axis
-//            shares the work when the op's signature on that axis splits or partials anything;
+//            shares the work when the op's signature on that axis splits or partials anything,
+//            plus the runtime's overhead per op run (cluster.op_overhead);
 //   boxing   for every tensor and every distinct (placement, nd-SBP) its consumers want that
 //            differs from what it is: boxing::Price's bytes / bandwidth + collectives x latency.
 // Micro-batch ops and their tensors count M times a step, per-step ones once.
@@ -62,6 +63,8 @@ struct Cluster {
   double bandwidth_inter = 4e9; // the same across nodes
   double latency_inter = 5e-6;
   int devices_per_node = 0;     // global rank r sits on node r / devices_per_node; 0 = one node
+  double p2p_latency = 0;       // seconds per point-to-point message within a node; 0 = latency
+  double op_overhead = 0;       // seconds per op run (and per boxing message), besides its kernel
   double memory = 16.0 * (1 << 30);  // bytes per device
 };
 
