@@ -245,10 +245,10 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
     return Status::Invalid("[search] " + cfg.path +
                            ": how many ranks? give --ranks N, parallel.ranks, or cluster.nodes and cluster.devices_per_node");
   }
-  if (cl.given && cl.devices_per_node > 0 && cl.nodes * cl.devices_per_node != out.ranks) {
-    return Status::Invalid("[search] " + cfg.path + ": cluster has " + std::to_string(cl.nodes) + " x " +
-                           std::to_string(cl.devices_per_node) + " devices but the search is for " + std::to_string(out.ranks) +
-                           " ranks");
+  if (cl.given && cl.devices_per_node > 0 && cl.nodes * cl.devices_per_node < out.ranks) {
+    return Status::Invalid("[search] " + cfg.path + ": the cluster has " + std::to_string(cl.nodes) + " x " +
+                           std::to_string(cl.devices_per_node) + " devices, fewer than the " + std::to_string(out.ranks) +
+                           " ranks searched for");
   }
   out.capacity = cl.memory_gib * static_cast<double>(1LL << 30);
 

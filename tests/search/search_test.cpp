@@ -201,10 +201,13 @@ TEST(Search, CommandLine) {
   EXPECT_EQ(p.code, 0) << p.out;
   EXPECT_TRUE(Contains(p.out, "predicted step time")) << p.out;
 
-  Output bad = Flowrun("search configs/mlp.yaml");
+  Output bad = Flowrun("search configs/mlp_ln_gelu.yaml");  // no parallel.ranks, no cluster: section
   EXPECT_EQ(bad.code, 2) << bad.out;
-  EXPECT_TRUE(Contains(bad.out, "[search] configs/mlp.yaml")) << bad.out;
+  EXPECT_TRUE(Contains(bad.out, "[search] configs/mlp_ln_gelu.yaml")) << bad.out;
   EXPECT_TRUE(Contains(bad.out, "--ranks")) << bad.out;
+  Output big = Flowrun("search configs/mlp.yaml --ranks 8");  // its cluster: has 1 x 4 devices
+  EXPECT_EQ(big.code, 2) << big.out;
+  EXPECT_TRUE(Contains(big.out, "fewer than the 8 ranks")) << big.out;
   Output odd = Flowrun("search configs/mlp.yaml --ranks 4 --micro-batches 3");
   EXPECT_EQ(odd.code, 2) << odd.out;
   EXPECT_TRUE(Contains(odd.out, "micro-batch count 3")) << odd.out;
