@@ -94,16 +94,16 @@ class Block(nn.Module):
 
 
 class Gpt(nn.Module):
-    """idx [B, T] int64 -> logits [B, T, 256]."""
+    """idx [B, T] int64 -> logits [B, T, vocab] (256 unless given)."""
 
-    def __init__(self, c, n_head, n_layer, block):
+    def __init__(self, c, n_head, n_layer, block, vocab=VOCAB):
         super().__init__()
         self.block = block
-        self.wte = nn.Embedding(VOCAB, c)
+        self.wte = nn.Embedding(vocab, c)
         self.wpe = nn.Embedding(block, c)
         self.blocks = nn.ModuleList([Block(c, n_head, block) for _ in range(n_layer)])
         self.ln_f = nn.LayerNorm(c)
-        self.head = nn.Linear(c, VOCAB, bias=False)  # untied from wte
+        self.head = nn.Linear(c, vocab, bias=False)  # untied from wte
 
     def forward(self, idx):
         B, T = idx.size()
@@ -122,6 +122,11 @@ MODELS = {
 
 
 def make_model(path):
+    """The module for one of MODELS, as init_model makes it."""
+    return init_model(*MODELS[path])
+
+
+def init_model(c, n_head, n_layer, block, vocab=VOCAB):
     """PyTorch's default initialisation under a fixed seed, LayerNorms perturbed.
 
     The exporter (eval mode) merges initializers with equal values, so default
@@ -130,7 +135,7 @@ def make_model(path):
     makes a runtime that swaps scale and bias fail from step 0.
     """
     torch.manual_seed(ref.TORCH_SEED)
-    model = Gpt(*MODELS[path])
+    model = Gpt(c, n_head, n_layer, block, vocab)
     with torch.no_grad():
         for name, m in model.named_modules():
             if isinstance(m, nn.LayerNorm):
@@ -140,8 +145,14 @@ def make_model(path):
 
 
 def export_model(path):
-    model = make_model(path).eval()
-    dummy = torch.zeros(2, MODELS[path][3], dtype=torch.int64)
+    export_module(make_model(path), MODELS[path][3], path)
+
+
+def export_module(model, t, path):
+    """Export `model` as flowrun's GPT exports are: idx [batch, t] int64 ->
+    logits, opset 17, dynamic batch, default constant folding."""
+    model = model.eval()
+    dummy = torch.zeros(2, t, dtype=torch.int64)
     with warnings.catch_warnings():
         # math.sqrt(k.size(-1)) becomes a constant, as intended (hd is fixed).
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
