@@ -728,7 +728,7 @@ class Assigner {
   // Greedy pass, then refinement sweeps, from the current preset sources.
   Status Solve() {
     for (size_t n = 0; n < g_.nodes.size(); ++n) RETURN_IF_ERROR(Greedy(static_cast<NodeId>(n)));
-    for (int sweep = 0; sweep < (o_.group_moves ? 8 : 2); ++sweep)
+    for (int sweep = 0; sweep < 8; ++sweep)
       if (!Refine()) break;
     return Status::Ok();
   }

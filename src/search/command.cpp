@@ -97,7 +97,7 @@ int RunSearch(const SearchArgs& a) {
   Options opt;
   opt.ranks = a.ranks;
   opt.micro_batches = a.micro_batches;
-  opt.exact = std::max(8, a.validate);
+  opt.exact = std::max(opt.exact, a.validate);
   auto o = Search(*cfg, opt);
   if (!o.ok()) return Fail(o.status());
   if (!cfg->cluster.given) {

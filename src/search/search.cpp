@@ -136,7 +136,8 @@ void Price(const Prepared& prep, int ranks, bool thorough, Candidate* cand) {
     return;
   }
   ao->group_moves = thorough;
-  *cand = Candidate{cand->dp, cand->tp, cand->pp, cand->micro_batches, cand->zero, cand->config, {}, 0, 0, 0, 0, 0, 0, {}, {}, {}};
+  cand->exact = thorough;
+  *cand = Candidate{cand->dp, cand->tp, cand->pp, cand->micro_batches, cand->zero, cand->config, {}, thorough, 0, 0, 0, 0, 0, 0, {}, {}, {}};
   auto a = sbp::Assign(tg, *ao);
   if (!a.ok()) {
     cand->pruned = a.status().message();
@@ -357,12 +358,43 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
   auto by_time = [](const Candidate* a, const Candidate* b) {
     return a->step_s != b->step_s ? a->step_s < b->step_s : a->Name() < b->Name();
   };
+  // Without pipeline stages, more micro-batches compute the same and only add per-micro-batch
+  // latency and op overhead, so under the model they never run faster: for pp = 1 a layout's
+  // next micro-batch count is priced only when the fewer did not fit in memory.
+  std::map<std::string, std::vector<Candidate*>> single;  // pp = 1: "dp tp zero" -> by count
   std::vector<Candidate*> todo;
-  for (Candidate& c : cands)
-    if (c.pruned.empty()) todo.push_back(&c);
-  price_all(todo, false);
+  for (Candidate& c : cands) {
+    if (!c.pruned.empty()) continue;
+    if (c.pp > 1) {
+      todo.push_back(&c);
+      continue;
+    }
+    auto& chain = single[std::to_string(c.dp) + " " + std::to_string(c.tp) + (c.zero ? " z" : "")];
+    if (chain.empty()) todo.push_back(&c);
+    chain.push_back(&c);
+  }
+  std::vector<Candidate*> priced;
+  while (!todo.empty()) {
+    price_all(todo, false);
+    priced.insert(priced.end(), todo.begin(), todo.end());
+    std::vector<Candidate*> next;
+    for (auto& [key, chain] : single) {
+      for (size_t i = 0; i + 1 < chain.size(); ++i) {
+        Candidate* c = chain[i];
+        bool priced_now = std::find(todo.begin(), todo.end(), c) != todo.end();
+        if (!priced_now) continue;
+        if (c->pruned.starts_with("memory")) {
+          next.push_back(chain[i + 1]);
+        } else {
+          for (size_t j = i + 1; j < chain.size(); ++j)
+            chain[j]->pruned = "dominated by " + c->Name() + " (one stage: more micro-batches only add per-micro-batch work)";
+        }
+      }
+    }
+    todo = std::move(next);
+  }
   std::vector<Candidate*> feasible;
-  for (Candidate* c : todo)
+  for (Candidate* c : priced)
     if (c->pruned.empty()) feasible.push_back(c);
   std::stable_sort(feasible.begin(), feasible.end(), by_time);
   feasible.resize(std::min(feasible.size(), static_cast<size_t>(std::max(opt.exact, 0))));
@@ -384,7 +416,7 @@ std::string Table(const Outcome& o, int top) {
     const Candidate& c = o.ranked[i];
     double busy = c.compute_s + c.comm_s;
     std::snprintf(line, sizeof line, "%-4zu %-22s %10s %12.0f %22s %6.0f%% %6.0f%%\n", i + 1, c.Name().c_str(),
-                  Ms(c.step_s).c_str(), c.tokens_per_s, (Bytes(c.memory) + " / " + Bytes(o.capacity)).c_str(),
+                  ((c.exact ? "" : "~") + Ms(c.step_s)).c_str(), c.tokens_per_s, (Bytes(c.memory) + " / " + Bytes(o.capacity)).c_str(),
                   busy > 0 ? 100 * c.comm_s / busy : 0.0, c.step_s > 0 ? 100 * c.bubble_s / c.step_s : 0.0);
     s += line;
   }
@@ -393,6 +425,7 @@ std::string Table(const Outcome& o, int top) {
     std::string reason = c.pruned.substr(0, c.pruned.find(" per device"));
     if (reason.starts_with("memory")) reason = "memory over capacity";
     else if (reason.find("does not split") != std::string::npos) reason = "batch does not split over dp";
+    else if (reason.starts_with("dominated")) reason = "dominated (one stage, more micro-batches)";
     ++why[reason];
   }
   s += std::to_string(o.ranked.size() + o.pruned.size()) + " candidates: " + std::to_string(o.ranked.size()) +
@@ -403,6 +436,9 @@ std::string Table(const Outcome& o, int top) {
     sep = ", ";
   }
   s += o.pruned.empty() ? "\n" : ")\n";
+  bool quick = false;
+  for (const Candidate& c : o.ranked) quick = quick || !c.exact;
+  if (quick) s += "~: priced with the assigner's quick passes only (outside the leaders re-priced in full)\n";
   if (o.ranked.empty() && !o.pruned.empty()) {
     // Nothing fits: the least hungry candidate, and what fills its fullest device.
     const Candidate* least = nullptr;

@@ -35,7 +35,7 @@ struct Options {
   int ranks = 0;                       // 0: cluster nodes x devices_per_node, else parallel.ranks
   std::vector<int64_t> micro_batches;  // micro-batch counts to try; empty: 1, 2, 4, ..., 32 that divide
   bool zero = true;                    // also try ZeRO where dp > 1
-  int exact = 8;                       // re-price this many leaders with the full assignment
+  int exact = 32;                      // re-price this many leaders with the full assignment
 };
 
 struct EdgeCost {
@@ -55,6 +55,7 @@ struct Candidate {
   bool zero = false;
   Config config;          // runnable: `mpirun -n RANKS flowrun train` on ConfigToYaml(config)
   std::string pruned;     // why it cannot run; empty when feasible
+  bool exact = false;     // priced with the full assignment (else the quick passes only)
   double step_s = 0, compute_s = 0, comm_s = 0, bubble_s = 0, tokens_per_s = 0;
   double memory = 0;      // bytes on the fullest device
   std::vector<StageCost> stages;

@@ -33,24 +33,36 @@ fr::Result<Outcome> SearchFor(const std::string& config, int ranks, const std::v
 bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Every layout of 4 ranks is enumerated: pp x dp x tp = 4, micro-batch counts that divide the
-// batch of 64, ZeRO where dp > 1; the ranked list is sorted and every entry is feasible.
+// batch of 64, ZeRO where dp > 1. The ranked list is sorted and feasible; with one stage, more
+// micro-batches than the fewest that fit are dominated (same compute, more per-micro-batch work).
 TEST(Search, EnumeratesAndRanks_4) {
   auto o = SearchFor("configs/mlp.yaml", 4);
   ASSERT_OK(o);
   EXPECT_EQ(o->ranks, 4);
-  std::set<std::string> layouts;
+  std::set<std::string> layouts, ranked;
   for (const Candidate& c : o->ranked) {
     EXPECT_EQ(c.dp * c.tp * c.pp, 4) << c.Name();
     EXPECT_EQ(64 % c.micro_batches, 0) << c.Name();
     EXPECT_GT(c.step_s, 0) << c.Name();
     EXPECT_TRUE(c.pruned.empty());
+    EXPECT_TRUE(c.exact) << c.Name() << ": every candidate of this small search is priced in full";
     EXPECT_TRUE(layouts.insert(c.Name()).second) << "twice: " << c.Name();
+    ranked.insert(c.Name());
   }
   for (size_t i = 1; i < o->ranked.size(); ++i) EXPECT_LE(o->ranked[i - 1].step_s, o->ranked[i].step_s);
-  for (const char* want : {"dp4 tp1 pp1 m1", "dp1 tp4 pp1 m1", "dp2 tp2 pp1 m2 zero", "dp1 tp1 pp4 m4", "dp2 tp1 pp2 m2"})
-    EXPECT_TRUE(layouts.count(want)) << want;
-  // The only structural pruning on this model: 32 micro-batches of 2 rows do not split over dp 4.
-  for (const Candidate& c : o->pruned) EXPECT_TRUE(Contains(c.pruned, "does not split over dp")) << c.Name() << ": " << c.pruned;
+  for (const Candidate& c : o->pruned) {
+    EXPECT_TRUE(layouts.insert(c.Name()).second) << "twice: " << c.Name();
+    if (c.pruned.starts_with("dominated")) {
+      EXPECT_EQ(c.pp, 1) << c.Name();
+      EXPECT_GT(c.micro_batches, 1) << c.Name();
+    } else {
+      // The only other pruning on this model: 32 micro-batches of 2 rows do not split over dp 4.
+      EXPECT_TRUE(Contains(c.pruned, "does not split over dp")) << c.Name() << ": " << c.pruned;
+    }
+  }
+  EXPECT_EQ(layouts.size(), 54u) << "(pp, dp, tp) = 6 layouts x 6 counts + ZeRO where dp > 1 (3 x 6)";
+  for (const char* want : {"dp4 tp1 pp1 m1", "dp1 tp4 pp1 m1", "dp2 tp2 pp1 m1 zero", "dp1 tp1 pp4 m4", "dp2 tp1 pp2 m2"})
+    EXPECT_TRUE(ranked.count(want)) << want;
 }
 
 // A memory limit between the hungriest and the leanest candidate prunes some and keeps others;
