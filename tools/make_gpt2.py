@@ -17,7 +17,7 @@ only, the exporter's default constant folding).
 GPT-2 small's 124M parameters count a head tied to wte; this head is untied
 (as in gpt_mini), which adds 50257 x 768 = 38.6M: the script prints the exact
 count. The file (about 650 MB) is not committed (.gitignore); configs/
-gpt2_124m.yaml plans it. No training goldens are made for it.
+scale/gpt2_124m.yaml plans it. No training goldens are made for it.
 """
 
 import os

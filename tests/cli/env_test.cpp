@@ -66,7 +66,8 @@ TEST(Env, WritesClusterSection_1n2d) {
   fs::remove(out);
   ASSERT_NE(section.find("cluster:"), std::string::npos) << section;
 
-  auto cfg = fr::ParseConfig(Read("configs/mlp.yaml") + section, "configs/mlp.yaml + " + out);
+  // A config without a cluster: section of its own (configs/mlp.yaml carries one).
+  auto cfg = fr::ParseConfig(Read("configs/mlp_ln_gelu.yaml") + section, "configs/mlp_ln_gelu.yaml + " + out);
   ASSERT_TRUE(cfg.ok()) << cfg.status().message() << "\n" << section;
   const fr::ClusterConfig& c = cfg->cluster;
   EXPECT_TRUE(c.given);
