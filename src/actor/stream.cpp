@@ -37,10 +37,9 @@ void Stream::Join() {
 }
 
 void Stream::Loop() {
-  // While movements are in flight the thread polls: often right after progress, backing off to
-  // 200 us when nothing completes, so waiting on a slow peer does not eat a core.
-  constexpr auto kMinWait = std::chrono::microseconds(10), kMaxWait = std::chrono::microseconds(200);
-  auto wait = kMinWait;
+  // While movements are in flight the thread polls: often right after progress, backing off when
+  // nothing completes, so waiting on a slow peer does not eat a core.
+  auto wait = kPollMin;
   bool pending = false;
   for (;;) {
     Msg m;
@@ -66,7 +65,7 @@ void Stream::Loop() {
     if (!poll_) continue;
     Poll p = poll_();
     pending = p != Poll::kIdle;
-    wait = (p == Poll::kProgress || got) ? kMinWait : std::min(wait * 2, kMaxWait);
+    wait = (p == Poll::kProgress || got) ? kPollMin : std::min(wait * 2, kPollMax);
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <chrono>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -17,8 +18,10 @@ class Stream {
  public:
   // `handle` runs on the stream's thread for each message, kStop excepted, which ends the thread.
   // `poll`, if set, runs on the thread between messages; while it reports work in flight (e.g.
-  // non-blocking communication) the thread wakes every 10-200 us to call it again.
+  // non-blocking communication) the thread wakes to call it again: kPollMin after progress,
+  // doubling to kPollMax while nothing completes. (flowrun env measures collectives this way.)
   enum class Poll { kIdle, kWaiting, kProgress };
+  static constexpr std::chrono::microseconds kPollMin{10}, kPollMax{200};
   Stream(std::string name, std::function<void(const Msg&)> handle, std::function<Poll()> poll = nullptr, std::function<void()> init = nullptr);
   ~Stream();  // joins
   Stream(const Stream&) = delete;

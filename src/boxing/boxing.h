@@ -113,7 +113,8 @@ Result<Plan> Box(const Request& r);
 struct Estimate {
   std::string strategy;
   double bytes_per_rank = 0;
-  int collectives = 0;
+  int collectives = 0;  // on the busiest rank
+  int messages = 0;     // point-to-point sends or receives on the busiest rank
 };
 Estimate Price(const Request& r);
 

@@ -97,6 +97,8 @@ int Builder::Transfer(int in, int to) {
   double bytes = Bytes(buffer(in).shape);
   sent_[from] += bytes;
   received_[to] += bytes;
+  sends_[from] += 1;
+  recvs_[to] += 1;
   Add(Task{.op = Op::kSend, .rank = from, .in = {in}, .peer = to, .tag = tag});
   Add(Task{.op = Op::kRecv, .rank = to, .out = out, .peer = from, .tag = tag});
   return out;
@@ -142,6 +144,13 @@ double Builder::bytes_per_rank_max() const {
 int Builder::collectives_per_rank_max() const {
   int m = 0;
   for (const auto& [rank, n] : collectives_) m = std::max(m, n);
+  return m;
+}
+
+int Builder::messages_per_rank_max() const {
+  int m = 0;
+  for (const auto& [rank, n] : sends_) m = std::max(m, n);
+  for (const auto& [rank, n] : recvs_) m = std::max(m, n);
   return m;
 }
 

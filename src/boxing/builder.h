@@ -51,6 +51,7 @@ class Builder {
 
   double bytes_per_rank_max() const;
   int collectives_per_rank_max() const;
+  int messages_per_rank_max() const;  // point-to-point sends or receives on the busiest rank
   Plan Finish(std::string strategy, std::vector<int> dst) &&;
 
  private:
@@ -66,6 +67,7 @@ class Builder {
   int next_tag_ = 0, next_collective_ = 0;
   std::map<int, double> sent_, received_;
   std::map<int, int> collectives_;
+  std::map<int, int> sends_, recvs_;
 };
 
 }  // namespace fr::boxing

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <vector>
 
+#include "actor/stream.h"
 #include "actor/world.h"
 #include "base/process.h"
 #include "base/status.h"
@@ -208,13 +209,13 @@ double RuntimeLatencySeconds() {
     double t0 = MPI_Wtime();
     MPI_Request req;
     MPI_Iallreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
-    auto wait = std::chrono::microseconds(10);
+    auto wait = actor::Stream::kPollMin;
     for (int done = 0;;) {
       MPI_Test(&req, &done, MPI_STATUS_IGNORE);
       if (done) break;
       std::unique_lock<std::mutex> lock(mu);
       cv.wait_for(lock, wait);
-      wait = std::min(wait * 2, std::chrono::microseconds(200));
+      wait = std::min(wait * 2, actor::Stream::kPollMax);
     }
     if (r >= 0) t.push_back(MPI_Wtime() - t0);
   }
@@ -230,13 +231,13 @@ double RuntimeMessageSeconds(int rank, int size) {
   std::mutex mu;
   std::condition_variable cv;
   auto wait_for = [&](MPI_Request& req) {
-    auto wait = std::chrono::microseconds(10);
+    auto wait = actor::Stream::kPollMin;
     for (int done = 0;;) {
       MPI_Test(&req, &done, MPI_STATUS_IGNORE);
       if (done) return;
       std::unique_lock<std::mutex> lock(mu);
       cv.wait_for(lock, wait);
-      wait = std::min(wait * 2, std::chrono::microseconds(200));
+      wait = std::min(wait * 2, actor::Stream::kPollMax);
     }
   };
   std::vector<double> t;

@@ -326,16 +326,14 @@ class Assigner {
     if (it != price_memo_.end()) return rate * it->second;
     boxing::Request r{g_.type(v).shape, g_.type(v).dtype, src_place, have, dst_place, want};
     boxing::Estimate e = boxing::Price(r);
-    // Point-to-point plans (send-recv, fallback) report no collectives but still pay a message's
-    // latency; local ones (slice, zero-fill, assemble) pay nothing.
-    double messages = e.collectives > 0 ? e.collectives : e.bytes_per_rank > 0 ? 1.0 : 0.0;
+    // Collectives pay the collective latency, point-to-point messages (send-recv, the fallback)
+    // a message's (within a node), each also the runtime's overhead per task; local plans (slice,
+    // zero-fill, assemble) pay nothing.
     const bool inter = CrossesNodes(a_.value_stage[static_cast<size_t>(v)], dst, e.strategy);
-    // Collectives pay the collective latency; point-to-point plans (send-recv, the fallback) a
-    // message's, within a node.
-    double latency = inter ? o_.cluster.latency_inter : o_.cluster.latency;
-    if (e.collectives == 0 && !inter && o_.cluster.p2p_latency > 0) latency = o_.cluster.p2p_latency;
+    const double latency = inter ? o_.cluster.latency_inter : o_.cluster.latency;
+    const double message = inter || o_.cluster.p2p_latency <= 0 ? latency : o_.cluster.p2p_latency;
     double c = e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) +
-               messages * (latency + o_.cluster.op_overhead);
+               e.collectives * (latency + o_.cluster.op_overhead) + e.messages * (message + o_.cluster.op_overhead);
     price_memo_.emplace(key, c);
     return rate * c;
   }

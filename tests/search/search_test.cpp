@@ -217,7 +217,7 @@ TEST(Search, CommandLine) {
   EXPECT_EQ(bad.code, 2) << bad.out;
   EXPECT_TRUE(Contains(bad.out, "[search] configs/mlp_ln_gelu.yaml")) << bad.out;
   EXPECT_TRUE(Contains(bad.out, "--ranks")) << bad.out;
-  Output big = Flowrun("search configs/mlp.yaml --ranks 8");  // its cluster: has 1 x 4 devices
+  Output big = Flowrun("search configs/gpt.yaml --ranks 8");  // its cluster: has 1 x 4 devices
   EXPECT_EQ(big.code, 2) << big.out;
   EXPECT_TRUE(Contains(big.out, "fewer than the 8 ranks")) << big.out;
   Output odd = Flowrun("search configs/mlp.yaml --ranks 4 --micro-batches 3");
