@@ -60,6 +60,9 @@ class Assigner {
       for (int d = 0; d < v.type.shape.rank(); ++d) dims.push_back(v.type.shape[d]);
       type_class_.push_back(classes.emplace(std::make_pair(dims, static_cast<int>(v.type.dtype)), static_cast<int>(classes.size())).first->second);
     }
+    for (const ir::Node& node : g_.nodes) flops_.push_back(OpFlops(g_, node));
+    for (const Placement& a : o_.stages)
+      for (const Placement& b : o_.stages) same_place_.push_back(a == b);
     has_grad_.assign(g_.values.size(), false);
     for (const ir::Value& v : g_.values)
       if (v.grad_of != ir::kNoValue) has_grad_[static_cast<size_t>(v.grad_of)] = true;
@@ -314,9 +317,10 @@ class Assigner {
   // The price of moving value v from `have` to `want` on stage `dst`'s placement, memoised on
   // small integer keys (this is the assigner's innermost call).
   double Boxing(ValueId v, const NdSbp& have, int dst, const NdSbp& want) const {
+    const size_t src = static_cast<size_t>(a_.value_stage[static_cast<size_t>(v)]);
+    if (have == want && same_place_[src * o_.stages.size() + static_cast<size_t>(dst)]) return 0;
     const Placement& src_place = PlaceOf(v);
     const Placement& dst_place = o_.stages[static_cast<size_t>(dst)];
-    if (src_place == dst_place && have == want) return 0;
     const double rate = Rate(per_step_[static_cast<size_t>(v)]);
     // Values of one type on one stage price alike: the key is the type's class, not the value.
     PriceKey key{static_cast<uint64_t>(type_class_[static_cast<size_t>(v)]) << 16 |
@@ -349,7 +353,7 @@ class Assigner {
       if (splits) share *= static_cast<double>(p.hierarchy()[a]);
     }
     bool micro = n.phase != ir::Phase::kOptimizer;
-    return Rate(!micro) * (OpFlops(g_, n) / share / o_.cluster.flops + o_.cluster.op_overhead);
+    return Rate(!micro) * (flops_[static_cast<size_t>(id)] / share / o_.cluster.flops + o_.cluster.op_overhead);
   }
 
   // Update ops read their parameter in place: their signature must take it as it is.
@@ -861,6 +865,8 @@ class Assigner {
   std::vector<std::vector<NodeId>> backward_of_;    // per forward node: the backward nodes derived from it
   std::unordered_map<ValueId, NodeId> update_of_;   // parameter -> its update node
   std::vector<int> type_class_;                     // per value: one id per (shape, dtype)
+  std::vector<double> flops_;                       // per node: OpFlops
+  std::vector<bool> same_place_;                    // per (stage, stage): the same placement
   std::vector<bool> has_grad_;                      // per value: something computes its gradient
   bool mirror_ = false;                             // greedy start: forward ops pay for their backward
   bool logging_ = false;                            // Place/SetValue record what they overwrite
