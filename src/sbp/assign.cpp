@@ -53,6 +53,7 @@ class Assigner {
     a_.value_sbp.assign(g_.values.size(), NdSbp());
     a_.node_sig.resize(g_.nodes.size());
     consumers_ = g_.Consumers();
+    price_memo_.reserve(1 << 14);
     backward_of_.assign(g_.nodes.size(), {});
     std::map<std::pair<std::vector<int64_t>, int>, int> classes;
     for (const ir::Value& v : g_.values) {
@@ -852,7 +853,12 @@ class Assigner {
     bool operator==(const PriceKey&) const = default;
   };
   struct PriceKeyHash {
-    size_t operator()(const PriceKey& k) const { return (k.value_stage * 0x9E3779B97F4A7C15ULL) ^ (k.have * 0xC2B2AE3D27D4EB4FULL) ^ (k.want + (k.want << 29)); }
+    size_t operator()(const PriceKey& k) const {
+      uint64_t h = k.value_stage * 0x9E3779B97F4A7C15ULL;
+      h = (h ^ (h >> 29) ^ k.have) * 0xC2B2AE3D27D4EB4FULL;
+      h = (h ^ (h >> 31) ^ k.want) * 0x165667B19E3779F9ULL;
+      return static_cast<size_t>(h ^ (h >> 32));
+    }
   };
   // One byte per mesh axis (kind, split axis, reduction): meshes have at most 8 axes.
   static uint64_t Code(const NdSbp& nd) {
