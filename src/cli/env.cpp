@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "actor/stream.h"
+#include "base/report.h"
 #include "actor/world.h"
 #include "base/process.h"
 #include "base/status.h"
@@ -40,11 +41,6 @@ constexpr int kLatencyReps = 200;
 constexpr int kBandwidthReps = 10;
 constexpr int kRuntimeReps = 100;
 constexpr int64_t kBandwidthFloats = int64_t{1} << 20;  // 4 MiB
-
-int Fail(const Status& s) {
-  std::cerr << "flowrun: " << s.message() << std::endl;
-  return s.exit_code();
-}
 
 // ---- Re-launching under mpirun -------------------------------------------------------------
 
@@ -199,24 +195,29 @@ double LatencySeconds() {
 // stream's back-off (a condition-variable wait of 10 us doubling to 200 us between tests,
 // actor/stream.cpp), while every rank does the same. Under oversubscription this is mostly the
 // time a sleeping rank takes to be scheduled again, which the blocking figure above hides.
-double RuntimeLatencySeconds() {
-  double one = 1, sum = 0;
+// Waits for `req` as the comm stream does: test, then sleep kPollMin doubling to kPollMax.
+void WaitAsRuntime(MPI_Request& req) {
   std::mutex mu;
   std::condition_variable cv;
+  auto wait = actor::Stream::kPollMin;
+  for (int done = 0;;) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, wait);
+    wait = std::min(wait * 2, actor::Stream::kPollMax);
+  }
+}
+
+double RuntimeLatencySeconds() {
+  double one = 1, sum = 0;
   std::vector<double> t;
   MPI_Barrier(MPI_COMM_WORLD);
   for (int r = -10; r < kRuntimeReps; ++r) {
     double t0 = MPI_Wtime();
     MPI_Request req;
     MPI_Iallreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
-    auto wait = actor::Stream::kPollMin;
-    for (int done = 0;;) {
-      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-      if (done) break;
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait_for(lock, wait);
-      wait = std::min(wait * 2, actor::Stream::kPollMax);
-    }
+    WaitAsRuntime(req);
     if (r >= 0) t.push_back(MPI_Wtime() - t0);
   }
   return Median(t);
@@ -228,18 +229,6 @@ double RuntimeLatencySeconds() {
 double RuntimeMessageSeconds(int rank, int size) {
   const int peer = rank % 2 == 0 ? rank + 1 : rank - 1;
   double x = 1, y = 0;
-  std::mutex mu;
-  std::condition_variable cv;
-  auto wait_for = [&](MPI_Request& req) {
-    auto wait = actor::Stream::kPollMin;
-    for (int done = 0;;) {
-      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-      if (done) return;
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait_for(lock, wait);
-      wait = std::min(wait * 2, actor::Stream::kPollMax);
-    }
-  };
   std::vector<double> t;
   MPI_Barrier(MPI_COMM_WORLD);
   for (int r = -10; r < kRuntimeReps && peer < size; ++r) {
@@ -247,14 +236,14 @@ double RuntimeMessageSeconds(int rank, int size) {
     MPI_Request req;
     if (rank % 2 == 0) {
       MPI_Isend(&x, 1, MPI_DOUBLE, peer, 7, MPI_COMM_WORLD, &req);
-      wait_for(req);
+      WaitAsRuntime(req);
       MPI_Irecv(&y, 1, MPI_DOUBLE, peer, 8, MPI_COMM_WORLD, &req);
-      wait_for(req);
+      WaitAsRuntime(req);
     } else {
       MPI_Irecv(&y, 1, MPI_DOUBLE, peer, 7, MPI_COMM_WORLD, &req);
-      wait_for(req);
+      WaitAsRuntime(req);
       MPI_Isend(&x, 1, MPI_DOUBLE, peer, 8, MPI_COMM_WORLD, &req);
-      wait_for(req);
+      WaitAsRuntime(req);
     }
     if (r >= 0) t.push_back((MPI_Wtime() - t0) / 2);
   }

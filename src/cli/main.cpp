@@ -13,6 +13,7 @@
 #include "actor/runtime.h"
 #include "actor/trace.h"
 #include "actor/world.h"
+#include "base/report.h"
 #include "cli/config.h"
 #include "cli/env.h"
 #include "cli/pipeline.h"
@@ -44,11 +45,6 @@ void CatchStopSignals() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-}
-
-int Fail(const Status& s) {
-  std::cerr << "flowrun: " << s.message() << std::endl;
-  return s.exit_code();
 }
 
 // Kernel threads per rank (oneDNN's OpenMP team): the cores divided among the ranks on this node,

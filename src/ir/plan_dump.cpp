@@ -4,6 +4,7 @@
 #include <map>
 #include <sstream>
 
+#include "base/report.h"
 #include "ops/op.h"
 
 namespace fr::ir {
@@ -20,14 +21,6 @@ const char* PhaseName(Phase p) {
   return "?";
 }
 
-std::string Bytes(double b) {
-  char buf[32];
-  if (b >= (1 << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
-  else if (b >= (1 << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1 << 20));
-  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
-  else std::snprintf(buf, sizeof buf, "%.0f B", b);
-  return buf;
-}
 
 std::string TypeStr(const TensorType& t) { return std::string(fr::Name(t.dtype)) + t.shape.ToString(); }
 
@@ -53,7 +46,7 @@ std::string EdgeLine(const Plan& p, const Graph& g, const BoxingEdge& e) {
   os << g.value(e.value).name << ": " << e.src.ToString();
   if (e.src_stage != e.dst_stage) os << " on " << p.stages[static_cast<size_t>(e.src_stage)].ToString();
   os << " -> " << e.dst.ToString() << " on " << p.stages[static_cast<size_t>(e.dst_stage)].ToString() << ": " << e.strategy
-     << ", " << Bytes(static_cast<double>(e.bytes_per_rank)) << " per rank" << (e.per_step ? " per step" : " per micro-batch");
+     << ", " << HumanBytes(static_cast<double>(e.bytes_per_rank)) << " per rank" << (e.per_step ? " per step" : " per micro-batch");
   return os.str();
 }
 
@@ -103,9 +96,9 @@ std::string DumpText(const Plan& p, const Graph& g) {
   os << "\n== totals per rank, per step\n";
   for (const auto& [rank, ts] : by_rank) {
     Plan::Memory m = p.MemoryOf(rank, g);
-    os << "  rank " << rank << ": moves " << Bytes(static_cast<double>(p.BytesMoved(rank))) << "; memory "
-       << Bytes(static_cast<double>(m.params + m.state + m.regsts)) << " (parameters " << Bytes(static_cast<double>(m.params))
-       << ", optimizer state " << Bytes(static_cast<double>(m.state)) << ", registers " << Bytes(static_cast<double>(m.regsts))
+    os << "  rank " << rank << ": moves " << HumanBytes(static_cast<double>(p.BytesMoved(rank))) << "; memory "
+       << HumanBytes(static_cast<double>(m.params + m.state + m.regsts)) << " (parameters " << HumanBytes(static_cast<double>(m.params))
+       << ", optimizer state " << HumanBytes(static_cast<double>(m.state)) << ", registers " << HumanBytes(static_cast<double>(m.regsts))
        << ")\n";
   }
   char t[160];
@@ -185,7 +178,7 @@ std::string DumpDot(const Plan& p, const Graph& g) {
      << "  edge [fontname=Helvetica, fontsize=9, color=gray40];\n"
      << "  labelloc=t; fontname=Helvetica; label=" << DotStr(p.stages[0].ToString() + (staged ? " and more stages" : "") + ", " +
                                                        std::to_string(p.micro_batches) + " micro-batches per step; up to " +
-                                                       Bytes(static_cast<double>(moved)) + " moved per rank per step; red: boxing, orange: boxing without traffic")
+                                                       HumanBytes(static_cast<double>(moved)) + " moved per rank per step; red: boxing, orange: boxing without traffic")
      << ";\n";
   struct Cluster { const char* id; const char* label; std::vector<Phase> phases; };
   const Cluster clusters[] = {
@@ -236,7 +229,7 @@ std::string DumpDot(const Plan& p, const Graph& g) {
         std::string label = box->strategy;
         if (box->bytes_per_rank > 0) {
           label = box->src.ToString() + " -> " + box->dst.ToString() + "\n" + label + ", " +
-                  Bytes(static_cast<double>(box->bytes_per_rank)) + (box->per_step ? "/step" : "/micro-batch");
+                  HumanBytes(static_cast<double>(box->bytes_per_rank)) + (box->per_step ? "/step" : "/micro-batch");
         }
         os << " [color=" << color << ", fontcolor=" << color << ", penwidth=1.5";
         if (first) os << ", label=" << DotStr(label);

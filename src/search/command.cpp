@@ -9,22 +9,12 @@
 #include <sstream>
 
 #include "base/process.h"
+#include "base/report.h"
 #include "search/command.h"
 #include "search/search.h"
 
 namespace fr::search {
 namespace {
-
-int Fail(const Status& s) {
-  std::cerr << "flowrun: " << s.message() << std::endl;
-  return s.exit_code();
-}
-
-std::string Ms(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, s < 1e-2 ? "%.3f" : "%.2f", s * 1e3);
-  return buf;
-}
 
 // The median step time of a validation run's step log, leaving out the first `warm` steps.
 Result<double> MeasuredStep(const std::string& jsonl, int warm) {
@@ -74,16 +64,16 @@ int Validate(const Outcome& o, const SearchArgs& a) {
     if (!m.ok()) return Fail(m.status());
     predicted.push_back(o.ranked[i].step_s);
     measured.push_back(*m);
-    std::printf("%-4zu %-22s %12s %12s %8.2f\n", i + 1, o.ranked[i].Name().c_str(), Ms(o.ranked[i].step_s).c_str(),
-                Ms(*m).c_str(), *m / o.ranked[i].step_s);
+    std::printf("%-4zu %-22s %12s %12s %8.2f\n", i + 1, o.ranked[i].Name().c_str(), HumanMs(o.ranked[i].step_s).c_str(),
+                HumanMs(*m).c_str(), *m / o.ranked[i].step_s);
     std::fflush(stdout);
   }
   if (k >= 2) {
     size_t best = static_cast<size_t>(std::min_element(measured.begin(), measured.end()) - measured.begin());
     std::printf("Spearman rank correlation, predicted vs measured: %.2f over %zu candidates\n", Spearman(predicted, measured), k);
     std::printf("the predicted best (%s) measured %s ms; the measured best (%s) %s ms: %.0f%% slower\n",
-                o.ranked[0].Name().c_str(), Ms(measured[0]).c_str(), o.ranked[best].Name().c_str(),
-                Ms(measured[best]).c_str(), 100 * (measured[0] / measured[best] - 1));
+                o.ranked[0].Name().c_str(), HumanMs(measured[0]).c_str(), o.ranked[best].Name().c_str(),
+                HumanMs(measured[best]).c_str(), 100 * (measured[0] / measured[best] - 1));
   }
   fs::remove_all(dir, ec);
   return 0;
@@ -109,7 +99,7 @@ int RunSearch(const SearchArgs& a) {
   if (o->ranked.empty()) return Fail(Status::Invalid("[search] " + cfg->path + ": no candidate fits this cluster"));
   if (!a.out.empty()) {
     std::ofstream out(a.out);
-    out << "# flowrun search: " << o->ranked[0].Name() << ", predicted " << Ms(o->ranked[0].step_s)
+    out << "# flowrun search: " << o->ranked[0].Name() << ", predicted " << HumanMs(o->ranked[0].step_s)
         << " ms/step; run with: mpirun -n " << o->ranks << " flowrun train " << a.out << "\n"
         << ConfigToYaml(o->ranked[0].config);
     if (!out) return Fail(Status::Runtime("[search] cannot write '" + a.out + "'"));

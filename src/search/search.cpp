@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "base/report.h"
 #include "cli/layout.h"
 #include "cli/pipeline.h"
 #include "sbp/assign.h"
@@ -22,21 +23,6 @@ namespace {
 using ir::NodeId;
 using ir::ValueId;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-std::string Bytes(double b) {
-  if (b >= double(1LL << 30)) return Fmt("%.2f GiB", b / double(1LL << 30));
-  if (b >= double(1 << 20)) return Fmt("%.1f MiB", b / double(1 << 20));
-  if (b >= 1024) return Fmt("%.1f KiB", b / 1024);
-  return Fmt("%.0f B", b);
-}
-
-std::string Ms(double s) { return Fmt(s < 1e-2 ? "%.3f" : "%.2f", s * 1e3); }
 
 std::vector<int> Divisors(int n) {
   std::vector<int> d;
@@ -136,8 +122,15 @@ void Price(const Prepared& prep, int ranks, bool thorough, Candidate* cand) {
     return;
   }
   ao->group_moves = thorough;
-  cand->exact = thorough;
-  *cand = Candidate{cand->dp, cand->tp, cand->pp, cand->micro_batches, cand->zero, cand->config, {}, thorough, 0, 0, 0, 0, 0, 0, {}, {}, {}};
+  Candidate fresh;  // the layout kept, every price cleared (a leader is priced twice)
+  fresh.dp = cand->dp;
+  fresh.tp = cand->tp;
+  fresh.pp = cand->pp;
+  fresh.micro_batches = cand->micro_batches;
+  fresh.zero = cand->zero;
+  fresh.config = std::move(cand->config);
+  fresh.exact = thorough;
+  *cand = std::move(fresh);
   auto a = sbp::Assign(tg, *ao);
   if (!a.ok()) {
     cand->pruned = a.status().message();
@@ -338,14 +331,14 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
 
   // Price them in parallel (candidates are independent, the graphs read only): first all of them
   // with the assigner's quick passes, then the leaders exactly as `flowrun plan` will plan them.
-  auto price_all = [&](const std::vector<Candidate*>& todo, bool thorough) {
+  auto price_all = [&](const std::vector<Candidate*>& list, bool thorough) {
     std::atomic<size_t> next{0};
     auto worker = [&] {
-      for (size_t i = next++; i < todo.size(); i = next++) {
-        Candidate& c = *todo[i];
+      for (size_t i = next++; i < list.size(); i = next++) {
+        Candidate& c = *list[i];
         Price(*prepared.at(c.micro_batches), out.ranks, thorough, &c);
         if (c.pruned.empty() && c.memory > out.capacity) {
-          c.pruned = "memory " + Bytes(c.memory) + " per device > capacity " + Bytes(out.capacity);
+          c.pruned = "memory " + HumanBytes(c.memory) + " per device > capacity " + HumanBytes(out.capacity);
         }
       }
     };
@@ -362,26 +355,26 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
   // latency and op overhead, so under the model they never run faster: for pp = 1 a layout's
   // next micro-batch count is priced only when the fewer did not fit in memory.
   std::map<std::string, std::vector<Candidate*>> single;  // pp = 1: "dp tp zero" -> by count
-  std::vector<Candidate*> todo;
+  std::vector<Candidate*> batch;
   for (Candidate& c : cands) {
     if (!c.pruned.empty()) continue;
     if (c.pp > 1) {
-      todo.push_back(&c);
+      batch.push_back(&c);
       continue;
     }
     auto& chain = single[std::to_string(c.dp) + " " + std::to_string(c.tp) + (c.zero ? " z" : "")];
-    if (chain.empty()) todo.push_back(&c);
+    if (chain.empty()) batch.push_back(&c);
     chain.push_back(&c);
   }
   std::vector<Candidate*> priced;
-  while (!todo.empty()) {
-    price_all(todo, false);
-    priced.insert(priced.end(), todo.begin(), todo.end());
+  while (!batch.empty()) {
+    price_all(batch, false);
+    priced.insert(priced.end(), batch.begin(), batch.end());
     std::vector<Candidate*> next;
     for (auto& [key, chain] : single) {
       for (size_t i = 0; i + 1 < chain.size(); ++i) {
         Candidate* c = chain[i];
-        bool priced_now = std::find(todo.begin(), todo.end(), c) != todo.end();
+        bool priced_now = std::find(batch.begin(), batch.end(), c) != batch.end();
         if (!priced_now) continue;
         if (c->pruned.starts_with("memory")) {
           next.push_back(chain[i + 1]);
@@ -391,7 +384,7 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
         }
       }
     }
-    todo = std::move(next);
+    batch = std::move(next);
   }
   std::vector<Candidate*> feasible;
   for (Candidate* c : priced)
@@ -416,7 +409,7 @@ std::string Table(const Outcome& o, int top) {
     const Candidate& c = o.ranked[i];
     double busy = c.compute_s + c.comm_s;
     std::snprintf(line, sizeof line, "%-4zu %-22s %10s %12.0f %22s %6.0f%% %6.0f%%\n", i + 1, c.Name().c_str(),
-                  ((c.exact ? "" : "~") + Ms(c.step_s)).c_str(), c.tokens_per_s, (Bytes(c.memory) + " / " + Bytes(o.capacity)).c_str(),
+                  ((c.exact ? "" : "~") + HumanMs(c.step_s)).c_str(), c.tokens_per_s, (HumanBytes(c.memory) + " / " + HumanBytes(o.capacity)).c_str(),
                   busy > 0 ? 100 * c.comm_s / busy : 0.0, c.step_s > 0 ? 100 * c.bubble_s / c.step_s : 0.0);
     s += line;
   }
@@ -446,9 +439,9 @@ std::string Table(const Outcome& o, int top) {
       if (c.memory > 0 && (!least || c.memory < least->memory)) least = &c;
     s += "nothing fits";
     if (least) {
-      s += ": the least memory is " + least->Name() + " at " + Bytes(least->memory) + " per device against " +
-           Bytes(o.capacity) + " (cluster.memory_gib); at its peak:\n";
-      for (const auto& [name, bytes] : least->peak_tensors) s += "  " + Bytes(bytes) + "  " + name + "\n";
+      s += ": the least memory is " + least->Name() + " at " + HumanBytes(least->memory) + " per device against " +
+           HumanBytes(o.capacity) + " (cluster.memory_gib); at its peak:\n";
+      for (const auto& [name, bytes] : least->peak_tensors) s += "  " + HumanBytes(bytes) + "  " + name + "\n";
     } else {
       s += ": " + o.pruned.front().Name() + ": " + o.pruned.front().pruned + "\n";
     }
@@ -460,17 +453,17 @@ std::string Explain(const Outcome& o) {
   if (o.ranked.size() < 2) return "explain: fewer than two feasible candidates\n";
   const Candidate& a = o.ranked[0];
   const Candidate& b = o.ranked[1];
-  std::string s = "explain: " + a.Name() + " (" + Ms(a.step_s) + " ms) against " + b.Name() + " (" + Ms(b.step_s) + " ms)\n";
+  std::string s = "explain: " + a.Name() + " (" + HumanMs(a.step_s) + " ms) against " + b.Name() + " (" + HumanMs(b.step_s) + " ms)\n";
   s += "  per stage: one micro-batch / once a step / memory\n";
   for (size_t k = 0; k < std::max(a.stages.size(), b.stages.size()); ++k) {
     auto cell = [&](const Candidate& c) {
       if (k >= c.stages.size()) return std::string("-");
       const StageCost& st = c.stages[k];
-      return Ms(st.micro_s) + " ms / " + Ms(st.step_s) + " ms / " + Bytes(st.memory);
+      return HumanMs(st.micro_s) + " ms / " + HumanMs(st.step_s) + " ms / " + HumanBytes(st.memory);
     };
     s += "    stage " + std::to_string(k) + ": " + cell(a) + "  |  " + cell(b) + "\n";
   }
-  s += "  bubble " + Ms(a.bubble_s) + " ms | " + Ms(b.bubble_s) + " ms\n";
+  s += "  bubble " + HumanMs(a.bubble_s) + " ms | " + HumanMs(b.bubble_s) + " ms\n";
   // Edges keyed by what moves; those in one plan only, or priced differently, differ.
   std::map<std::string, std::pair<double, double>> edges;
   for (const EdgeCost& e : a.edges) edges[e.what].first += e.seconds;
@@ -484,13 +477,13 @@ std::string Explain(const Outcome& o) {
   });
   s += "  boxing edges that differ (ms per step, " + a.Name() + " | " + b.Name() + "): " + std::to_string(diff.size()) + "\n";
   for (const auto& [what, t] : diff) {
-    s += "    " + (t.first > 0 ? Ms(t.first) : std::string("-")) + " | " + (t.second > 0 ? Ms(t.second) : std::string("-")) +
+    s += "    " + (t.first > 0 ? HumanMs(t.first) : std::string("-")) + " | " + (t.second > 0 ? HumanMs(t.second) : std::string("-")) +
          "  " + what + "\n";
   }
   double ta = 0, tb = 0;
   for (const EdgeCost& e : a.edges) ta += e.seconds;
   for (const EdgeCost& e : b.edges) tb += e.seconds;
-  s += "  boxing total " + Ms(ta) + " ms | " + Ms(tb) + " ms\n";
+  s += "  boxing total " + HumanMs(ta) + " ms | " + HumanMs(tb) + " ms\n";
   return s;
 }
 

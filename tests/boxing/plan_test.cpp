@@ -22,6 +22,7 @@
 #include "cli/pipeline.h"
 #include "ir/plan_serialize.h"
 #include "ops/op.h"
+#include "flowrun_cmd.h"
 
 namespace {
 
@@ -465,32 +466,8 @@ const BadCase kBad[] = {
      {"'/Relu_output_0'", "[P]", "op '/Relu' (Relu)", "(S(0)) -> S(0)", "(B) -> B"}},
 };
 
-struct Output {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-std::string Quote(const std::string& s) {
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
-}
-
-Output Flowrun(const std::vector<std::string>& args) {
-  const char* bin = std::getenv("FLOWRUN_BIN");
-  std::string cmd = Quote(bin && *bin ? bin : "build/src/flowrun");
-  for (const std::string& a : args) cmd += " " + Quote(a);
-  cmd += " 2>&1";
-  Output r;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.out.append(buf, n);
-  int st = pclose(f);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-  return r;
-}
+using fr::testing::Flowrun;
+using fr::testing::Output;
 
 TEST(Plan, BadParallelInput) {
   for (const BadCase& tc : kBad) {

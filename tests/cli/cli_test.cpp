@@ -15,40 +15,16 @@
 #include <string>
 #include <vector>
 
+#include "flowrun_cmd.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Output {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-std::string Quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string Bin() {
-  const char* b = std::getenv("FLOWRUN_BIN");
-  return b && *b ? b : "build/src/flowrun";
-}
-
-Output Flowrun(const std::vector<std::string>& args) {
-  std::string cmd = Quote(Bin());
-  for (const auto& a : args) cmd += " " + Quote(a);
-  cmd += " 2>&1";
-  Output r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-  return r;
-}
+using fr::testing::Bin;
+using fr::testing::Flowrun;
+using fr::testing::Output;
+using fr::testing::Quote;
 
 // A fresh directory per test, removed afterwards.
 class TempDir {

@@ -15,6 +15,7 @@
 #include "cli/config.h"
 #include "cli/pipeline.h"
 #include "search/search.h"
+#include "flowrun_cmd.h"
 
 namespace {
 
@@ -183,44 +184,28 @@ TEST(Search, BalancedPipelineCut) {
   ASSERT_OK(plan);
 }
 
-struct Output {
-  int code = -1;
-  std::string out;
-};
-
-Output Flowrun(const std::string& args) {
-  const char* bin = std::getenv("FLOWRUN_BIN");
-  std::string cmd = std::string(bin && *bin ? bin : "build/src/flowrun") + " " + args + " 2>&1";
-  Output r;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.out.append(buf, n);
-  int st = pclose(f);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-  return r;
-}
+using fr::testing::Flowrun;
+using fr::testing::Output;
 
 TEST(Search, CommandLine) {
   std::string out = testing::TempDir() + "/search_cli_best.yaml";
-  Output r = Flowrun("search configs/mlp.yaml --ranks 4 --explain --out " + out);
+  Output r = Flowrun({"search", "configs/mlp.yaml", "--ranks", "4", "--explain", "--out", out});
   ASSERT_EQ(r.code, 0) << r.out;
   for (const char* want : {"rank", "layout", "step ms", "tokens/s", "memory / device", "comm", "bubble", "candidates:",
                            "pruned", "explain:", "search time", "best:"})
     EXPECT_TRUE(Contains(r.out, want)) << want << "\n" << r.out;
-  Output p = Flowrun("plan " + out + " --dump");
+  Output p = Flowrun({"plan", out, "--dump"});
   EXPECT_EQ(p.code, 0) << p.out;
   EXPECT_TRUE(Contains(p.out, "predicted step time")) << p.out;
 
-  Output bad = Flowrun("search configs/mlp_ln_gelu.yaml");  // no parallel.ranks, no cluster: section
+  Output bad = Flowrun({"search", "configs/mlp_ln_gelu.yaml"});  // no parallel.ranks, no cluster: section
   EXPECT_EQ(bad.code, 2) << bad.out;
   EXPECT_TRUE(Contains(bad.out, "[search] configs/mlp_ln_gelu.yaml")) << bad.out;
   EXPECT_TRUE(Contains(bad.out, "--ranks")) << bad.out;
-  Output big = Flowrun("search configs/gpt.yaml --ranks 8");  // its cluster: has 1 x 4 devices
+  Output big = Flowrun({"search", "configs/gpt.yaml", "--ranks", "8"});  // its cluster: has 1 x 4 devices
   EXPECT_EQ(big.code, 2) << big.out;
   EXPECT_TRUE(Contains(big.out, "fewer than the 8 ranks")) << big.out;
-  Output odd = Flowrun("search configs/mlp.yaml --ranks 4 --micro-batches 3");
+  Output odd = Flowrun({"search", "configs/mlp.yaml", "--ranks", "4", "--micro-batches", "3"});
   EXPECT_EQ(odd.code, 2) << odd.out;
   EXPECT_TRUE(Contains(odd.out, "micro-batch count 3")) << odd.out;
 }
