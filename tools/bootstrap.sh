@@ -9,7 +9,7 @@ packages=(
   libyaml-cpp-dev libcli11-dev                  # config, command line
   libonnx-dev libprotobuf-dev protobuf-compiler # ONNX import
   libopenmpi-dev openmpi-bin                    # ranks and CPU collectives
-  libdnnl-dev                                   # CPU GEMM (oneDNN)
+  libdnnl-dev ocl-icd-opencl-dev                # CPU GEMM (oneDNN; its CMake config looks for OpenCL)
   libgtest-dev procps                           # tests (the fault tests find rank processes with pgrep)
 )
 missing=()
