@@ -67,9 +67,16 @@ std::optional<std::vector<Step>> Validate(const Request& r, NdSbp cur, const std
   return steps;
 }
 
-// Builds the steps of a valid `order` into `b`; returns the dst buffers and names the steps.
-std::vector<int> Build(Builder& b, NdSbp cur, const std::vector<int>& order, const std::vector<Step>& steps,
-                       std::string* name) {
+// The strategy's name for `steps` along `order`: "all-gather" on 1-D, "all-reduce@1 > all-gather@0".
+std::string StepNames(const sbp::Placement& pl, const std::vector<int>& order, const std::vector<Step>& steps) {
+  if (pl.ndim() == 1) return std::string(Name(steps[0]));
+  std::string name;
+  for (size_t s = 0; s < order.size(); ++s) name += (s ? " > " : "") + std::string(Name(steps[s])) + "@" + std::to_string(order[s]);
+  return name;
+}
+
+// Builds the steps of a valid `order` into `b`; returns the dst buffers.
+std::vector<int> Build(Builder& b, NdSbp cur, const std::vector<int>& order, const std::vector<Step>& steps) {
   const Request& r = b.request();
   const sbp::Placement& pl = r.src_place;
   std::vector<int> bufs = b.src();  // per device index
@@ -92,27 +99,55 @@ std::vector<int> Build(Builder& b, NdSbp cur, const std::vector<int>& order, con
       for (int64_t k = 0; k < pl.hierarchy()[a]; ++k) bufs[static_cast<size_t>(first + k * stride)] = out[static_cast<size_t>(k)];
     }
     cur[a] = r.dst[a];
-    if (pl.ndim() == 1) {
-      *name = std::string(Name(steps[s]));
-    } else {
-      *name += (s ? " > " : "") + std::string(Name(steps[s])) + "@" + std::to_string(a);
-    }
   }
   return bufs;
 }
 
-}  // namespace
-
-std::optional<Built> Identity(Builder& b) {
-  const Request& r = b.request();
-  if (!(r.src_place == r.dst_place)) return std::nullopt;
-  for (int a = 0; a < r.src.size(); ++a)
-    if (!(r.src[a] == r.dst[a]) && !Trivial(r.src_place, a)) return std::nullopt;
-  return Built{"identity", b.src()};
+// What Build would count, without building, when every step's group tensor is equally large in
+// every group (each step's nd-SBP with its own axis made B splits every tensor axis evenly): then
+// every rank takes part in one group per step and moves the same bytes, summed in step order as
+// the Builder sums them. nullopt when some pieces are uneven.
+struct Count {
+  double bytes = 0;
+  int collectives = 0;
+};
+std::optional<Count> EvenCount(const Request& r, NdSbp cur, const std::vector<int>& order, const std::vector<Step>& steps) {
+  const sbp::Placement& pl = r.src_place;
+  Count n;
+  for (size_t s = 0; s < order.size(); ++s) {
+    const int a = order[s];
+    NdSbp whole = cur;
+    whole[a] = Sbp::B();
+    double size = static_cast<double>(SizeOf(r.dtype));
+    for (int k = 0; k < r.logical.rank(); ++k) {
+      int64_t parts = 1;
+      for (int c = 0; c < pl.ndim(); ++c)
+        if (whole[c].is_split() && whole[c].axis() == k) parts *= pl.hierarchy()[c];
+      if (r.logical[k] % parts) return std::nullopt;
+      size *= static_cast<double>(r.logical[k] / parts);
+    }
+    const double p = static_cast<double>(pl.hierarchy()[a]);
+    switch (steps[s]) {
+      case Step::kAllReduce: n.bytes += 2 * (p - 1) / p * size; break;
+      case Step::kAllToAll: n.bytes += (p - 1) / (p * p) * size; break;
+      case Step::kReduceScatter:
+      case Step::kAllGather: n.bytes += (p - 1) / p * size; break;
+      default: break;
+    }
+    n.collectives += IsLocal(steps[s]) ? 0 : 1;
+    cur[a] = r.dst[a];
+  }
+  return n;
 }
 
-std::optional<Built> SamePlacement(Builder& b) {
-  const Request& r = b.request();
+struct Route {
+  NdSbp start;
+  std::vector<int> order;
+  std::vector<Step> steps;
+};
+
+// The route SamePlacement takes, or nullopt when it declines (identity's case included).
+std::optional<Route> Choose(const Request& r) {
   if (!(r.src_place == r.dst_place)) return std::nullopt;
   const sbp::Placement& pl = r.src_place;
   NdSbp start = r.src;
@@ -127,8 +162,7 @@ std::optional<Built> SamePlacement(Builder& b) {
   if (axes.empty() || !sbp::Check(r.logical, start, pl).ok()) return std::nullopt;  // empty: identity's
 
   // Every order of the differing axes (few: a mesh has 1 to 3 axes); keep the best valid one.
-  std::optional<std::vector<int>> best_order;
-  std::vector<Step> best_steps;
+  std::optional<Route> best;
   double best_bytes = 0;
   std::vector<int> best_key;
   std::vector<int> order = axes;
@@ -137,25 +171,55 @@ std::optional<Built> SamePlacement(Builder& b) {
     if (!steps) continue;
     double bytes = 0;
     if (order.size() > 1) {
-      Builder trial(r, /*dry=*/true);
-      std::string unused;
-      Build(trial, start, order, *steps, &unused);
-      bytes = trial.bytes_per_rank_max();
+      if (std::optional<Count> n = EvenCount(r, start, order, *steps)) {
+        bytes = n->bytes;
+      } else {
+        Builder trial(r, /*dry=*/true);
+        Build(trial, start, order, *steps);
+        bytes = trial.bytes_per_rank_max();
+      }
     }
     std::vector<int> key;
     for (Step s : *steps) key.push_back(Priority(s));
-    if (!best_order || bytes < best_bytes || (bytes == best_bytes && key < best_key)) {
-      best_order = order;
-      best_steps = *steps;
+    if (!best || bytes < best_bytes || (bytes == best_bytes && key < best_key)) {
+      best = Route{start, order, *steps};
       best_bytes = bytes;
       best_key = key;
     }
   } while (std::next_permutation(order.begin(), order.end()));
-  if (!best_order) return std::nullopt;
+  return best;
+}
 
+bool IsIdentity(const Request& r) {
+  if (!(r.src_place == r.dst_place)) return false;
+  for (int a = 0; a < r.src.size(); ++a)
+    if (!(r.src[a] == r.dst[a]) && !Trivial(r.src_place, a)) return false;
+  return true;
+}
+
+}  // namespace
+
+std::optional<Built> Identity(Builder& b) {
+  if (!IsIdentity(b.request())) return std::nullopt;
+  return Built{"identity", b.src()};
+}
+
+std::optional<Built> SamePlacement(Builder& b) {
+  std::optional<Route> route = Choose(b.request());
+  if (!route) return std::nullopt;
   Built built;
-  built.dst = Build(b, start, *best_order, best_steps, &built.strategy);
+  built.strategy = StepNames(b.request().src_place, route->order, route->steps);
+  built.dst = Build(b, route->start, route->order, route->steps);
   return built;
+}
+
+std::optional<Estimate> PriceOnePlacement(const Request& r) {
+  if (IsIdentity(r)) return Estimate{"identity", 0, 0, 0};
+  std::optional<Route> route = Choose(r);
+  if (!route) return CountScatter(r);
+  std::optional<Count> n = EvenCount(r, route->start, route->order, route->steps);
+  if (!n) return std::nullopt;
+  return Estimate{StepNames(r.src_place, route->order, route->steps), n->bytes, n->collectives, 0};
 }
 
 }  // namespace fr::boxing

@@ -1,6 +1,6 @@
 // The chain: request validation, then the strategies in order (boxing.h), for Box() and Price().
+#include <algorithm>
 #include <limits>
-#include <set>
 
 #include "boxing/strategies.h"
 
@@ -14,13 +14,15 @@ using StrategyFn = std::optional<Built> (*)(Builder&);
 constexpr StrategyFn kChain[] = {Identity, SamePlacement, CrossPlacement, Fallback};
 
 Status CheckSide(const char* side, const Shape& logical, const sbp::NdSbp& nd, const sbp::Placement& p) {
-  std::string where = std::string("[boxing] ") + side + " " + nd.ToString() + " on " + p.ToString() + ": ";
-  if (p.size() == 0) return Status::Invalid(where + "the placement is empty");
-  std::set<int> seen;
-  for (int r : p.ranks()) {
-    if (r < 0 || !seen.insert(r).second) return Status::Invalid(where + "rank " + std::to_string(r) + " is negative or repeated");
+  auto where = [&] { return std::string("[boxing] ") + side + " " + nd.ToString() + " on " + p.ToString() + ": "; };
+  if (p.size() == 0) return Status::Invalid(where() + "the placement is empty");
+  const std::vector<int>& ranks = p.ranks();
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    bool repeated = std::find(ranks.begin(), ranks.begin() + static_cast<long>(i), ranks[i]) != ranks.begin() + static_cast<long>(i);
+    if (ranks[i] < 0 || repeated) return Status::Invalid(where() + "rank " + std::to_string(ranks[i]) + " is negative or repeated");
   }
-  return sbp::Check(logical, nd, p).With(where);
+  Status s = sbp::Check(logical, nd, p);
+  return s.ok() ? s : s.With(where());
 }
 
 Status CheckRequest(const Request& r) {
@@ -41,6 +43,8 @@ Result<Plan> Box(const Request& r) {
 
 Estimate Price(const Request& r) {
   if (!CheckRequest(r).ok()) return Estimate{"invalid", std::numeric_limits<double>::infinity(), 0};
+  if (!(r.src_place == r.dst_place)) return CountScatter(r);
+  if (std::optional<Estimate> e = PriceOnePlacement(r)) return *e;
   for (StrategyFn strategy : kChain) {
     Builder b(r, /*dry=*/true);
     if (std::optional<Built> got = strategy(b))

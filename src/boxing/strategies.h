@@ -21,6 +21,12 @@ struct Built {
 std::optional<Built> Identity(Builder& b);
 // Same placement: one 1-D step per differing mesh axis (same_placement.cpp).
 std::optional<Built> SamePlacement(Builder& b);
+// Price's shortcuts: the Estimate of the plan the chain would build, counted without building it.
+// One placement: Identity's, SamePlacement's when every step's group tensor is equally large in
+// every group, else Fallback's; nullopt for uneven pieces (Price builds those dry).
+std::optional<Estimate> PriceOnePlacement(const Request& r);
+// CrossPlacement's or Fallback's, for a request the strategies before them decline.
+Estimate CountScatter(const Request& r);
 // Different placements, src without partial axes: send/recv of intersections (scatter.cpp).
 std::optional<Built> CrossPlacement(Builder& b);
 // Never declines (scatter.cpp).

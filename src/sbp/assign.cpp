@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "base/glob.h"
@@ -53,15 +54,19 @@ class Assigner {
     a_.value_sbp.assign(g_.values.size(), NdSbp());
     a_.node_sig.resize(g_.nodes.size());
     consumers_ = g_.Consumers();
-    price_memo_.reserve(1 << 14);
     backward_of_.assign(g_.nodes.size(), {});
     std::map<std::pair<std::vector<int64_t>, int>, int> classes;
     for (const ir::Value& v : g_.values) {
       std::vector<int64_t> dims;
       for (int d = 0; d < v.type.shape.rank(); ++d) dims.push_back(v.type.shape[d]);
-      type_class_.push_back(classes.emplace(std::make_pair(dims, static_cast<int>(v.type.dtype)), static_cast<int>(classes.size())).first->second);
+      auto [it, fresh] = classes.emplace(std::make_pair(dims, static_cast<int>(v.type.dtype)), static_cast<int>(classes.size()));
+      type_class_.push_back(it->second);
+      if (fresh && o_.prices) shared_type_.push_back(o_.prices->TypeId(v.type.shape, v.type.dtype));
     }
+    if (o_.prices)
+      for (const Placement& p : o_.stages) shared_place_.push_back(o_.prices->PlaceId(p));
     for (const ir::Node& node : g_.nodes) flops_.push_back(OpFlops(g_, node));
+    MapNodes();
     for (const Placement& a : o_.stages)
       for (const Placement& b : o_.stages) same_place_.push_back(a == b);
     has_grad_.assign(g_.values.size(), false);
@@ -287,30 +292,50 @@ class Assigner {
 
   int NodeOf(int rank) const { return o_.cluster.devices_per_node > 0 ? rank / o_.cluster.devices_per_node : 0; }
 
+  // Which movements involve ranks on more than one node, per stage pair and per (stage, mesh
+  // axis): computed once, as CrossesNodes asks on every price the memo misses.
+  void MapNodes() {
+    const size_t S = o_.stages.size();
+    spans_pair_.assign(S * S, false);
+    spans_axis_.assign(S, {});
+    if (o_.cluster.devices_per_node <= 0) return;
+    for (size_t s = 0; s < S; ++s) {
+      const Placement& a = o_.stages[s];
+      const int node = NodeOf(a.ranks()[0]);
+      for (size_t t = 0; t < S; ++t) {
+        bool spans = false;
+        for (int r : a.ranks()) spans = spans || NodeOf(r) != node;
+        for (int r : o_.stages[t].ranks()) spans = spans || NodeOf(r) != node;
+        spans_pair_[s * S + t] = spans;
+      }
+      // Mesh axis x spans nodes when two devices that differ only in their coordinate on x do.
+      for (int x = 0; x < a.ndim(); ++x) {
+        bool spans = false;
+        for (int i = 0; i < a.size() && !spans; ++i) {
+          std::vector<int64_t> c = a.Coords(i);
+          c[static_cast<size_t>(x)] = 0;
+          for (int j = 0; j < a.size() && !spans; ++j) {
+            std::vector<int64_t> d = a.Coords(j);
+            d[static_cast<size_t>(x)] = 0;
+            spans = d == c && NodeOf(a.ranks()[static_cast<size_t>(j)]) != NodeOf(a.ranks()[static_cast<size_t>(i)]);
+          }
+        }
+        spans_axis_[s].push_back(spans);
+      }
+    }
+  }
+
   // Whether a movement from stage `src` to stage `dst` by `strategy` ("all-gather@1 > ..." on a
   // mesh, one step name on 1-D) involves ranks on different nodes.
   bool CrossesNodes(int src, int dst, const std::string& strategy) const {
-    if (o_.cluster.devices_per_node <= 0) return false;
+    const size_t S = o_.stages.size();
+    if (!spans_pair_[static_cast<size_t>(src) * S + static_cast<size_t>(dst)]) return false;
     const Placement& a = o_.stages[static_cast<size_t>(src)];
-    const Placement& b = o_.stages[static_cast<size_t>(dst)];
-    const int node = NodeOf(a.ranks()[0]);
-    bool spans = false;
-    for (int r : a.ranks()) spans = spans || NodeOf(r) != node;
-    for (int r : b.ranks()) spans = spans || NodeOf(r) != node;
-    if (!spans || src != dst || a.ndim() == 1 || strategy.find('@') == std::string::npos) return spans;
+    if (src != dst || a.ndim() == 1 || strategy.find('@') == std::string::npos) return true;
     // On a mesh, only the axes the steps run along matter.
     for (size_t at = strategy.find('@'); at != std::string::npos; at = strategy.find('@', at + 1)) {
       int axis = std::atoi(strategy.c_str() + at + 1);
-      if (axis < 0 || axis >= a.ndim()) return true;
-      for (int i = 0; i < a.size(); ++i) {
-        std::vector<int64_t> c = a.Coords(i);
-        if (c[static_cast<size_t>(axis)] != 0) continue;
-        for (int j = 0; j < a.size(); ++j) {
-          std::vector<int64_t> d = a.Coords(j);
-          d[static_cast<size_t>(axis)] = 0;
-          if (d == c && NodeOf(a.ranks()[static_cast<size_t>(j)]) != NodeOf(a.ranks()[static_cast<size_t>(i)])) return true;
-        }
-      }
+      if (axis < 0 || axis >= a.ndim() || spans_axis_[static_cast<size_t>(src)][static_cast<size_t>(axis)]) return true;
     }
     return false;
   }
@@ -324,11 +349,20 @@ class Assigner {
     const Placement& dst_place = o_.stages[static_cast<size_t>(dst)];
     const double rate = Rate(per_step_[static_cast<size_t>(v)]);
     // Values of one type on one stage price alike: the key is the type's class, not the value.
-    PriceKey key{static_cast<uint64_t>(type_class_[static_cast<size_t>(v)]) << 16 |
-                     static_cast<uint64_t>(a_.value_stage[static_cast<size_t>(v)]) << 8 | static_cast<uint64_t>(dst),
-                 Code(have), Code(want)};
-    auto it = price_memo_.find(key);
-    if (it != price_memo_.end()) return rate * it->second;
+    const int type = type_class_[static_cast<size_t>(v)];
+    const uint64_t h = Code(have), w = Code(want);
+    PriceCache::Key key{static_cast<uint64_t>(type) << 16 | static_cast<uint64_t>(src) << 8 | static_cast<uint64_t>(dst), h, w};
+    if (const double* c = price_memo_.Find(key)) return rate * *c;
+    PriceCache::Key shared{};
+    if (o_.prices) {
+      shared = {static_cast<uint64_t>(shared_type_[static_cast<size_t>(type)]) << 32 |
+                    static_cast<uint64_t>(shared_place_[src]) << 16 | static_cast<uint64_t>(shared_place_[static_cast<size_t>(dst)]),
+                h, w};
+      if (std::optional<double> c = o_.prices->Find(shared)) {
+        price_memo_.Put(key, *c);
+        return rate * *c;
+      }
+    }
     boxing::Request r{g_.type(v).shape, g_.type(v).dtype, src_place, have, dst_place, want};
     boxing::Estimate e = boxing::Price(r);
     // Collectives pay the collective latency, point-to-point messages (send-recv, the fallback)
@@ -339,7 +373,8 @@ class Assigner {
     const double message = inter || o_.cluster.p2p_latency <= 0 ? latency : o_.cluster.p2p_latency;
     double c = e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) +
                e.collectives * (latency + o_.cluster.op_overhead) + e.messages * (message + o_.cluster.op_overhead);
-    price_memo_.emplace(key, c);
+    price_memo_.Put(key, c);
+    if (o_.prices) o_.prices->Put(shared, c);
     return rate * c;
   }
 
@@ -848,18 +883,6 @@ class Assigner {
   std::vector<NdSbp> hint_;
   std::vector<int> dp_axes_;
   std::vector<std::vector<NdSignature>> cands_;
-  struct PriceKey {
-    uint64_t value_stage, have, want;
-    bool operator==(const PriceKey&) const = default;
-  };
-  struct PriceKeyHash {
-    size_t operator()(const PriceKey& k) const {
-      uint64_t h = k.value_stage * 0x9E3779B97F4A7C15ULL;
-      h = (h ^ (h >> 29) ^ k.have) * 0xC2B2AE3D27D4EB4FULL;
-      h = (h ^ (h >> 31) ^ k.want) * 0x165667B19E3779F9ULL;
-      return static_cast<size_t>(h ^ (h >> 32));
-    }
-  };
   // One byte per mesh axis (kind, split axis, reduction): meshes have at most 8 axes.
   static uint64_t Code(const NdSbp& nd) {
     uint64_t c = static_cast<uint64_t>(nd.size());
@@ -867,12 +890,16 @@ class Assigner {
       c = c << 8 | (static_cast<uint64_t>(nd[a].kind()) << 6 | static_cast<uint64_t>(nd[a].reduce()) << 4 | static_cast<uint64_t>(nd[a].axis() & 15));
     return c;
   }
-  mutable std::unordered_map<PriceKey, double, PriceKeyHash> price_memo_;
+  mutable FlatMap<double> price_memo_{1 << 14};
+  std::vector<int> shared_type_;                    // per type class: its id in o_.prices
+  std::vector<int> shared_place_;                   // per stage: its placement's id in o_.prices
   std::vector<std::vector<NodeId>> backward_of_;    // per forward node: the backward nodes derived from it
   std::unordered_map<ValueId, NodeId> update_of_;   // parameter -> its update node
   std::vector<int> type_class_;                     // per value: one id per (shape, dtype)
   std::vector<double> flops_;                       // per node: OpFlops
   std::vector<bool> same_place_;                    // per (stage, stage): the same placement
+  std::vector<bool> spans_pair_;                    // per (stage, stage): their ranks sit on several nodes
+  std::vector<std::vector<bool>> spans_axis_;       // per stage, per mesh axis: its groups span nodes
   std::vector<bool> has_grad_;                      // per value: something computes its gradient
   bool mirror_ = false;                             // greedy start: forward ops pay for their backward
   bool logging_ = false;                            // Place/SetValue record what they overwrite
@@ -883,5 +910,31 @@ class Assigner {
 }  // namespace
 
 Result<Assignment> Assign(const ir::TrainingGraph& tg, const AssignOptions& opt) { return Assigner(tg, opt).Run(); }
+
+int PriceCache::TypeId(const Shape& shape, DType dtype) {
+  std::vector<int64_t> dims;
+  for (int d = 0; d < shape.rank(); ++d) dims.push_back(shape[d]);
+  std::lock_guard<std::mutex> lock(mu_);
+  return types_.emplace(std::make_pair(std::move(dims), static_cast<int>(dtype)), static_cast<int>(types_.size())).first->second;
+}
+
+int PriceCache::PlaceId(const Placement& p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < places_.size(); ++i)
+    if (places_[i] == p) return static_cast<int>(i);
+  places_.push_back(p);
+  return static_cast<int>(places_.size() - 1);
+}
+
+std::optional<double> PriceCache::Find(const Key& k) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double* c = prices_.Find(k);
+  return c ? std::optional<double>(*c) : std::nullopt;
+}
+
+void PriceCache::Put(const Key& k, double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prices_.Put(k, seconds);
+}
 
 }  // namespace fr::sbp

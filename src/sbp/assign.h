@@ -44,10 +44,14 @@
 // optimizer state is sharded and its readers gather it.
 #pragma once
 
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "base/flat_map.h"
 #include "ir/training.h"
 #include "sbp/sbp.h"
 
@@ -74,6 +78,25 @@ struct NdSignature {
   std::string ToString() const;
 };
 
+// Boxing prices shared by many assignments on one cluster: `flowrun search` assigns dozens of
+// layouts of one model whose movements repeat (the same tensor types, placements and SBPs). An
+// entry is the seconds of one movement under one Cluster, so a cache serves one cluster only.
+// Thread-safe; assignments keep their own memo in front of it.
+class PriceCache {
+ public:
+  using Key = FlatMap<double>::Key;
+  int TypeId(const Shape& shape, DType dtype);  // small ids for what keys name
+  int PlaceId(const Placement& p);
+  std::optional<double> Find(const Key& k);
+  void Put(const Key& k, double seconds);
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<std::vector<int64_t>, int>, int> types_;
+  std::vector<Placement> places_;
+  FlatMap<double> prices_{1 << 16};
+};
+
 struct AssignOptions {
   std::vector<Placement> stages;                      // at least one
   std::vector<int> node_stage;                        // per node
@@ -83,6 +106,7 @@ struct AssignOptions {
   int64_t micro_batches = 1;
   Cluster cluster;
   bool group_moves = true;  // step 4 below; `flowrun search` ranks candidates without it first
+  PriceCache* prices = nullptr;  // shared across assignments on the same cluster; may be null
 };
 
 // One priced boxing edge: a value moving from its nd-SBP to what consumers on `dst_stage` want.

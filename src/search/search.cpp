@@ -113,7 +113,7 @@ struct Prepared {
 
 // Prices a candidate whose config is set: assignment, stage times, memory. `thorough`: with the
 // assigner's group moves, as `flowrun plan` assigns.
-void Price(const Prepared& prep, int ranks, bool thorough, Candidate* cand) {
+void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* prices, Candidate* cand) {
   const ir::TrainingGraph& tg = prep.c.training;
   const ir::Graph& g = tg.graph;
   auto ao = Layout(cand->config, tg, ranks);
@@ -122,6 +122,7 @@ void Price(const Prepared& prep, int ranks, bool thorough, Candidate* cand) {
     return;
   }
   ao->group_moves = thorough;
+  ao->prices = prices;
   Candidate fresh;  // the layout kept, every price cleared (a leader is priced twice)
   fresh.dp = cand->dp;
   fresh.tp = cand->tp;
@@ -331,12 +332,14 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
 
   // Price them in parallel (candidates are independent, the graphs read only): first all of them
   // with the assigner's quick passes, then the leaders exactly as `flowrun plan` will plan them.
+  // Their movements repeat, so their boxing prices are shared.
+  sbp::PriceCache prices;
   auto price_all = [&](const std::vector<Candidate*>& list, bool thorough) {
     std::atomic<size_t> next{0};
     auto worker = [&] {
       for (size_t i = next++; i < list.size(); i = next++) {
         Candidate& c = *list[i];
-        Price(*prepared.at(c.micro_batches), out.ranks, thorough, &c);
+        Price(*prepared.at(c.micro_batches), out.ranks, thorough, &prices, &c);
         if (c.pruned.empty() && c.memory > out.capacity) {
           c.pruned = "memory " + HumanBytes(c.memory) + " per device > capacity " + HumanBytes(out.capacity);
         }

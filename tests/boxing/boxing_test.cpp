@@ -305,22 +305,45 @@ TEST(Boxing, Int64) {
   RunAll(Pairs({Shape{7, 5}}, Ranks({0, 1}), Ranks({1, 2, 3}), {kS0, kB, kP}, DType::kI64), "Int64_cross");
 }
 
+// Price counts without building (boxing.h): its strategy, bytes, collectives and messages must be
+// those of the plan Box() builds, on even and uneven pieces, one placement and two.
 TEST(Boxing, PriceAgrees) {
-  std::vector<Request> rs = Pairs({Shape{7, 5}}, Ranks({0, 1, 2, 3}), Ranks({0, 1, 2, 3}), {kS0, kS1, kB, kP, kPMax});
-  for (Request& q : Pairs({Shape{7, 5}}, Mesh({2, 2}), Mesh({2, 2}), {kS0, kS1, kB, kP})) rs.push_back(std::move(q));
-  for (Request& q : Pairs({Shape{7, 5}}, Ranks({0, 1}), Ranks({1, 2, 3}), {kS0, kB, kP})) rs.push_back(std::move(q));
+  std::vector<Request> rs = Pairs({Shape{7, 5}, Shape{8, 4}}, Ranks({0, 1, 2, 3}), Ranks({0, 1, 2, 3}), {kS0, kS1, kB, kP, kPMax});
+  auto add = [&](std::vector<Request> more) {
+    for (Request& q : more) rs.push_back(std::move(q));
+  };
+  add(Pairs({Shape{7, 5}, Shape{8, 4}, Shape{4, 6, 8}}, Mesh({2, 2}), Mesh({2, 2}), {kS0, kS1, kB, kP, kPMax}));
+  add(Pairs({Shape{8, 12}, Shape{6, 4}}, Mesh({2, 4}), Mesh({2, 4}), {kS0, kS1, kB, kP}));
+  add(Pairs({Shape{8, 8}}, Mesh({2, 2, 2}), Mesh({2, 2, 2}), {kS0, kS1, kB, kP}));
+  add(Pairs({Shape{7, 5}}, Ranks({0, 1}), Ranks({1, 2, 3}), {kS0, kB, kP}));
+  add(Pairs({Shape{8, 4}, Shape{7, 5}}, Mesh({2, 2}), Mesh({2, 2}, 4), {kS0, kS1, kB, kP, kPMax}));
+  add(Pairs({Shape{8, 4}}, Mesh({2, 2}), Ranks({1, 2, 3}), {kS0, kS1, kB, kP}));
+  add(Pairs({Shape{8, 4}}, Ranks({0, 1}), Mesh({2, 2}, 1), {kS0, kS1, kB, kP}));
   int checked = 0;
+  std::set<std::string> strategies;
   for (const Request& r : rs) {
     if (!Fits(r)) continue;
     Result<Plan> p = Box(r);
     ASSERT_TRUE(p.ok()) << p.status().message();
+    std::map<int, int> sends, recvs;
+    for (const Task& t : p->tasks) {
+      if (t.op == Op::kSend) ++sends[t.rank];
+      if (t.op == Op::kRecv) ++recvs[t.rank];
+    }
+    int messages = 0;
+    for (const auto& [rank, n] : sends) messages = std::max(messages, n);
+    for (const auto& [rank, n] : recvs) messages = std::max(messages, n);
     Estimate e = Price(r);
     EXPECT_EQ(e.strategy, p->strategy) << Describe(r);
     EXPECT_EQ(std::llround(e.bytes_per_rank), p->bytes_per_rank_max) << Describe(r);
     EXPECT_EQ(e.collectives, p->collectives) << Describe(r);
+    EXPECT_EQ(e.messages, messages) << Describe(r);
+    strategies.insert(e.strategy.substr(0, e.strategy.find('@')));
     ++checked;
   }
-  EXPECT_GT(checked, 100);
+  EXPECT_GT(checked, 5000);
+  for (const char* s : {"identity", "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv", "fallback"})
+    EXPECT_TRUE(strategies.count(s)) << s;
 }
 
 TEST(Boxing, SimulatorRejectsBrokenPlans) {
