@@ -1,4 +1,4 @@
-// FlatMap: an open-addressing hash map from three 64-bit words to a value, for the cost model's
+// FlatMap: an open-addressing hash map from N 64-bit words to a value, for the cost model's
 // innermost memo (SBP assignment looks prices up millions of times a search). Linear probing in
 // one array, no per-entry allocation, grows at half load. Not thread-safe.
 #pragma once
@@ -10,10 +10,10 @@
 
 namespace fr {
 
-template <typename V>
+template <typename V, size_t N = 3>
 class FlatMap {
  public:
-  using Key = std::array<uint64_t, 3>;
+  using Key = std::array<uint64_t, N>;
 
   explicit FlatMap(size_t capacity = 1024) { Rehash(capacity); }
 
@@ -39,9 +39,8 @@ class FlatMap {
   size_t size() const { return size_; }
 
   static uint64_t Hash(const Key& k) {
-    uint64_t h = k[0] * 0x9E3779B97F4A7C15ULL;
-    h = (h ^ (h >> 29) ^ k[1]) * 0xC2B2AE3D27D4EB4FULL;
-    h = (h ^ (h >> 31) ^ k[2]) * 0x165667B19E3779F9ULL;
+    uint64_t h = 0x9E3779B97F4A7C15ULL;
+    for (uint64_t w : k) h = (h ^ (h >> 29) ^ w) * 0xC2B2AE3D27D4EB4FULL;
     return h ^ (h >> 32);
   }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 
@@ -65,6 +66,7 @@ class Assigner {
     }
     if (o_.prices)
       for (const Placement& p : o_.stages) shared_place_.push_back(o_.prices->PlaceId(p));
+    price_memo_.resize(classes.size() * o_.stages.size() * o_.stages.size());
     for (const ir::Node& node : g_.nodes) flops_.push_back(OpFlops(g_, node));
     MapNodes();
     for (const Placement& a : o_.stages)
@@ -349,17 +351,21 @@ class Assigner {
     const Placement& dst_place = o_.stages[static_cast<size_t>(dst)];
     const double rate = Rate(per_step_[static_cast<size_t>(v)]);
     // Values of one type on one stage price alike: the key is the type's class, not the value.
+    // One small table per (type class, stage pair) keeps a search's lookups for one value close.
     const int type = type_class_[static_cast<size_t>(v)];
+    const size_t S = o_.stages.size();
+    auto& memo = price_memo_[(static_cast<size_t>(type) * S + src) * S + static_cast<size_t>(dst)];
+    if (!memo) memo = std::make_unique<FlatMap<double, 2>>(64);
     const uint64_t h = Code(have), w = Code(want);
-    PriceCache::Key key{static_cast<uint64_t>(type) << 16 | static_cast<uint64_t>(src) << 8 | static_cast<uint64_t>(dst), h, w};
-    if (const double* c = price_memo_.Find(key)) return rate * *c;
+    const FlatMap<double, 2>::Key key{h, w};
+    if (const double* c = memo->Find(key)) return rate * *c;
     PriceCache::Key shared{};
     if (o_.prices) {
       shared = {static_cast<uint64_t>(shared_type_[static_cast<size_t>(type)]) << 32 |
                     static_cast<uint64_t>(shared_place_[src]) << 16 | static_cast<uint64_t>(shared_place_[static_cast<size_t>(dst)]),
                 h, w};
       if (std::optional<double> c = o_.prices->Find(shared)) {
-        price_memo_.Put(key, *c);
+        memo->Put(key, *c);
         return rate * *c;
       }
     }
@@ -373,7 +379,7 @@ class Assigner {
     const double message = inter || o_.cluster.p2p_latency <= 0 ? latency : o_.cluster.p2p_latency;
     double c = e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) +
                e.collectives * (latency + o_.cluster.op_overhead) + e.messages * (message + o_.cluster.op_overhead);
-    price_memo_.Put(key, c);
+    memo->Put(key, c);
     if (o_.prices) o_.prices->Put(shared, c);
     return rate * c;
   }
@@ -712,17 +718,77 @@ class Assigner {
     return c;
   }
 
+  // The nodes and values a group move led by `id` can read: the group (the op, its backward ops,
+  // its parameters' updates), the two rings around it that may re-pick, and what their costs read
+  // (one more hop). A rejected move is decided by these alone, so it needs no second look until
+  // one of them changes.
+  void Neighbourhood(NodeId id, std::vector<NodeId>* nodes, std::vector<ValueId>* values, std::vector<int>& mark_n,
+                     std::vector<int>& mark_v, int stamp) const {
+    nodes->clear();
+    values->clear();
+    auto add_n = [&](NodeId u) {
+      if (u < 0 || mark_n[static_cast<size_t>(u)] == stamp) return;
+      mark_n[static_cast<size_t>(u)] = stamp;
+      nodes->push_back(u);
+    };
+    add_n(id);
+    for (NodeId b : backward_of_[static_cast<size_t>(id)]) add_n(b);
+    for (ValueId v : g_.node(id).in) {
+      auto u = v == ir::kNoValue ? update_of_.end() : update_of_.find(v);
+      if (u != update_of_.end()) add_n(u->second);
+    }
+    size_t begin = 0;
+    for (int hop = 0; hop < 3; ++hop) {
+      const size_t end = nodes->size();
+      for (size_t i = begin; i < end; ++i) {
+        const ir::Node& un = g_.node((*nodes)[i]);
+        for (const auto* list : {&un.in, &un.out}) {
+          for (ValueId v : *list) {
+            if (v == ir::kNoValue) continue;
+            add_n(g_.value(v).producer);
+            for (NodeId c : consumers_[static_cast<size_t>(v)]) add_n(c);
+          }
+        }
+      }
+      begin = end;
+    }
+    for (NodeId u : *nodes) {
+      for (const auto* list : {&g_.node(u).in, &g_.node(u).out}) {
+        for (ValueId v : *list) {
+          if (v == ir::kNoValue || mark_v[static_cast<size_t>(v)] == stamp) continue;
+          mark_v[static_cast<size_t>(v)] = stamp;
+          values->push_back(v);
+        }
+      }
+    }
+  }
+
   void SearchGroups() {
     std::vector<int> mark_n(g_.nodes.size(), -1), mark_v(g_.values.size(), -1);
     int stamp = 0;
+    // Clocks: when each node or value last changed, and when each move was last rejected.
+    long clock = 0;
+    std::vector<long> node_changed(g_.nodes.size(), 0), value_changed(g_.values.size(), 0);
+    std::vector<std::vector<long>> rejected(g_.nodes.size());
+    std::vector<std::vector<NodeId>> hood_n(g_.nodes.size());
+    std::vector<std::vector<ValueId>> hood_v(g_.nodes.size());
     for (int round = 0; round < 4; ++round) {
       bool improved = false;
       for (size_t n = 0; n < g_.nodes.size(); ++n) {
         auto id = static_cast<NodeId>(n);
         // Forward ops lead strategies; any other op is worth moving only when it pays boxing.
         if (g_.nodes[n].phase != ir::Phase::kForward && Cost(id, a_.node_sig[n], true) <= Compute(id, a_.node_sig[n])) continue;
-        for (const NdSignature& s : cands_[n]) {
+        if (rejected[n].empty()) {
+          rejected[n].assign(cands_[n].size(), -1);
+          Neighbourhood(id, &hood_n[n], &hood_v[n], mark_n, mark_v, ++stamp);
+        }
+        long last_change = 0;
+        for (NodeId u : hood_n[n]) last_change = std::max(last_change, node_changed[static_cast<size_t>(u)]);
+        for (ValueId v : hood_v[n]) last_change = std::max(last_change, value_changed[static_cast<size_t>(v)]);
+        for (size_t k = 0; k < cands_[n].size(); ++k) {
+          const NdSignature& s = cands_[n][k];
           if (s == a_.node_sig[n]) continue;
+          if (rejected[n][k] >= last_change) continue;  // nothing it reads changed since
           node_log_.clear();
           value_log_.clear();
           logging_ = true;
@@ -752,10 +818,23 @@ class Assigner {
           for (ValueId v : values) new_sbps.push_back(a_.value_sbp[static_cast<size_t>(v)]);
           Undo();
           double before = Local(nodes, values);
+          ++clock;
           if (after < before - 1e-12) {
-            for (size_t k = 0; k < nodes.size(); ++k) a_.node_sig[static_cast<size_t>(nodes[k])] = new_sigs[k];
-            for (size_t k = 0; k < values.size(); ++k) a_.value_sbp[static_cast<size_t>(values[k])] = new_sbps[k];
+            for (size_t j = 0; j < nodes.size(); ++j) {
+              NdSignature& cur = a_.node_sig[static_cast<size_t>(nodes[j])];
+              if (!(cur == new_sigs[j])) node_changed[static_cast<size_t>(nodes[j])] = clock;
+              cur = new_sigs[j];
+            }
+            for (size_t j = 0; j < values.size(); ++j) {
+              NdSbp& cur = a_.value_sbp[static_cast<size_t>(values[j])];
+              if (!(cur == new_sbps[j])) value_changed[static_cast<size_t>(values[j])] = clock;
+              cur = new_sbps[j];
+            }
             improved = true;
+            // Its own neighbourhood changed: what is left of this op's candidates reads the new state.
+            last_change = clock;
+          } else {
+            rejected[n][k] = clock;
           }
         }
       }
@@ -890,7 +969,7 @@ class Assigner {
       c = c << 8 | (static_cast<uint64_t>(nd[a].kind()) << 6 | static_cast<uint64_t>(nd[a].reduce()) << 4 | static_cast<uint64_t>(nd[a].axis() & 15));
     return c;
   }
-  mutable FlatMap<double> price_memo_{1 << 14};
+  mutable std::vector<std::unique_ptr<FlatMap<double, 2>>> price_memo_;  // per (type class, stage, stage)
   std::vector<int> shared_type_;                    // per type class: its id in o_.prices
   std::vector<int> shared_place_;                   // per stage: its placement's id in o_.prices
   std::vector<std::vector<NodeId>> backward_of_;    // per forward node: the backward nodes derived from it
