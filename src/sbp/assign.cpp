@@ -230,6 +230,12 @@ class Assigner {
         for (const Signature& c : chosen) v.push_back(c.out[i]);
         s.out.push_back(NdSbp(v));
       }
+      for (int x = 0; x < p.ndim(); ++x) {
+        bool splits = false;
+        for (const NdSbp& y : s.in) splits = splits || (y.size() && !y[x].is_broadcast());
+        for (const NdSbp& y : s.out) splits = splits || !y[x].is_broadcast();
+        if (splits) s.work_axes |= static_cast<uint8_t>(1u << x);
+      }
       if (Fits(id, s)) cands.push_back(std::move(s));
       return;
     }
@@ -388,12 +394,8 @@ class Assigner {
     const ir::Node& n = g_.node(id);
     const Placement& p = PlaceOfNode(id);
     double share = 1;
-    for (int a = 0; a < p.ndim(); ++a) {
-      bool splits = false;
-      for (const NdSbp& x : s.in) splits = splits || (x.size() && !x[a].is_broadcast());
-      for (const NdSbp& x : s.out) splits = splits || !x[a].is_broadcast();
-      if (splits) share *= static_cast<double>(p.hierarchy()[a]);
-    }
+    for (int a = 0; a < p.ndim(); ++a)
+      if (s.work_axes >> a & 1) share *= static_cast<double>(p.hierarchy()[a]);
     bool micro = n.phase != ir::Phase::kOptimizer;
     return Rate(!micro) * (flops_[static_cast<size_t>(id)] / share / o_.cluster.flops + o_.cluster.op_overhead);
   }
@@ -600,19 +602,16 @@ class Assigner {
   // replicated (every device computes the same whole gradient).
 
   NdSbp Dual(const NdSignature& s, const NdSbp& x) const {
-    std::vector<Sbp> d;
+    NdSbp d = x;
     for (int a = 0; a < x.size(); ++a) {
-      bool replicated = true;
-      for (const NdSbp& y : s.in) replicated = replicated && (!y.size() || y[a].is_broadcast());
-      for (const NdSbp& y : s.out) replicated = replicated && y[a].is_broadcast();
-      if (replicated) {
-        d.push_back(Sbp::B());
+      if (!(s.work_axes >> a & 1)) {
+        d[a] = Sbp::B();
       } else {
         if (x[a].is_partial() && x[a].reduce() != Reduce::kSum) return {};
-        d.push_back(x[a].Dual());
+        d[a] = x[a].Dual();
       }
     }
-    return NdSbp(d);
+    return d;
   }
 
   // What a backward op of forward op n (signature s) should see for value x; empty when free.

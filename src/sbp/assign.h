@@ -74,6 +74,7 @@ struct Cluster {
 
 struct NdSignature {
   std::vector<NdSbp> in, out;
+  uint8_t work_axes = 0;  // bit a: the op's work is divided along mesh axis a (something not B there)
   bool operator==(const NdSignature&) const = default;
   std::string ToString() const;
 };
