@@ -93,11 +93,12 @@ class Assigner {
     for (const ir::ParamGrad& pg : tg_.params) update_of_[pg.param] = pg.update;
     // Two starts, each polished by refinement and group moves; the cheaper wins (ties: the first).
     Assignment best;
+    std::vector<int> best_sig;
     double best_cost = kInf;
     for (bool mirror : {false, true}) {
       mirror_ = mirror;
       a_.value_sbp.assign(g_.values.size(), NdSbp());
-      a_.node_sig.assign(g_.nodes.size(), NdSignature());
+      sig_.assign(g_.nodes.size(), -1);
       RETURN_IF_ERROR(Solve());
       if (o_.group_moves) {
         SearchGroups();
@@ -108,9 +109,12 @@ class Assigner {
       if (c < best_cost - 1e-12) {
         best_cost = c;
         best = a_;
+        best_sig = sig_;
       }
     }
     a_ = std::move(best);
+    sig_ = std::move(best_sig);
+    for (size_t n = 0; n < g_.nodes.size(); ++n) a_.node_sig[n] = Sig(static_cast<NodeId>(n));
     Total();
     Breakdown();
     return a_;
@@ -434,7 +438,7 @@ class Assigner {
   bool WantedByOther(ValueId v, int stage, const NdSbp& want, NodeId self) const {
     for (NodeId u : consumers_[static_cast<size_t>(v)]) {
       if (u == self || o_.node_stage[static_cast<size_t>(u)] != stage) continue;
-      const NdSignature& us = a_.node_sig[static_cast<size_t>(u)];
+      const NdSignature& us = Sig(u);
       for (size_t i = 0; i < us.in.size(); ++i)
         if (g_.node(u).in[i] == v && us.in[i] == want) return true;
     }
@@ -445,7 +449,7 @@ class Assigner {
     std::vector<std::pair<int, NdSbp>> seen;
     double c = 0;
     for (NodeId u : consumers_[static_cast<size_t>(v)]) {
-      const NdSignature& us = a_.node_sig[static_cast<size_t>(u)];
+      const NdSignature& us = Sig(u);
       if (us.in.empty()) continue;  // not placed yet
       for (size_t i = 0; i < g_.node(u).in.size(); ++i) {
         if (g_.node(u).in[i] != v) continue;
@@ -502,7 +506,7 @@ class Assigner {
       if (val.kind == ir::ValueKind::kParam) {
         c += Boxing(v, back, a_.value_stage[static_cast<size_t>(v)], s.in[i]);
       } else if (val.producer >= 0 && a_.value_sbp[static_cast<size_t>(v)].size()) {
-        const NdSignature& ps = a_.node_sig[static_cast<size_t>(val.producer)];
+        const NdSignature& ps = Sig(val.producer);
         NdSbp there = Dual(ps, a_.value_sbp[static_cast<size_t>(v)]);
         if (there.size()) c += Boxing(v, back, o_.node_stage[static_cast<size_t>(val.producer)], there);
       }
@@ -515,7 +519,7 @@ class Assigner {
     const ir::Node& bn = g_.node(b);
     if (bn.origin < 0) return true;
     const ir::Node& n = g_.node(bn.origin);
-    const NdSignature& s = a_.node_sig[static_cast<size_t>(bn.origin)];
+    const NdSignature& s = Sig(bn.origin);
     if (s.in.empty()) return true;
     for (size_t i = 0; i < bn.in.size(); ++i) {
       NdSbp m = Mirror(n, s, bn.in[i]);
@@ -547,8 +551,15 @@ class Assigner {
       }
     }
     if (best == cands.size()) return Status::Invalid("[sbp] op '" + n.name + "' has no signature that takes its parameter as it is");
-    Place(id, cands[best]);
+    Place(id, best);
     return Status::Ok();
+  }
+
+  // The signature node n holds now (empty while it is not placed).
+  const NdSignature& Sig(NodeId n) const {
+    static const NdSignature kNone;
+    const int k = sig_[static_cast<size_t>(n)];
+    return k < 0 ? kNone : cands_[static_cast<size_t>(n)][static_cast<size_t>(k)];
   }
 
   void SetValue(ValueId v, const NdSbp& nd) {
@@ -557,8 +568,11 @@ class Assigner {
     cur = nd;
   }
 
-  void Place(NodeId id, const NdSignature& s) {
-    if (logging_) node_log_.emplace_back(id, a_.node_sig[static_cast<size_t>(id)]);
+  // Gives node `id` its candidate `k`; sources it reads that are not placed yet take what it wants
+  // where they may, else their cheapest layout.
+  void Place(NodeId id, size_t k) {
+    if (logging_) node_log_.emplace_back(id, sig_[static_cast<size_t>(id)]);
+    const NdSignature& s = cands_[static_cast<size_t>(id)][k];
     const ir::Node& n = g_.node(id);
     const Placement& p = PlaceOfNode(id);
     for (size_t i = 0; i < n.in.size(); ++i) {
@@ -580,12 +594,12 @@ class Assigner {
       SetValue(v, pick);
     }
     for (size_t i = 0; i < n.out.size(); ++i) SetValue(n.out[i], s.out[i]);
-    a_.node_sig[static_cast<size_t>(id)] = s;
+    sig_[static_cast<size_t>(id)] = static_cast<int>(k);
   }
 
   void Undo() {
     for (auto it = value_log_.rbegin(); it != value_log_.rend(); ++it) a_.value_sbp[static_cast<size_t>(it->first)] = it->second;
-    for (auto it = node_log_.rbegin(); it != node_log_.rend(); ++it) a_.node_sig[static_cast<size_t>(it->first)] = it->second;
+    for (auto it = node_log_.rbegin(); it != node_log_.rend(); ++it) sig_[static_cast<size_t>(it->first)] = it->second;
   }
 
   // --- Group moves -----------------------------------------------------------------------------
@@ -648,11 +662,12 @@ class Assigner {
       }
     }
     if (best == cands.size()) return false;
-    if (!(cands[best] == a_.node_sig[static_cast<size_t>(id)])) Place(id, cands[best]);
+    if (static_cast<int>(best) != sig_[static_cast<size_t>(id)]) Place(id, best);
     return true;
   }
 
-  bool ApplyGroup(NodeId id, const NdSignature& s) {
+  bool ApplyGroup(NodeId id, size_t k) {
+    const NdSignature& s = cands_[static_cast<size_t>(id)][k];
     const ir::Node& n = g_.node(id);
     std::vector<NodeId> group = {id};
     for (size_t i = 0; i < n.in.size(); ++i) {
@@ -663,7 +678,7 @@ class Assigner {
       auto u = update_of_.find(v);
       if (u != update_of_.end()) group.push_back(u->second);
     }
-    Place(id, s);
+    Place(id, k);
     if (n.phase == ir::Phase::kOptimizer && !Allowed(id, s)) return false;
     for (NodeId b : backward_of_[static_cast<size_t>(id)]) {
       Repick(b, [&](const NdSignature& c) { return Mirrors(b, c); });
@@ -672,7 +687,7 @@ class Assigner {
     for (size_t k = 1; k < group.size(); ++k) {
       const ir::Node& u = g_.node(group[k]);
       if (u.op == OpKind::kSgdUpdate || u.op == OpKind::kAdamWUpdate)
-        if (!Repick(group[k], [](const NdSignature&) { return true; }) || Cost(group[k], a_.node_sig[static_cast<size_t>(group[k])], false) == kInf) return false;
+        if (!Repick(group[k], [](const NdSignature&) { return true; }) || Cost(group[k], Sig(group[k]), false) == kInf) return false;
     }
     // Let the ops around the group re-pick, outward while they change (three rings).
     std::vector<bool> in_group(g_.nodes.size(), false);
@@ -694,14 +709,14 @@ class Assigner {
       std::sort(next.begin(), next.end());
       ring.clear();
       for (NodeId u : next) {
-        NdSignature before = a_.node_sig[static_cast<size_t>(u)];
+        const int before = sig_[static_cast<size_t>(u)];
         const ir::Node& un = g_.node(u);
         if (un.op == OpKind::kSgdUpdate || un.op == OpKind::kAdamWUpdate) {
           if (!Repick(u, [](const NdSignature&) { return true; })) return false;
         } else {
           Repick(u, [](const NdSignature&) { return true; });
         }
-        if (!(before == a_.node_sig[static_cast<size_t>(u)])) ring.push_back(u);
+        if (before != sig_[static_cast<size_t>(u)]) ring.push_back(u);
       }
     }
     return true;
@@ -711,7 +726,7 @@ class Assigner {
   // boxing out of every value they read or write.
   double Local(const std::vector<NodeId>& nodes, const std::vector<ValueId>& values) const {
     double c = 0;
-    for (NodeId n : nodes) c += Compute(n, a_.node_sig[static_cast<size_t>(n)]);
+    for (NodeId n : nodes) c += Compute(n, Sig(n));
     for (ValueId v : values)
       if (a_.value_sbp[static_cast<size_t>(v)].size()) c += OutEdges(v, a_.value_sbp[static_cast<size_t>(v)]);
     return c;
@@ -776,7 +791,7 @@ class Assigner {
       for (size_t n = 0; n < g_.nodes.size(); ++n) {
         auto id = static_cast<NodeId>(n);
         // Forward ops lead strategies; any other op is worth moving only when it pays boxing.
-        if (g_.nodes[n].phase != ir::Phase::kForward && Cost(id, a_.node_sig[n], true) <= Compute(id, a_.node_sig[n])) continue;
+        if (g_.nodes[n].phase != ir::Phase::kForward && Cost(id, Sig(id), true) <= Compute(id, Sig(id))) continue;
         if (rejected[n].empty()) {
           rejected[n].assign(cands_[n].size(), -1);
           Neighbourhood(id, &hood_n[n], &hood_v[n], mark_n, mark_v, ++stamp);
@@ -785,13 +800,12 @@ class Assigner {
         for (NodeId u : hood_n[n]) last_change = std::max(last_change, node_changed[static_cast<size_t>(u)]);
         for (ValueId v : hood_v[n]) last_change = std::max(last_change, value_changed[static_cast<size_t>(v)]);
         for (size_t k = 0; k < cands_[n].size(); ++k) {
-          const NdSignature& s = cands_[n][k];
-          if (s == a_.node_sig[n]) continue;
+          if (static_cast<int>(k) == sig_[n]) continue;
           if (rejected[n][k] >= last_change) continue;  // nothing it reads changed since
           node_log_.clear();
           value_log_.clear();
           logging_ = true;
-          bool ok = ApplyGroup(id, s);
+          bool ok = ApplyGroup(id, k);
           logging_ = false;
           // What the move touched, then its cost after and (undone) before.
           ++stamp;
@@ -811,17 +825,17 @@ class Assigner {
           }
           for (const auto& [v, old] : value_log_) add_v(v);
           double after = ok ? Local(nodes, values) : kInf;
-          std::vector<NdSignature> new_sigs;
+          std::vector<int> new_sigs;
           std::vector<NdSbp> new_sbps;
-          for (NodeId u : nodes) new_sigs.push_back(a_.node_sig[static_cast<size_t>(u)]);
+          for (NodeId u : nodes) new_sigs.push_back(sig_[static_cast<size_t>(u)]);
           for (ValueId v : values) new_sbps.push_back(a_.value_sbp[static_cast<size_t>(v)]);
           Undo();
           double before = Local(nodes, values);
           ++clock;
           if (after < before - 1e-12) {
             for (size_t j = 0; j < nodes.size(); ++j) {
-              NdSignature& cur = a_.node_sig[static_cast<size_t>(nodes[j])];
-              if (!(cur == new_sigs[j])) node_changed[static_cast<size_t>(nodes[j])] = clock;
+              int& cur = sig_[static_cast<size_t>(nodes[j])];
+              if (cur != new_sigs[j]) node_changed[static_cast<size_t>(nodes[j])] = clock;
               cur = new_sigs[j];
             }
             for (size_t j = 0; j < values.size(); ++j) {
@@ -859,27 +873,28 @@ class Assigner {
   bool RefineParam(const ir::ParamGrad& pg) {
     ValueId v = pg.param;
     const NdSbp cur = a_.value_sbp[static_cast<size_t>(v)];
-    const NdSignature cur_update = a_.node_sig[static_cast<size_t>(pg.update)];
-    auto cost_with = [&](const NdSbp& nd, NdSignature* best_update) {
+    const int cur_update = sig_[static_cast<size_t>(pg.update)];
+    auto cost_with = [&](const NdSbp& nd, int* best_update) {
       a_.value_sbp[static_cast<size_t>(v)] = nd;
       double c = 0;
       for (NodeId u : consumers_[static_cast<size_t>(v)]) {
         if (u == pg.update) continue;
-        const NdSignature& us = a_.node_sig[static_cast<size_t>(u)];
+        const NdSignature& us = Sig(u);
         for (size_t i = 0; i < us.in.size(); ++i)
           if (g_.node(u).in[i] == v) c += Boxing(v, nd, o_.node_stage[static_cast<size_t>(u)], us.in[i]);
       }
       double best = kInf;
-      for (const NdSignature& s : cands_[static_cast<size_t>(pg.update)]) {
-        double cu = Cost(pg.update, s, true);
+      const auto& ucands = cands_[static_cast<size_t>(pg.update)];
+      for (size_t k = 0; k < ucands.size(); ++k) {
+        double cu = Cost(pg.update, ucands[k], true);
         if (cu < best) {
           best = cu;
-          *best_update = s;
+          *best_update = static_cast<int>(k);
         }
       }
       return c + best;
     };
-    NdSignature upd = cur_update, tmp;
+    int upd = cur_update, tmp = -1;
     double best = cost_with(cur, &upd);
     NdSbp best_nd = cur;
     for (const NdSbp& nd : SourceCandidates(v)) {
@@ -891,7 +906,7 @@ class Assigner {
       }
     }
     a_.value_sbp[static_cast<size_t>(v)] = best_nd;
-    if (best < kInf) Place(pg.update, upd);
+    if (best < kInf) Place(pg.update, static_cast<size_t>(upd));
     return !(best_nd == cur);
   }
 
@@ -901,8 +916,7 @@ class Assigner {
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       auto id = static_cast<NodeId>(n);
       const auto& cands = cands_[n];
-      const NdSignature cur = a_.node_sig[n];
-      double best_cost = Cost(id, cur, true);
+      double best_cost = Cost(id, Sig(id), true);
       size_t best = cands.size();
       for (size_t c = 0; c < cands.size(); ++c) {
         double cost = Cost(id, cands[c], true);
@@ -912,7 +926,7 @@ class Assigner {
         }
       }
       if (best < cands.size()) {
-        Place(id, cands[best]);
+        Place(id, best);
         changed = true;
       }
     }
@@ -922,14 +936,14 @@ class Assigner {
   // Per node compute and per edge boxing, for the plan's readers and `flowrun search`.
   void Breakdown() {
     a_.node_seconds.assign(g_.nodes.size(), 0);
-    for (size_t n = 0; n < g_.nodes.size(); ++n) a_.node_seconds[n] = Compute(static_cast<NodeId>(n), a_.node_sig[n]);
+    for (size_t n = 0; n < g_.nodes.size(); ++n) a_.node_seconds[n] = Compute(static_cast<NodeId>(n), Sig(static_cast<NodeId>(n)));
     a_.edges.clear();
     for (size_t v = 0; v < g_.values.size(); ++v) {
       const NdSbp& have = a_.value_sbp[v];
       if (!have.size()) continue;
       std::vector<std::pair<int, NdSbp>> seen;
       for (NodeId u : consumers_[v]) {
-        const NdSignature& us = a_.node_sig[static_cast<size_t>(u)];
+        const NdSignature& us = Sig(u);
         for (size_t i = 0; i < g_.node(u).in.size() && !us.in.empty(); ++i) {
           if (g_.node(u).in[i] != static_cast<ValueId>(v)) continue;
           std::pair<int, NdSbp> key{o_.node_stage[static_cast<size_t>(u)], us.in[i]};
@@ -946,7 +960,7 @@ class Assigner {
   void Total() {
     a_.compute_seconds = 0;
     a_.boxing_seconds = 0;
-    for (size_t n = 0; n < g_.nodes.size(); ++n) a_.compute_seconds += Compute(static_cast<NodeId>(n), a_.node_sig[n]);
+    for (size_t n = 0; n < g_.nodes.size(); ++n) a_.compute_seconds += Compute(static_cast<NodeId>(n), Sig(static_cast<NodeId>(n)));
     for (size_t v = 0; v < g_.values.size(); ++v) {
       if (a_.value_sbp[v].size()) a_.boxing_seconds += OutEdges(static_cast<ValueId>(v), a_.value_sbp[v]);
     }
@@ -961,6 +975,7 @@ class Assigner {
   std::vector<NdSbp> hint_;
   std::vector<int> dp_axes_;
   std::vector<std::vector<NdSignature>> cands_;
+  std::vector<int> sig_;  // per node: the index of its signature in cands_, -1 while not placed
   // One byte per mesh axis (kind, split axis, reduction): meshes have at most 8 axes.
   static uint64_t Code(const NdSbp& nd) {
     uint64_t c = static_cast<uint64_t>(nd.size());
@@ -981,7 +996,7 @@ class Assigner {
   std::vector<bool> has_grad_;                      // per value: something computes its gradient
   bool mirror_ = false;                             // greedy start: forward ops pay for their backward
   bool logging_ = false;                            // Place/SetValue record what they overwrite
-  std::vector<std::pair<NodeId, NdSignature>> node_log_;
+  std::vector<std::pair<NodeId, int>> node_log_;  // what Place overwrote: the node's candidate index
   std::vector<std::pair<ValueId, NdSbp>> value_log_;
 };
 

@@ -95,7 +95,8 @@ int RunSearch(const SearchArgs& a) {
   }
   std::cout << "search: " << cfg->path << " on " << o->ranks << " rank(s)\n" << Table(*o, a.top);
   if (a.explain) std::cout << Explain(*o);
-  std::printf("search time %.2f s\n", o->seconds);
+  std::printf("search time %.2f s (training graphs %.2f s, quick pricing %.2f s, full pricing %.2f s)\n", o->seconds,
+              o->graphs_s, o->quick_s, o->exact_s);
   if (o->ranked.empty()) return Fail(Status::Invalid("[search] " + cfg->path + ": no candidate fits this cluster"));
   if (!a.out.empty()) {
     std::ofstream out(a.out);

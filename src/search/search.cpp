@@ -271,6 +271,11 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
     prepared[m] = std::move(p);
   }
 
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  out.graphs_s = since(t0);
+
   // Candidates.
   std::vector<Candidate> cands;
   for (int pp : Divisors(out.ranks)) {
@@ -370,6 +375,7 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
     chain.push_back(&c);
   }
   std::vector<Candidate*> priced;
+  const auto t_quick = std::chrono::steady_clock::now();
   while (!batch.empty()) {
     price_all(batch, false);
     priced.insert(priced.end(), batch.begin(), batch.end());
@@ -394,11 +400,14 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
     if (c->pruned.empty()) feasible.push_back(c);
   std::stable_sort(feasible.begin(), feasible.end(), by_time);
   feasible.resize(std::min(feasible.size(), static_cast<size_t>(std::max(opt.exact, 0))));
+  out.quick_s = since(t_quick);
+  const auto t_exact = std::chrono::steady_clock::now();
   price_all(feasible, true);
+  out.exact_s = since(t_exact);
 
   for (Candidate& c : cands) (c.pruned.empty() ? out.ranked : out.pruned).push_back(std::move(c));
   std::stable_sort(out.ranked.begin(), out.ranked.end(), [&](const Candidate& a, const Candidate& b) { return by_time(&a, &b); });
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.seconds = since(t0);
   return out;
 }
 

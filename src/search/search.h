@@ -70,6 +70,7 @@ struct Outcome {
   std::vector<Candidate> ranked;    // feasible, fastest first
   std::vector<Candidate> pruned;    // with the reason
   double seconds = 0;               // wall time of the search
+  double graphs_s = 0, quick_s = 0, exact_s = 0;  // of which: training graphs, quick and full pricing
 };
 
 Result<Outcome> Search(const Config& cfg, const Options& opt);
