@@ -22,7 +22,7 @@ class FlatMap {
     for (size_t i = Hash(k) & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (!s.used) return nullptr;
-      if (s.key == k) return &s.value;
+      if (Same(s.key, k)) return &s.value;
     }
   }
 
@@ -45,6 +45,12 @@ class FlatMap {
   }
 
  private:
+  static bool Same(const Key& a, const Key& b) {
+    for (size_t i = 0; i < N; ++i)
+      if (a[i] != b[i]) return false;
+    return true;
+  }
+
   struct Slot {
     Key key{};
     V value{};
@@ -54,7 +60,7 @@ class FlatMap {
   Slot& Probe(const Key& k) {
     for (size_t i = Hash(k) & mask_;; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
-      if (!s.used || s.key == k) return s;
+      if (!s.used || Same(s.key, k)) return s;
     }
   }
 

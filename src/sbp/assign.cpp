@@ -445,18 +445,31 @@ class Assigner {
     return false;
   }
 
+  // The boxing from `have` to every distinct (stage, nd-SBP) v's placed consumers want; each moves
+  // once however many read it.
   double OutEdges(ValueId v, const NdSbp& have) const {
-    std::vector<std::pair<int, NdSbp>> seen;
+    const std::vector<NodeId>& cons = consumers_[static_cast<size_t>(v)];
+    // Whether a consumer input before (j, i) in this order wants the same.
+    auto earlier = [&](size_t j, size_t i, int stage, const NdSbp& want) {
+      for (size_t jj = 0; jj <= j; ++jj) {
+        const NodeId u = cons[jj];
+        const NdSignature& us = Sig(u);
+        if (us.in.empty() || o_.node_stage[static_cast<size_t>(u)] != stage) continue;
+        const size_t end = jj == j ? i : us.in.size();
+        for (size_t ii = 0; ii < end; ++ii)
+          if (g_.node(u).in[ii] == v && us.in[ii] == want) return true;
+      }
+      return false;
+    };
     double c = 0;
-    for (NodeId u : consumers_[static_cast<size_t>(v)]) {
+    for (size_t j = 0; j < cons.size(); ++j) {
+      const NodeId u = cons[j];
       const NdSignature& us = Sig(u);
       if (us.in.empty()) continue;  // not placed yet
-      for (size_t i = 0; i < g_.node(u).in.size(); ++i) {
-        if (g_.node(u).in[i] != v) continue;
-        std::pair<int, NdSbp> key{o_.node_stage[static_cast<size_t>(u)], us.in[i]};
-        if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
-        seen.push_back(key);
-        c += Boxing(v, have, o_.node_stage[static_cast<size_t>(u)], us.in[i]);
+      const int stage = o_.node_stage[static_cast<size_t>(u)];
+      for (size_t i = 0; i < us.in.size(); ++i) {
+        if (g_.node(u).in[i] != v || earlier(j, i, stage, us.in[i])) continue;
+        c += Boxing(v, have, stage, us.in[i]);
       }
     }
     return c;
