@@ -91,6 +91,12 @@ class Assigner {
       if (node.phase == ir::Phase::kBackward && node.origin >= 0) backward_of_[static_cast<size_t>(node.origin)].push_back(static_cast<NodeId>(n));
     }
     for (const ir::ParamGrad& pg : tg_.params) update_of_[pg.param] = pg.update;
+    for (const ir::Node& node : g_.nodes) {
+      bool reads_param = false;
+      for (ValueId v : node.in) reads_param = reads_param || (v != ir::kNoValue && g_.value(v).kind == ir::ValueKind::kParam);
+      const bool matmul = node.op == OpKind::kMatMul || node.op == OpKind::kGemm;
+      leads_.push_back(node.phase == ir::Phase::kForward && (reads_param || matmul));
+    }
     // Two starts, each polished by refinement and group moves; the cheaper wins (ties: the first).
     Assignment best;
     std::vector<int> best_sig;
@@ -803,8 +809,9 @@ class Assigner {
       bool improved = false;
       for (size_t n = 0; n < g_.nodes.size(); ++n) {
         auto id = static_cast<NodeId>(n);
-        // Forward ops lead strategies; any other op is worth moving only when it pays boxing.
-        if (g_.nodes[n].phase != ir::Phase::kForward && Cost(id, Sig(id), true) <= Compute(id, Sig(id))) continue;
+        // Forward ops that read parameters or multiply matrices lead strategies; any other op is
+        // worth moving only when it pays boxing.
+        if (!leads_[n] && Cost(id, Sig(id), true) <= Compute(id, Sig(id))) continue;
         if (rejected[n].empty()) {
           rejected[n].assign(cands_[n].size(), -1);
           Neighbourhood(id, &hood_n[n], &hood_v[n], mark_n, mark_v, ++stamp);
@@ -989,6 +996,7 @@ class Assigner {
   std::vector<int> dp_axes_;
   std::vector<std::vector<NdSignature>> cands_;
   std::vector<int> sig_;  // per node: the index of its signature in cands_, -1 while not placed
+  std::vector<bool> leads_;  // per node: a forward op that reads a parameter or is a matmul (leads group moves)
   // One byte per mesh axis (kind, split axis, reduction): meshes have at most 8 axes.
   static uint64_t Code(const NdSbp& nd) {
     uint64_t c = static_cast<uint64_t>(nd.size());

@@ -28,13 +28,15 @@
 //      layout with its update op) until nothing changes or 8 sweeps.
 //   4. Group moves, which per-op refinement cannot make: a layer goes from data to tensor
 //      parallel only if its forward op, the backward ops derived from it, its parameters and
-//      their updates change together. For every forward op (and every other op that pays for
-//      boxing) and each candidate: apply it, let the backward ops take the mirrored signature (they
-//      read forward tensors as the forward op did; the gradient of a tensor takes the dual of its
-//      SBP, S -> S, B -> P, P -> B, on mesh axes where the forward op splits its work, and B where
-//      it is replicated), let the parameters take what the op reads and their updates follow, let
-//      two rings of neighbouring ops re-pick, and keep the move if the cost of everything it
-//      touched falls. Up to 4 rounds, then refinement sweeps again.
+//      their updates change together. For every forward op that reads a parameter or multiplies
+//      matrices (and every other op that pays for boxing) and each candidate: apply it, let the
+//      backward ops take the mirrored signature (they read forward tensors as the forward op did;
+//      the gradient of a tensor takes the dual of its SBP, S -> S, B -> P, P -> B, on mesh axes
+//      where the forward op splits its work, and B where it is replicated), let the parameters take
+//      what the op reads and their updates follow, let two rings of neighbouring ops re-pick, and
+//      keep the move if the cost of everything it touched falls. Up to 4 rounds, then refinement
+//      sweeps again. A rejected move is not tried again until something within three hops of its
+//      group changes (nothing else can change its outcome).
 //   5. The cheaper of the two starts wins (the first on a tie).
 // This finds Megatron's layout from one hint on the first layer of a pair (column split): the
 // second layer's weight is split along its input features and one all-reduce follows the pair.
