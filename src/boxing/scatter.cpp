@@ -6,6 +6,7 @@
 //     region send their intersection (one holder per B-replicated piece, chosen as DstPiece says),
 //     or slice or copy it when on the dst rank, and the dst assembles them;
 //   - the combinations are reduced, innermost partial axis first, each with its own op.
+#include <array>
 #include <map>
 
 #include "boxing/strategies.h"
@@ -53,78 +54,68 @@ int ReduceNested(Builder& b, std::map<Coords, int> level, const std::vector<int>
   return level.begin()->second;
 }
 
-// What the src pieces give dst device `d`: its region, whether it holds zeros, and each piece it
-// takes (an intersection of its region with a src piece, from one holder, under one combination
-// of src partial coordinates). Both the plan (DstPiece) and the price (CountScatter) follow it.
-struct Take {
-  int holder;   // src device index
-  Region meet;  // logical coordinates
-  Coords combo;
-};
-struct Wants {
-  int rank;
-  Region region;
-  bool zeros = false;
-  std::vector<Take> takes = {};
-};
-
-Wants Want(const Request& r, int d, const std::vector<int>& partial, const std::vector<Coords>& src_coords,
-           const std::vector<Region>& src_regions) {
+// What the src pieces give dst device `d` (global rank `rank`, logical region `region`): calls
+// take(holder, s, meet) for each piece it takes, the intersection `meet` of its region with src
+// piece s (logical coordinates, valid during the call) from src device `holder` (s itself or the
+// replica of s that d reads from). Returns false, taking nothing, when d holds zeros. Both the
+// plan (DstPiece) and the price (CountScatter) follow it.
+template <typename TakeFn>
+bool ForEachTake(const Request& r, int d, int rank, const Region& region, const std::vector<Coords>& src_coords,
+                 const std::vector<Region>& src_regions, TakeFn&& take) {
   const sbp::Placement& sp = r.src_place;
-  Wants w{r.dst_place.ranks()[static_cast<size_t>(d)], sbp::PieceRanges(r.logical, r.dst, r.dst_place, d)};
   const Coords dc = r.dst_place.Coords(d);
-  for (int a = 0; a < r.dst.size(); ++a) {
-    if (r.dst[a].is_partial() && r.dst[a].reduce() == sbp::Reduce::kSum && dc[static_cast<size_t>(a)] != 0) {
-      w.zeros = true;
-      return w;
-    }
-  }
+  for (int a = 0; a < r.dst.size(); ++a)
+    if (r.dst[a].is_partial() && r.dst[a].reduce() == sbp::Reduce::kSum && dc[static_cast<size_t>(a)] != 0) return false;
   // Replicas along a B axis hold the same logical value, but with P inner to that axis each replica
   // may split it into different partial pieces: so one dst device takes every piece from the same
   // coordinate along each B axis, its own rank's when the dst rank holds src data, else the first.
-  const int local = sp.IndexOf(w.rank);
+  const int local = sp.IndexOf(rank);
   int offset = 0;  // from a coordinate-0 replica to the chosen one, in device indices
-  std::vector<bool> replica_axis(static_cast<size_t>(sp.ndim()));
+  std::array<bool, sbp::kMaxMeshAxes> replica_axis{};
   for (int a = 0, stride = sp.size(); a < sp.ndim(); ++a) {
     stride /= static_cast<int>(sp.hierarchy()[a]);
     replica_axis[static_cast<size_t>(a)] = r.src[a].is_broadcast() && sp.hierarchy()[a] > 1;
     if (replica_axis[static_cast<size_t>(a)] && local >= 0)
       offset += static_cast<int>(src_coords[static_cast<size_t>(local)][static_cast<size_t>(a)]) * stride;
   }
+  Region meet;
   for (int s = 0; s < sp.size(); ++s) {
     const Coords& sc = src_coords[static_cast<size_t>(s)];
     bool first_replica = true;
     for (int a = 0; a < sp.ndim(); ++a)
       first_replica = first_replica && (!replica_axis[static_cast<size_t>(a)] || sc[static_cast<size_t>(a)] == 0);
-    Region meet;
-    if (!first_replica || !Intersect(w.region, src_regions[static_cast<size_t>(s)], &meet)) continue;
-    Coords combo;
-    for (int a : partial) combo.push_back(sc[static_cast<size_t>(a)]);
-    w.takes.push_back({s + offset, std::move(meet), std::move(combo)});
+    if (!first_replica || !Intersect(region, src_regions[static_cast<size_t>(s)], &meet)) continue;
+    take(s + offset, s, meet);
   }
-  return w;
+  return true;
 }
 
 // The dst piece of device `d`, built from the src pieces.
-int DstPiece(Builder& b, const Wants& w, const std::vector<int>& partial, const std::vector<Region>& src_regions) {
-  const Shape shape = ShapeOf(w.region);
-  if (w.zeros) return b.Zero(w.rank, shape);
+int DstPiece(Builder& b, int d, const std::vector<int>& partial, const std::vector<Coords>& src_coords,
+             const std::vector<Region>& src_regions) {
+  const Request& r = b.request();
+  const int rank = r.dst_place.ranks()[static_cast<size_t>(d)];
+  const Region region = sbp::PieceRanges(r.logical, r.dst, r.dst_place, d);
+  const Shape shape = ShapeOf(region);
   std::map<Coords, std::pair<std::vector<int>, std::vector<Region>>> pieces;  // per partial combination
-  for (const Take& t : w.takes) {
-    int buf = b.src()[static_cast<size_t>(t.holder)];
-    const Region& held = src_regions[static_cast<size_t>(t.holder)];
-    if (t.meet != held) buf = b.Slice(buf, Relative(t.meet, held));
-    if (b.buffer(buf).rank != w.rank) buf = b.Transfer(buf, w.rank);
-    auto& [bufs, at] = pieces[t.combo];
+  auto take = [&](int holder, int s, const Region& meet) {
+    int buf = b.src()[static_cast<size_t>(holder)];
+    const Region& held = src_regions[static_cast<size_t>(holder)];
+    if (meet != held) buf = b.Slice(buf, Relative(meet, held));
+    if (b.buffer(buf).rank != rank) buf = b.Transfer(buf, rank);
+    Coords combo;
+    for (int a : partial) combo.push_back(src_coords[static_cast<size_t>(s)][static_cast<size_t>(a)]);
+    auto& [bufs, at] = pieces[combo];
     bufs.push_back(buf);
-    at.push_back(Relative(t.meet, w.region));
-  }
+    at.push_back(Relative(meet, region));
+  };
+  if (!ForEachTake(r, d, rank, region, src_coords, src_regions, take)) return b.Zero(rank, shape);
 
   std::map<Coords, int> contributions;
   for (auto& [combo, p] : pieces) {
     auto& [bufs, at] = p;
     bool whole = bufs.size() == 1 && at[0] == Whole(shape);
-    contributions[combo] = whole ? bufs[0] : b.Assemble(w.rank, shape, std::move(bufs), std::move(at));
+    contributions[combo] = whole ? bufs[0] : b.Assemble(rank, shape, std::move(bufs), std::move(at));
   }
   FR_CHECK(!contributions.empty(), "the src pieces cover every region");
   int out = contributions.size() == 1 ? contributions.begin()->second : ReduceNested(b, std::move(contributions), partial);
@@ -146,7 +137,7 @@ std::vector<int> Scatter(Builder& b, const std::vector<int>& partial) {
   SrcPieces(r, &src_coords, &src_regions);
   std::vector<int> dst;
   for (int d = 0; d < r.dst_place.size(); ++d)
-    dst.push_back(DstPiece(b, Want(r, d, partial, src_coords, src_regions), partial, src_regions));
+    dst.push_back(DstPiece(b, d, partial, src_coords, src_regions));
   return dst;
 }
 
@@ -179,16 +170,18 @@ Estimate CountScatter(const Request& r) {
   std::map<int, int> sends, recvs;
   const double size = static_cast<double>(SizeOf(r.dtype));
   for (int d = 0; d < r.dst_place.size(); ++d) {
-    Wants w = Want(r, d, partial, src_coords, src_regions);
-    for (const Take& t : w.takes) {
-      const int from = r.src_place.ranks()[static_cast<size_t>(t.holder)];
-      if (from == w.rank) continue;
-      const double bytes = static_cast<double>(ShapeOf(t.meet).numel()) * size;
-      sent[from] += bytes;
-      received[w.rank] += bytes;
-      sends[from] += 1;
-      recvs[w.rank] += 1;
-    }
+    const int rank = r.dst_place.ranks()[static_cast<size_t>(d)];
+    ForEachTake(r, d, rank, sbp::PieceRanges(r.logical, r.dst, r.dst_place, d), src_coords, src_regions,
+                [&](int holder, int, const Region& meet) {
+                  const int from = r.src_place.ranks()[static_cast<size_t>(holder)];
+                  if (from == rank) return;
+                  double n = size;
+                  for (const sbp::Range& x : meet) n *= static_cast<double>(x.end - x.begin);
+                  sent[from] += n;
+                  received[rank] += n;
+                  sends[from] += 1;
+                  recvs[rank] += 1;
+                });
   }
   Estimate e{r.src_place == r.dst_place || !partial.empty() ? "fallback" : "send-recv"};
   for (const auto& [rank, b] : sent) e.bytes_per_rank = std::max(e.bytes_per_rank, b);

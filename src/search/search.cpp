@@ -258,17 +258,40 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
     }
   }
 
-  // One training graph per micro-batch size.
+  // One training graph per micro-batch size, built in parallel. Pricing reads shapes only, so the
+  // parameters' initial values are dropped (a GPT-2-sized model holds 650 MB of them per graph).
+  const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 8u));
+  std::vector<std::unique_ptr<Prepared>> built(counts.size());
+  std::vector<Status> failed(counts.size(), Status::Ok());
+  {
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      for (size_t i = next++; i < counts.size(); i = next++) {
+        Config c = cfg;
+        c.train.micro_batch = cfg.train.global_batch / counts[i];
+        c.parallel = ParallelConfig{};
+        Result<Compiled> compiled = Prepare(c);
+        if (!compiled.ok()) {
+          failed[i] = compiled.status();
+          continue;
+        }
+        auto p = std::make_unique<Prepared>();
+        p->c = std::move(compiled).value();
+        for (ir::Value& v : p->c.training.graph.values)
+          if (v.kind == ir::ValueKind::kParam) v.data = Tensor();
+        p->cuts = ModelCuts(p->c.training, cl);
+        built[i] = std::move(p);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (unsigned t = 1; t < std::min<unsigned>(threads, static_cast<unsigned>(counts.size())); ++t) pool.emplace_back(worker);
+    worker();
+    for (std::thread& t : pool) t.join();
+  }
   std::map<int64_t, std::unique_ptr<Prepared>> prepared;
-  for (int64_t m : counts) {
-    Config c = cfg;
-    c.train.micro_batch = cfg.train.global_batch / m;
-    c.parallel = ParallelConfig{};
-    ASSIGN_OR_RETURN(Compiled compiled, Prepare(c));
-    auto p = std::make_unique<Prepared>();
-    p->c = std::move(compiled);
-    p->cuts = ModelCuts(p->c.training, cl);
-    prepared[m] = std::move(p);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    RETURN_IF_ERROR(failed[i]);
+    prepared[counts[i]] = std::move(built[i]);
   }
 
   auto since = [](std::chrono::steady_clock::time_point t) {
@@ -350,7 +373,6 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
         }
       }
     };
-    const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 8u));
     std::vector<std::thread> pool;
     for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
     worker();
