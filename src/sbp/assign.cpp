@@ -87,6 +87,30 @@ class Assigner {
     RETURN_IF_ERROR(ResolveHints());
     for (size_t n = 0; n < g_.nodes.size(); ++n) RETURN_IF_ERROR(Candidates(static_cast<NodeId>(n)));
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      const auto& cands = cands_[n];
+      Slots sl;
+      const size_t nin = g_.nodes[n].in.size(), nslots = nin + g_.nodes[n].out.size();
+      sl.distinct.resize(nslots);
+      sl.index.resize(cands.size() * nslots);
+      for (size_t k = 0; k < cands.size(); ++k) {
+        for (size_t j = 0; j < nslots; ++j) {
+          const NdSbp& nd = j < nin ? cands[k].in[j] : cands[k].out[j - nin];
+          auto& d = sl.distinct[j];
+          size_t at = static_cast<size_t>(std::find(d.begin(), d.end(), nd) - d.begin());
+          if (at == d.size()) d.push_back(nd);
+          sl.index[k * nslots + j] = static_cast<uint16_t>(at);
+        }
+      }
+      size_t offset = 0;
+      for (const auto& d : sl.distinct) {
+        sl.offset.push_back(offset);
+        offset += d.size();
+      }
+      slots_.push_back(std::move(sl));
+      cand_compute_.emplace_back();
+      for (const NdSignature& s : cands) cand_compute_.back().push_back(Compute(static_cast<NodeId>(n), s));
+    }
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
       const ir::Node& node = g_.nodes[n];
       if (node.phase == ir::Phase::kBackward && node.origin >= 0) backward_of_[static_cast<size_t>(node.origin)].push_back(static_cast<NodeId>(n));
     }
@@ -441,6 +465,49 @@ class Assigner {
     return c;
   }
 
+  // Cost(id, c, outputs) of every candidate c of node id, into costs_ (same sums, same order):
+  // the boxing of each distinct nd-SBP an input or output slot takes is priced once, not once per
+  // candidate (a 2-D mesh gives an op tens of candidates but a slot a handful of nd-SBPs).
+  const std::vector<double>& CostsOf(NodeId id, bool outputs) const {
+    const ir::Node& n = g_.node(id);
+    const Slots& sl = slots_[static_cast<size_t>(id)];
+    const auto& cands = cands_[static_cast<size_t>(id)];
+    const size_t nin = n.in.size(), nslots = sl.distinct.size();
+    const int stage = o_.node_stage[static_cast<size_t>(id)];
+    const Placement& p = PlaceOfNode(id);
+    slot_costs_.clear();
+    for (size_t j = 0; j < nslots; ++j) {
+      for (const NdSbp& nd : sl.distinct[j]) {
+        double c = 0;
+        if (j < nin) {
+          ValueId v = n.in[j];
+          if (v != ir::kNoValue && !IsConst(v)) {
+            const NdSbp& have = a_.value_sbp[static_cast<size_t>(v)];
+            if (!have.size()) {  // a source not yet placed takes what this op wants, when it may
+              c = SourceAllows(v, nd) && PlaceOf(v) == p ? 0 : CheapestSource(v, stage, nd);
+            } else if (!WantedByOther(v, stage, nd, id)) {
+              c = Boxing(v, have, stage, nd);  // shared with any other consumer that wants the same
+            }
+          }
+        } else if (outputs) {
+          c = OutEdges(n.out[j - nin], nd);
+        }
+        slot_costs_.push_back(c);
+      }
+    }
+    costs_.resize(cands.size());
+    for (size_t k = 0; k < cands.size(); ++k) {
+      if (!Allowed(id, cands[k])) {
+        costs_[k] = kInf;
+        continue;
+      }
+      double c = cand_compute_[static_cast<size_t>(id)][k];
+      for (size_t j = 0; j < nslots; ++j) c += slot_costs_[sl.offset[j] + sl.index[k * nslots + j]];
+      costs_[k] = c;
+    }
+    return costs_;
+  }
+
   bool WantedByOther(ValueId v, int stage, const NdSbp& want, NodeId self) const {
     for (NodeId u : consumers_[static_cast<size_t>(v)]) {
       if (u == self || o_.node_stage[static_cast<size_t>(u)] != stage) continue;
@@ -668,12 +735,13 @@ class Assigner {
   template <typename Keep>
   bool Repick(NodeId id, Keep keep) {
     const auto& cands = cands_[static_cast<size_t>(id)];
+    const std::vector<double>& costs = CostsOf(id, true);
     size_t best = cands.size();
     double best_cost = kInf;
     for (int pass = 0; pass < 2 && best == cands.size(); ++pass) {
       for (size_t c = 0; c < cands.size(); ++c) {
         if (pass == 0 && !keep(cands[c])) continue;
-        double cost = Cost(id, cands[c], true);
+        double cost = costs[c];
         if (cost < best_cost) {
           best_cost = cost;
           best = c;
@@ -936,10 +1004,11 @@ class Assigner {
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       auto id = static_cast<NodeId>(n);
       const auto& cands = cands_[n];
-      double best_cost = Cost(id, Sig(id), true);
+      const std::vector<double>& costs = CostsOf(id, true);
+      double best_cost = sig_[n] >= 0 ? costs[static_cast<size_t>(sig_[n])] : Cost(id, Sig(id), true);
       size_t best = cands.size();
       for (size_t c = 0; c < cands.size(); ++c) {
-        double cost = Cost(id, cands[c], true);
+        double cost = costs[c];
         if (cost < best_cost - 1e-12) {
           best_cost = cost;
           best = c;
@@ -995,6 +1064,16 @@ class Assigner {
   std::vector<NdSbp> hint_;
   std::vector<int> dp_axes_;
   std::vector<std::vector<NdSignature>> cands_;
+  // Per node: its candidates' nd-SBPs per slot (inputs, then outputs), each slot's distinct ones
+  // listed once (for CostsOf).
+  struct Slots {
+    std::vector<std::vector<NdSbp>> distinct;  // per slot
+    std::vector<size_t> offset;                // per slot: where its prices start in slot_costs_
+    std::vector<uint16_t> index;               // per candidate x slot: into distinct[slot]
+  };
+  std::vector<Slots> slots_;
+  std::vector<std::vector<double>> cand_compute_;  // per node, per candidate: Compute
+  mutable std::vector<double> slot_costs_, costs_;  // CostsOf's scratch and result
   std::vector<int> sig_;  // per node: the index of its signature in cands_, -1 while not placed
   std::vector<bool> leads_;  // per node: a forward op that reads a parameter or is a matmul (leads group moves)
   // One byte per mesh axis (kind, split axis, reduction): meshes have at most 8 axes.
