@@ -133,7 +133,7 @@ class Assigner {
       if (o_.group_moves) {
         SearchGroups();
         for (int sweep = 0; sweep < 8; ++sweep)
-          if (!Refine()) break;
+          if (!Refine(sweep == 0)) break;
       }
       double c = Objective();
       if (c < best_cost - 1e-12) {
@@ -947,7 +947,7 @@ class Assigner {
   Status Solve() {
     for (size_t n = 0; n < g_.nodes.size(); ++n) RETURN_IF_ERROR(Greedy(static_cast<NodeId>(n)));
     for (int sweep = 0; sweep < 8; ++sweep)
-      if (!Refine()) break;
+      if (!Refine(sweep == 0)) break;
     return Status::Ok();
   }
 
@@ -998,10 +998,32 @@ class Assigner {
     return !(best_nd == cur);
   }
 
-  bool Refine() {
+  // A refinement sweep: each parameter re-picks its layout with its update, then each op its
+  // signature. `first`: every one is looked at; later sweeps skip those around which nothing
+  // changed since they were last looked at (their answer would be the same).
+  bool Refine(bool first) {
+    if (first) {
+      refine_clock_ = 0;
+      touched_.assign(g_.nodes.size(), 0);
+      seen_.assign(g_.nodes.size(), -1);
+      param_seen_.assign(tg_.params.size(), -1);
+    }
     bool changed = false;
-    for (const ir::ParamGrad& pg : tg_.params) changed = RefineParam(pg) || changed;
+    for (size_t i = 0; i < tg_.params.size(); ++i) {
+      const ir::ParamGrad& pg = tg_.params[i];
+      const auto update = static_cast<size_t>(pg.update);
+      if (touched_[update] <= param_seen_[i]) continue;
+      param_seen_[i] = refine_clock_;
+      const int before = sig_[update];
+      if (RefineParam(pg)) {
+        changed = true;
+        TouchValue(pg.param);
+      }
+      if (sig_[update] != before) Touch(pg.update);
+    }
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      if (touched_[n] <= seen_[n]) continue;
+      seen_[n] = refine_clock_;
       auto id = static_cast<NodeId>(n);
       const auto& cands = cands_[n];
       const std::vector<double>& costs = CostsOf(id, true);
@@ -1016,10 +1038,24 @@ class Assigner {
       }
       if (best < cands.size()) {
         Place(id, best);
+        Touch(id);
         changed = true;
       }
     }
     return changed;
+  }
+
+  // Refine's bookkeeping: every op that shares a value with what changed must look again.
+  void TouchValue(ValueId v) {
+    ++refine_clock_;
+    const NodeId p = g_.value(v).producer;
+    if (p >= 0) touched_[static_cast<size_t>(p)] = refine_clock_;
+    for (NodeId c : consumers_[static_cast<size_t>(v)]) touched_[static_cast<size_t>(c)] = refine_clock_;
+  }
+  void Touch(NodeId id) {
+    for (const auto* list : {&g_.node(id).in, &g_.node(id).out})
+      for (ValueId v : *list)
+        if (v != ir::kNoValue) TouchValue(v);
   }
 
   // Per node compute and per edge boxing, for the plan's readers and `flowrun search`.
@@ -1075,6 +1111,8 @@ class Assigner {
   std::vector<std::vector<double>> cand_compute_;  // per node, per candidate: Compute
   mutable std::vector<double> slot_costs_, costs_;  // CostsOf's scratch and result
   std::vector<int> sig_;  // per node: the index of its signature in cands_, -1 while not placed
+  long refine_clock_ = 0;                        // Refine: changes so far
+  std::vector<long> touched_, seen_, param_seen_;  // per node (param): when last touched / looked at
   std::vector<bool> leads_;  // per node: a forward op that reads a parameter or is a matmul (leads group moves)
   // One byte per mesh axis (kind, split axis, reduction): meshes have at most 8 axes.
   static uint64_t Code(const NdSbp& nd) {
