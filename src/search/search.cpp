@@ -421,10 +421,20 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
   for (Candidate* c : priced)
     if (c->pruned.empty()) feasible.push_back(c);
   std::stable_sort(feasible.begin(), feasible.end(), by_time);
-  feasible.resize(std::min(feasible.size(), static_cast<size_t>(std::max(opt.exact, 0))));
+  // The leaders: first the quickest of each layout (dp, tp, pp, ZeRO), best first, then the rest
+  // in order. Group moves improve layouts unevenly (ZeRO and tensor parallelism the most), so one
+  // of each competes before a second micro-batch count of any.
+  const size_t leaders = std::min(feasible.size(), static_cast<size_t>(std::max(opt.exact, 0)));
+  std::vector<Candidate*> lead, rest;
+  std::set<std::string> layouts;
+  for (Candidate* c : feasible) {
+    std::string layout = std::to_string(c->dp) + " " + std::to_string(c->tp) + " " + std::to_string(c->pp) + (c->zero ? " z" : "");
+    (layouts.insert(layout).second && lead.size() < leaders ? lead : rest).push_back(c);
+  }
+  for (size_t i = 0; lead.size() < leaders; ++i) lead.push_back(rest[i]);
   out.quick_s = since(t_quick);
   const auto t_exact = std::chrono::steady_clock::now();
-  price_all(feasible, true);
+  price_all(lead, true);
   out.exact_s = since(t_exact);
 
   for (Candidate& c : cands) (c.pruned.empty() ? out.ranked : out.pruned).push_back(std::move(c));

@@ -8,8 +8,9 @@
 // cut by dynamic programming over the forward ops in order, balancing modelled compute plus the
 // transfer of the tensors that cross each cut. SBP assignment (sbp::Assign) then prices the
 // candidate. Every candidate is first priced with the assigner's quick passes (greedy starts and
-// refinement); the leaders are then re-priced with its group moves too, exactly as `flowrun plan`
-// plans them, and the table is ranked on those prices.
+// refinement); the leaders (the quickest of each layout first, then the next quickest, 16 in all)
+// are then re-priced with its group moves too, exactly as `flowrun plan` plans them, and the table
+// is ranked on those prices.
 //
 // The step time of a candidate, from the assignment's per-op compute and per-edge boxing:
 //   per stage s:  W_s  one micro-batch's work (forward, backward, their boxing),
@@ -35,7 +36,7 @@ struct Options {
   int ranks = 0;                       // 0: cluster nodes x devices_per_node, else parallel.ranks
   std::vector<int64_t> micro_batches;  // micro-batch counts to try; empty: 1, 2, 4, ..., 32 that divide
   bool zero = true;                    // also try ZeRO where dp > 1
-  int exact = 32;                      // re-price this many leaders with the full assignment
+  int exact = 16;                      // re-price this many leaders with the full assignment
 };
 
 struct EdgeCost {

@@ -22,10 +22,12 @@ namespace {
 using fr::search::Candidate;
 using fr::search::Outcome;
 
-fr::Result<Outcome> SearchFor(const std::string& config, int ranks, const std::vector<std::string>& set = {}) {
+fr::Result<Outcome> SearchFor(const std::string& config, int ranks, const std::vector<std::string>& set = {},
+                              int exact = fr::search::Options{}.exact) {
   ASSIGN_OR_RETURN(fr::Config cfg, fr::LoadConfig(config, set));
   fr::search::Options o;
   o.ranks = ranks;
+  o.exact = exact;
   return fr::search::Search(cfg, o);
 }
 
@@ -33,11 +35,30 @@ fr::Result<Outcome> SearchFor(const std::string& config, int ranks, const std::v
 
 bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// By default 16 leaders are priced in full: the quickest candidate of every layout (dp, tp, pp,
+// ZeRO) first, so that no layout is judged on its quick price alone while another has two members
+// re-priced.
+TEST(Search, LeadersCoverEveryLayout_4) {
+  auto o = SearchFor("configs/gpt.yaml", 4);
+  ASSERT_OK(o);
+  std::set<std::string> layouts, exact_layouts;
+  int exact = 0;
+  for (const Candidate& c : o->ranked) {
+    std::string layout = std::to_string(c.dp) + " " + std::to_string(c.tp) + " " + std::to_string(c.pp) + (c.zero ? " z" : "");
+    layouts.insert(layout);
+    if (c.exact) exact_layouts.insert(layout), ++exact;
+  }
+  ASSERT_GT(o->ranked.size(), 16u);
+  ASSERT_LE(layouts.size(), 16u);
+  EXPECT_EQ(exact, 16);
+  EXPECT_EQ(exact_layouts, layouts);
+}
+
 // Every layout of 4 ranks is enumerated: pp x dp x tp = 4, micro-batch counts that divide the
 // batch of 64, ZeRO where dp > 1. The ranked list is sorted and feasible; with one stage, more
 // micro-batches than the fewest that fit are dominated (same compute, more per-micro-batch work).
 TEST(Search, EnumeratesAndRanks_4) {
-  auto o = SearchFor("configs/mlp.yaml", 4);
+  auto o = SearchFor("configs/mlp.yaml", 4, {}, /*exact=*/1000);
   ASSERT_OK(o);
   EXPECT_EQ(o->ranks, 4);
   std::set<std::string> layouts, ranked;
