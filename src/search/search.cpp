@@ -160,16 +160,20 @@ void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* pric
   std::sort(cand->edges.begin(), cand->edges.end(), [](const EdgeCost& x, const EdgeCost& y) {
     return x.seconds != y.seconds ? x.seconds > y.seconds : x.what < y.what;
   });
-  double w = 0, u = 0;
+  // The runtime's pipeline schedule (boxing/lower.h): an activation a stage saves for its backward
+  // has one slot, so stage k starts the forward of micro-batch m+1 only after its backward of m,
+  // which waits for every later stage's work on m. One micro-batch passes through all stages and
+  // back before the next: the stages take turns.
+  double sum_w = 0, u = 0;
   int busiest = 0;
   for (int s = 0; s < S; ++s) {
     const StageCost& st = cand->stages[static_cast<size_t>(s)];
     if (st.micro_s * M + st.step_s > cand->stages[static_cast<size_t>(busiest)].micro_s * M + cand->stages[static_cast<size_t>(busiest)].step_s) busiest = s;
-    w = std::max(w, st.micro_s);
+    sum_w += st.micro_s;
     u = std::max(u, st.step_s);
   }
-  cand->step_s = (M + S - 1) * w + u;
-  cand->bubble_s = (S - 1) * w;
+  cand->step_s = M * sum_w + u;
+  cand->bubble_s = M * (sum_w - cand->stages[static_cast<size_t>(busiest)].micro_s);
   const StageCost& b = cand->stages[static_cast<size_t>(busiest)];
   double busy = b.micro_s * M + b.step_s;
   cand->comm_s = comm[static_cast<size_t>(busiest)];
