@@ -385,18 +385,14 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
   auto by_time = [](const Candidate* a, const Candidate* b) {
     return a->step_s != b->step_s ? a->step_s < b->step_s : a->Name() < b->Name();
   };
-  // Without pipeline stages, more micro-batches compute the same and only add per-micro-batch
-  // latency and op overhead, so under the model they never run faster: for pp = 1 a layout's
-  // next micro-batch count is priced only when the fewer did not fit in memory.
-  std::map<std::string, std::vector<Candidate*>> single;  // pp = 1: "dp tp zero" -> by count
+  // More micro-batches compute the same and only add per-micro-batch latency and op overhead, and
+  // the runtime's schedule overlaps no stages (see the header), so under the model they never run
+  // faster: a layout's next micro-batch count is priced only when the fewer did not fit in memory.
+  std::map<std::string, std::vector<Candidate*>> chains;  // "dp tp pp zero" -> by count
   std::vector<Candidate*> batch;
   for (Candidate& c : cands) {
     if (!c.pruned.empty()) continue;
-    if (c.pp > 1) {
-      batch.push_back(&c);
-      continue;
-    }
-    auto& chain = single[std::to_string(c.dp) + " " + std::to_string(c.tp) + (c.zero ? " z" : "")];
+    auto& chain = chains[std::to_string(c.dp) + " " + std::to_string(c.tp) + " " + std::to_string(c.pp) + (c.zero ? " z" : "")];
     if (chain.empty()) batch.push_back(&c);
     chain.push_back(&c);
   }
@@ -406,7 +402,7 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
     price_all(batch, false);
     priced.insert(priced.end(), batch.begin(), batch.end());
     std::vector<Candidate*> next;
-    for (auto& [key, chain] : single) {
+    for (auto& [key, chain] : chains) {
       for (size_t i = 0; i + 1 < chain.size(); ++i) {
         Candidate* c = chain[i];
         bool priced_now = std::find(batch.begin(), batch.end(), c) != batch.end();
@@ -415,7 +411,7 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
           next.push_back(chain[i + 1]);
         } else {
           for (size_t j = i + 1; j < chain.size(); ++j)
-            chain[j]->pruned = "dominated by " + c->Name() + " (one stage: more micro-batches only add per-micro-batch work)";
+            chain[j]->pruned = "dominated by " + c->Name() + " (more micro-batches only add per-micro-batch work)";
         }
       }
     }
@@ -425,20 +421,10 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
   for (Candidate* c : priced)
     if (c->pruned.empty()) feasible.push_back(c);
   std::stable_sort(feasible.begin(), feasible.end(), by_time);
-  // The leaders: first the quickest of each layout (dp, tp, pp, ZeRO), best first, then the rest
-  // in order. Group moves improve layouts unevenly (ZeRO and tensor parallelism the most), so one
-  // of each competes before a second micro-batch count of any.
-  const size_t leaders = std::min(feasible.size(), static_cast<size_t>(std::max(opt.exact, 0)));
-  std::vector<Candidate*> lead, rest;
-  std::set<std::string> layouts;
-  for (Candidate* c : feasible) {
-    std::string layout = std::to_string(c->dp) + " " + std::to_string(c->tp) + " " + std::to_string(c->pp) + (c->zero ? " z" : "");
-    (layouts.insert(layout).second && lead.size() < leaders ? lead : rest).push_back(c);
-  }
-  for (size_t i = 0; lead.size() < leaders; ++i) lead.push_back(rest[i]);
+  feasible.resize(std::min(feasible.size(), static_cast<size_t>(std::max(opt.exact, 0))));
   out.quick_s = since(t_quick);
   const auto t_exact = std::chrono::steady_clock::now();
-  price_all(lead, true);
+  price_all(feasible, true);
   out.exact_s = since(t_exact);
 
   for (Candidate& c : cands) (c.pruned.empty() ? out.ranked : out.pruned).push_back(std::move(c));
@@ -466,7 +452,7 @@ std::string Table(const Outcome& o, int top) {
     std::string reason = c.pruned.substr(0, c.pruned.find(" per device"));
     if (reason.starts_with("memory")) reason = "memory over capacity";
     else if (reason.find("does not split") != std::string::npos) reason = "batch does not split over dp";
-    else if (reason.starts_with("dominated")) reason = "dominated (one stage, more micro-batches)";
+    else if (reason.starts_with("dominated")) reason = "dominated (more micro-batches)";
     ++why[reason];
   }
   s += std::to_string(o.ranked.size() + o.pruned.size()) + " candidates: " + std::to_string(o.ranked.size()) +

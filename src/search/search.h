@@ -8,9 +8,8 @@
 // cut by dynamic programming over the forward ops in order, balancing modelled compute plus the
 // transfer of the tensors that cross each cut. SBP assignment (sbp::Assign) then prices the
 // candidate. Every candidate is first priced with the assigner's quick passes (greedy starts and
-// refinement); the leaders (the quickest of each layout first, then the next quickest, 16 in all)
-// are then re-priced with its group moves too, exactly as `flowrun plan` plans them, and the table
-// is ranked on those prices.
+// refinement); the 16 quickest are then re-priced with its group moves too, exactly as `flowrun
+// plan` plans them, and the table is ranked on those prices.
 //
 // The step time of a candidate, from the assignment's per-op compute and per-edge boxing:
 //   per stage s:  W_s  one micro-batch's work (forward, backward, their boxing),

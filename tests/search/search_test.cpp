@@ -35,28 +35,19 @@ fr::Result<Outcome> SearchFor(const std::string& config, int ranks, const std::v
 
 bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// By default 16 leaders are priced in full: the quickest candidate of every layout (dp, tp, pp,
-// ZeRO) first, so that no layout is judged on its quick price alone while another has two members
-// re-priced.
-TEST(Search, LeadersCoverEveryLayout_4) {
-  auto o = SearchFor("configs/gpt.yaml", 4);
+// By default the 16 quickest candidates are re-priced in full, the rest keep their quick price.
+TEST(Search, SixteenLeadersInFull_16) {
+  auto o = SearchFor("configs/gpt.yaml", 16, {"cluster.nodes=2", "cluster.devices_per_node=8"});
   ASSERT_OK(o);
-  std::set<std::string> layouts, exact_layouts;
-  int exact = 0;
-  for (const Candidate& c : o->ranked) {
-    std::string layout = std::to_string(c.dp) + " " + std::to_string(c.tp) + " " + std::to_string(c.pp) + (c.zero ? " z" : "");
-    layouts.insert(layout);
-    if (c.exact) exact_layouts.insert(layout), ++exact;
-  }
   ASSERT_GT(o->ranked.size(), 16u);
-  ASSERT_LE(layouts.size(), 16u);
+  int exact = 0;
+  for (const Candidate& c : o->ranked) exact += c.exact;
   EXPECT_EQ(exact, 16);
-  EXPECT_EQ(exact_layouts, layouts);
 }
 
 // Every layout of 4 ranks is enumerated: pp x dp x tp = 4, micro-batch counts that divide the
-// batch of 64, ZeRO where dp > 1. The ranked list is sorted and feasible; with one stage, more
-// micro-batches than the fewest that fit are dominated (same compute, more per-micro-batch work).
+// batch of 64, ZeRO where dp > 1. The ranked list is sorted and feasible; more micro-batches than
+// the fewest that fit are dominated (same compute, more per-micro-batch work, no stage overlap).
 TEST(Search, EnumeratesAndRanks_4) {
   auto o = SearchFor("configs/mlp.yaml", 4, {}, /*exact=*/1000);
   ASSERT_OK(o);
@@ -75,15 +66,17 @@ TEST(Search, EnumeratesAndRanks_4) {
   for (const Candidate& c : o->pruned) {
     EXPECT_TRUE(layouts.insert(c.Name()).second) << "twice: " << c.Name();
     if (c.pruned.starts_with("dominated")) {
-      EXPECT_EQ(c.pp, 1) << c.Name();
       EXPECT_GT(c.micro_batches, 1) << c.Name();
+      Candidate fewer = c;
+      fewer.micro_batches = 1;
+      EXPECT_TRUE(ranked.count(fewer.Name())) << c.Name() << " dominated, but " << fewer.Name() << " not ranked";
     } else {
       // The only other pruning on this model: 32 micro-batches of 2 rows do not split over dp 4.
       EXPECT_TRUE(Contains(c.pruned, "does not split over dp")) << c.Name() << ": " << c.pruned;
     }
   }
   EXPECT_EQ(layouts.size(), 54u) << "(pp, dp, tp) = 6 layouts x 6 counts + ZeRO where dp > 1 (3 x 6)";
-  for (const char* want : {"dp4 tp1 pp1 m1", "dp1 tp4 pp1 m1", "dp2 tp2 pp1 m1 zero", "dp1 tp1 pp4 m4", "dp2 tp1 pp2 m2"})
+  for (const char* want : {"dp4 tp1 pp1 m1", "dp1 tp4 pp1 m1", "dp2 tp2 pp1 m1 zero", "dp1 tp1 pp4 m1", "dp2 tp1 pp2 m1"})
     EXPECT_TRUE(ranked.count(want)) << want;
 }
 
@@ -192,7 +185,7 @@ TEST(Search, BalancedPipelineCut) {
   ASSERT_OK(o);
   const Candidate* pp2 = nullptr;
   for (const Candidate& c : o->ranked)
-    if (c.pp == 2 && c.micro_batches == 2) pp2 = &c;
+    if (c.pp == 2 && c.micro_batches == 1) pp2 = &c;
   ASSERT_NE(pp2, nullptr);
   ASSERT_EQ(pp2->config.parallel.stages.size(), 2u);
   EXPECT_FALSE(pp2->config.parallel.stages[0].empty());
@@ -203,9 +196,9 @@ TEST(Search, BalancedPipelineCut) {
   // The runtime's schedule: micro-batches pass through the stages in turn (search.h), so a step
   // is M x (W0 + W1) + the larger once-a-step work, and the busiest stage idles while the other works.
   double u0 = pp2->stages[0].step_s, u1 = pp2->stages[1].step_s;
-  EXPECT_NEAR(pp2->step_s, 2 * (w0 + w1) + std::max(u0, u1), 1e-12);
-  double busiest = 2 * w0 + u0 >= 2 * w1 + u1 ? w0 : w1;
-  EXPECT_NEAR(pp2->bubble_s, 2 * (w0 + w1 - busiest), 1e-12);
+  EXPECT_NEAR(pp2->step_s, w0 + w1 + std::max(u0, u1), 1e-12);
+  double busiest = w0 + u0 >= w1 + u1 ? w0 : w1;
+  EXPECT_NEAR(pp2->bubble_s, w0 + w1 - busiest, 1e-12);
   auto plan = fr::Compile(pp2->config, 2);
   ASSERT_OK(plan);
 }
