@@ -262,17 +262,23 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
     }
   }
 
-  // One training graph per micro-batch size, built in parallel. Pricing reads shapes only, so the
+  // One training graph per micro-batch size, built when a candidate first needs it (most counts
+  // are dominated and never priced), several in parallel. Pricing reads shapes only, so the
   // parameters' initial values are dropped (a GPT-2-sized model holds 650 MB of them per graph).
   const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 8u));
-  std::vector<std::unique_ptr<Prepared>> built(counts.size());
-  std::vector<Status> failed(counts.size(), Status::Ok());
-  {
+  std::map<int64_t, std::unique_ptr<Prepared>> prepared;
+  auto prepare = [&](std::vector<int64_t> need) -> Status {
+    const auto t = std::chrono::steady_clock::now();
+    std::erase_if(need, [&](int64_t m) { return prepared.count(m) > 0; });
+    std::sort(need.begin(), need.end());
+    need.erase(std::unique(need.begin(), need.end()), need.end());
+    std::vector<std::unique_ptr<Prepared>> built(need.size());
+    std::vector<Status> failed(need.size(), Status::Ok());
     std::atomic<size_t> next{0};
     auto worker = [&] {
-      for (size_t i = next++; i < counts.size(); i = next++) {
+      for (size_t i = next++; i < need.size(); i = next++) {
         Config c = cfg;
-        c.train.micro_batch = cfg.train.global_batch / counts[i];
+        c.train.micro_batch = cfg.train.global_batch / need[i];
         c.parallel = ParallelConfig{};
         Result<Compiled> compiled = Prepare(c);
         if (!compiled.ok()) {
@@ -288,20 +294,22 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
       }
     };
     std::vector<std::thread> pool;
-    for (unsigned t = 1; t < std::min<unsigned>(threads, static_cast<unsigned>(counts.size())); ++t) pool.emplace_back(worker);
+    for (unsigned t = 1; t < std::min<unsigned>(threads, static_cast<unsigned>(need.size())); ++t) pool.emplace_back(worker);
     worker();
     for (std::thread& t : pool) t.join();
-  }
-  std::map<int64_t, std::unique_ptr<Prepared>> prepared;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    RETURN_IF_ERROR(failed[i]);
-    prepared[counts[i]] = std::move(built[i]);
-  }
+    for (size_t i = 0; i < need.size(); ++i) {
+      RETURN_IF_ERROR(failed[i]);
+      prepared[need[i]] = std::move(built[i]);
+    }
+    out.graphs_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(prepare({counts.front()}));  // the pipeline cuts are made on it
+
 
   auto since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
-  out.graphs_s = since(t0);
 
   // Candidates.
   std::vector<Candidate> cands;
@@ -398,7 +406,11 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
   }
   std::vector<Candidate*> priced;
   const auto t_quick = std::chrono::steady_clock::now();
+  const double graphs_before_quick = out.graphs_s;
   while (!batch.empty()) {
+    std::vector<int64_t> need;
+    for (const Candidate* c : batch) need.push_back(c->micro_batches);
+    RETURN_IF_ERROR(prepare(need));
     price_all(batch, false);
     priced.insert(priced.end(), batch.begin(), batch.end());
     std::vector<Candidate*> next;
@@ -422,7 +434,7 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
     if (c->pruned.empty()) feasible.push_back(c);
   std::stable_sort(feasible.begin(), feasible.end(), by_time);
   feasible.resize(std::min(feasible.size(), static_cast<size_t>(std::max(opt.exact, 0))));
-  out.quick_s = since(t_quick);
+  out.quick_s = since(t_quick) - (out.graphs_s - graphs_before_quick);
   const auto t_exact = std::chrono::steady_clock::now();
   price_all(feasible, true);
   out.exact_s = since(t_exact);

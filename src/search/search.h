@@ -40,7 +40,7 @@ struct Options {
   int ranks = 0;                       // 0: cluster nodes x devices_per_node, else parallel.ranks
   std::vector<int64_t> micro_batches;  // micro-batch counts to try; empty: 1, 2, 4, ..., 32 that divide
   bool zero = true;                    // also try ZeRO where dp > 1
-  int exact = 16;                      // re-price this many leaders with the full assignment
+  int exact = 16;                      // re-price this many of the quickest with the full assignment
 };
 
 struct EdgeCost {
