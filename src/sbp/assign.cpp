@@ -387,8 +387,6 @@ class Assigner {
   double Boxing(ValueId v, const NdSbp& have, int dst, const NdSbp& want) const {
     const size_t src = static_cast<size_t>(a_.value_stage[static_cast<size_t>(v)]);
     if (have == want && same_place_[src * o_.stages.size() + static_cast<size_t>(dst)]) return 0;
-    const Placement& src_place = PlaceOf(v);
-    const Placement& dst_place = o_.stages[static_cast<size_t>(dst)];
     const double rate = Rate(per_step_[static_cast<size_t>(v)]);
     // Values of one type on one stage price alike: the key is the type's class, not the value.
     // One small table per (type class, stage pair) keeps a search's lookups for one value close.
@@ -409,19 +407,24 @@ class Assigner {
         return rate * *c;
       }
     }
-    boxing::Request r{g_.type(v).shape, g_.type(v).dtype, src_place, have, dst_place, want};
-    boxing::Estimate e = boxing::Price(r);
-    // Collectives pay the collective latency, point-to-point messages (send-recv, the fallback)
-    // a message's (within a node), each also the runtime's overhead per task; local plans (slice,
-    // zero-fill, assemble) pay nothing.
-    const bool inter = CrossesNodes(a_.value_stage[static_cast<size_t>(v)], dst, e.strategy);
-    const double latency = inter ? o_.cluster.latency_inter : o_.cluster.latency;
-    const double message = inter || o_.cluster.p2p_latency <= 0 ? latency : o_.cluster.p2p_latency;
-    double c = e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) +
-               e.collectives * (latency + o_.cluster.op_overhead) + e.messages * (message + o_.cluster.op_overhead);
+    const double c = Priced(v, have, dst, want).first;
     memo->Put(key, c);
     if (o_.prices) o_.prices->Put(shared, c);
     return rate * c;
+  }
+
+  // One movement's seconds (rate 1), and the part of them that is latency and per-task overhead:
+  // collectives pay the collective latency, point-to-point messages (send-recv, the fallback) a
+  // message's (within a node), each also the runtime's overhead per task; local plans (slice,
+  // zero-fill, assemble) pay nothing.
+  std::pair<double, double> Priced(ValueId v, const NdSbp& have, int dst, const NdSbp& want) const {
+    boxing::Request r{g_.type(v).shape, g_.type(v).dtype, PlaceOf(v), have, o_.stages[static_cast<size_t>(dst)], want};
+    boxing::Estimate e = boxing::Price(r);
+    const bool inter = CrossesNodes(a_.value_stage[static_cast<size_t>(v)], dst, e.strategy);
+    const double latency = inter ? o_.cluster.latency_inter : o_.cluster.latency;
+    const double message = inter || o_.cluster.p2p_latency <= 0 ? latency : o_.cluster.p2p_latency;
+    const double wait = e.collectives * (latency + o_.cluster.op_overhead) + e.messages * (message + o_.cluster.op_overhead);
+    return {e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) + wait, wait};
   }
 
   double Compute(NodeId id, const NdSignature& s) const {
@@ -1075,8 +1078,9 @@ class Assigner {
           if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
           seen.push_back(key);
           if (key.first == a_.value_stage[v] && key.second == have) continue;
-          a_.edges.push_back({static_cast<ValueId>(v), key.first, have, key.second,
-                              Boxing(static_cast<ValueId>(v), have, key.first, key.second), per_step_[v]});
+          const double seconds = Boxing(static_cast<ValueId>(v), have, key.first, key.second);
+          const double wait = seconds > 0 ? Rate(per_step_[v]) * Priced(static_cast<ValueId>(v), have, key.first, key.second).second : 0;
+          a_.edges.push_back({static_cast<ValueId>(v), key.first, have, key.second, seconds, wait, per_step_[v]});
         }
       }
     }

@@ -118,6 +118,7 @@ struct PricedEdge {
   int dst_stage = 0;
   NdSbp have, want;
   double seconds = 0;      // per step (micro-batch edges count M times)
+  double latency = 0;      // of which: collectives' and messages' latency and per-task overhead
   bool per_step = false;   // moves once a step, not once per micro-batch
 };
 

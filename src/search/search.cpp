@@ -1,6 +1,7 @@
 #include "search/search.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -159,11 +160,21 @@ void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* pric
     if (g.nodes[n].phase == ir::Phase::kOptimizer) st.step_s += a->node_seconds[n];
     else st.micro_s += a->node_seconds[n] / M / speedup[static_cast<size_t>(ao->node_stage[n])];
   }
+  // A parameter is ready when the step starts, so the movements of parameters to their readers
+  // (ZeRO's gathers, tensor-parallel slices) are in flight together: they pay their bytes, and
+  // the latency of one. Every other movement waits for the op before it and pays its own.
+  std::vector<std::array<double, 2>> param_wait(static_cast<size_t>(S), {0, 0});  // per micro-batch, per step
   for (const sbp::PricedEdge& e : a->edges) {
     StageCost& st = cand->stages[static_cast<size_t>(e.dst_stage)];
-    if (e.per_step) st.step_s += e.seconds;
-    else st.micro_s += e.seconds / M;
-    comm[static_cast<size_t>(e.dst_stage)] += e.seconds;
+    double seconds = e.seconds;
+    if (g.value(e.value).kind == ir::ValueKind::kParam) {
+      double& wait = param_wait[static_cast<size_t>(e.dst_stage)][e.per_step ? 1 : 0];
+      seconds -= e.latency - std::max(0.0, e.latency - wait);
+      wait = std::max(wait, e.latency);
+    }
+    if (e.per_step) st.step_s += seconds;
+    else st.micro_s += seconds / M;
+    comm[static_cast<size_t>(e.dst_stage)] += seconds;
     if (e.seconds <= 0) continue;
     std::string where = S > 1 ? " on stage " + std::to_string(e.dst_stage) : "";
     cand->edges.push_back({g.value(e.value).name + ": " + e.have.ToString() + " -> " + e.want.ToString() + where +
