@@ -26,11 +26,10 @@
 // starts, so their movements to their readers (ZeRO's gathers) are in flight together and pay
 // one latency per stage, not one each. With one stage and no parameter movement, the step is
 // the assignment's own total, the figure `flowrun plan` prints.
-// Memory per device mirrors what the Plan
-// allocates: each parameter piece, its optimizer state, and every register the stage's tasks
-// produce (data inputs double-buffered, tensors crossing stages with pp slots). Candidates whose
-// batch does not divide, or whose fullest device exceeds cluster.memory_gib, are pruned and
-// counted.
+// Memory per device mirrors what the Plan allocates: each parameter piece, its optimizer state,
+// and every register the stage's tasks produce (data inputs double-buffered, tensors crossing
+// stages with pp slots). Candidates whose batch does not divide, or whose fullest device exceeds
+// cluster.memory_gib, are pruned and counted.
 #pragma once
 
 #include <string>
