@@ -142,23 +142,10 @@ void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* pric
   const double M = static_cast<double>(cand->micro_batches);
   cand->stages.assign(static_cast<size_t>(S), StageCost{});
   std::vector<double> comm(static_cast<size_t>(S), 0);
-  // With pipeline stages, one stage computes while the others wait (the schedule below). On CPU
-  // ranks that share a node's cores, `flops` was measured with every rank busy; a stage computing
-  // alone gets the waiting ranks' cores, up to one core per rank.
-  std::vector<double> speedup(static_cast<size_t>(S), 1.0);
-  const ClusterConfig& cl = cand->config.cluster;
-  const int per_node = cl.devices_per_node > 0 ? static_cast<int>(cl.devices_per_node) : ranks;
-  if (S > 1 && cl.cores > 0 && cl.cores < per_node) {
-    auto share = [&](int busy) { return std::min(1.0, static_cast<double>(cl.cores) / busy); };
-    for (int s = 0; s < S; ++s) {
-      const int busy = std::min(ao->stages[static_cast<size_t>(s)].size(), per_node);
-      speedup[static_cast<size_t>(s)] = share(busy) / share(per_node);
-    }
-  }
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     StageCost& st = cand->stages[static_cast<size_t>(ao->node_stage[n])];
     if (g.nodes[n].phase == ir::Phase::kOptimizer) st.step_s += a->node_seconds[n];
-    else st.micro_s += a->node_seconds[n] / M / speedup[static_cast<size_t>(ao->node_stage[n])];
+    else st.micro_s += a->node_seconds[n] / M;
   }
   // A parameter is ready when the step starts, so the movements of parameters to their readers
   // (ZeRO's gathers, tensor-parallel slices) are in flight together: they pay their bytes, and
