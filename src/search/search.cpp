@@ -9,8 +9,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <set>
 #include <thread>
 
 #include "base/report.h"
