@@ -94,11 +94,7 @@ int Builder::Transfer(int in, int to) {
   FR_CHECK(from != to, "a rank does not send to itself");
   int tag = next_tag_++;
   int out = NewBuffer(to, buffer(in).shape);
-  double bytes = Bytes(buffer(in).shape);
-  sent_[from] += bytes;
-  received_[to] += bytes;
-  sends_[from] += 1;
-  recvs_[to] += 1;
+  traffic_.Message(from, to, Bytes(buffer(in).shape));
   Add(Task{.op = Op::kSend, .rank = from, .in = {in}, .peer = to, .tag = tag});
   Add(Task{.op = Op::kRecv, .rank = to, .out = out, .peer = from, .tag = tag});
   return out;
@@ -117,40 +113,55 @@ std::vector<int> Builder::Collective(const CollectiveSpec& spec, const std::vect
     default:
       for (int in : ins) size += Bytes(buffer(in).shape);
   }
-  double per_rank = spec.op == Op::kAllReduce   ? 2 * (p - 1) / p * size
-                    : spec.op == Op::kAllToAll ? (p - 1) / (p * p) * size
-                                               : (p - 1) / p * size;
+  const double per_rank = CollectiveBytes(spec.op, p, size);
   std::vector<int> out_ids;
   for (size_t k = 0; k < group.size(); ++k) {
     FR_CHECK(buffer(ins[k]).rank == group[k], "input on its member's rank");
     int out = NewBuffer(group[k], outs[k]);
     out_ids.push_back(out);
-    sent_[group[k]] += per_rank;
-    received_[group[k]] += per_rank;
-    collectives_[group[k]] += 1;
+    traffic_.Member(group[k], per_rank);
     Add(Task{.op = spec.op, .rank = group[k], .in = {ins[k]}, .out = out, .reduce = spec.reduce,
              .group = group, .concat_axis = spec.concat_axis, .split_axis = spec.split_axis, .collective = id});
   }
   return out_ids;
 }
 
-double Builder::bytes_per_rank_max() const {
+double CollectiveBytes(Op op, double p, double size) {
+  return op == Op::kAllReduce  ? 2 * (p - 1) / p * size
+         : op == Op::kAllToAll ? (p - 1) / (p * p) * size
+                               : (p - 1) / p * size;
+}
+
+void Traffic::Message(int from, int to, double bytes) {
+  sent[from] += bytes;
+  received[to] += bytes;
+  sends[from] += 1;
+  recvs[to] += 1;
+}
+
+void Traffic::Member(int rank, double bytes) {
+  sent[rank] += bytes;
+  received[rank] += bytes;
+  collectives[rank] += 1;
+}
+
+double Traffic::bytes_max() const {
   double m = 0;
-  for (const auto& [rank, b] : sent_) m = std::max(m, b);
-  for (const auto& [rank, b] : received_) m = std::max(m, b);
+  for (const auto& [rank, b] : sent) m = std::max(m, b);
+  for (const auto& [rank, b] : received) m = std::max(m, b);
   return m;
 }
 
-int Builder::collectives_per_rank_max() const {
+int Traffic::collectives_max() const {
   int m = 0;
-  for (const auto& [rank, n] : collectives_) m = std::max(m, n);
+  for (const auto& [rank, n] : collectives) m = std::max(m, n);
   return m;
 }
 
-int Builder::messages_per_rank_max() const {
+int Traffic::messages_max() const {
   int m = 0;
-  for (const auto& [rank, n] : sends_) m = std::max(m, n);
-  for (const auto& [rank, n] : recvs_) m = std::max(m, n);
+  for (const auto& [rank, n] : sends) m = std::max(m, n);
+  for (const auto& [rank, n] : recvs) m = std::max(m, n);
   return m;
 }
 
@@ -158,8 +169,8 @@ Plan Builder::Finish(std::string strategy, std::vector<int> dst) && {
   Plan p;
   p.strategy = std::move(strategy);
   p.dtype = r_.dtype;
-  p.bytes_per_rank_max = std::llround(bytes_per_rank_max());
-  p.collectives = collectives_per_rank_max();
+  p.bytes_per_rank_max = std::llround(traffic_.bytes_max());
+  p.collectives = traffic_.collectives_max();
   p.buffers = std::move(buffers_);
   p.tasks = std::move(tasks_);
   p.src = src_;

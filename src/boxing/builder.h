@@ -27,6 +27,22 @@ struct CollectiveSpec {
   int split_axis = -1;
 };
 
+// Bytes each member of a p-rank collective of `op` puts on the wire, for a group tensor of `size`
+// bytes (boxing.h: all-reduce 2(p-1)/p, all-to-all (p-1)/p^2, the others (p-1)/p).
+double CollectiveBytes(Op op, double p, double size);
+
+// Per rank traffic: bytes sent and received, collectives joined, point-to-point sends and
+// receives; the plan's figures are the busiest rank's. Sums follow the order of the calls.
+struct Traffic {
+  std::map<int, double> sent, received;
+  std::map<int, int> collectives, sends, recvs;
+  void Message(int from, int to, double bytes);
+  void Member(int rank, double bytes);  // one collective's member
+  double bytes_max() const;
+  int collectives_max() const;
+  int messages_max() const;
+};
+
 class Builder {
  public:
   // Creates one buffer per src device (ids 0..n-1, in device order).
@@ -49,9 +65,7 @@ class Builder {
   std::vector<int> Collective(const CollectiveSpec& spec, const std::vector<int>& group,
                               const std::vector<int>& ins, const std::vector<Shape>& outs);
 
-  double bytes_per_rank_max() const;
-  int collectives_per_rank_max() const;
-  int messages_per_rank_max() const;  // point-to-point sends or receives on the busiest rank
+  const Traffic& traffic() const { return traffic_; }
   Plan Finish(std::string strategy, std::vector<int> dst) &&;
 
  private:
@@ -65,9 +79,7 @@ class Builder {
   std::vector<Task> tasks_;
   std::vector<int> src_;
   int next_tag_ = 0, next_collective_ = 0;
-  std::map<int, double> sent_, received_;
-  std::map<int, int> collectives_;
-  std::map<int, int> sends_, recvs_;
+  Traffic traffic_;
 };
 
 }  // namespace fr::boxing

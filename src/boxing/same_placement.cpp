@@ -126,15 +126,10 @@ std::optional<Count> EvenCount(const Request& r, NdSbp cur, const std::vector<in
       if (r.logical[k] % parts) return std::nullopt;
       size *= static_cast<double>(r.logical[k] / parts);
     }
-    const double p = static_cast<double>(pl.hierarchy()[a]);
-    switch (steps[s]) {
-      case Step::kAllReduce: n.bytes += 2 * (p - 1) / p * size; break;
-      case Step::kAllToAll: n.bytes += (p - 1) / (p * p) * size; break;
-      case Step::kReduceScatter:
-      case Step::kAllGather: n.bytes += (p - 1) / p * size; break;
-      default: break;
+    if (std::optional<Op> op = CollectiveOf(steps[s])) {
+      n.bytes += CollectiveBytes(*op, static_cast<double>(pl.hierarchy()[a]), size);
+      n.collectives += 1;
     }
-    n.collectives += IsLocal(steps[s]) ? 0 : 1;
     cur[a] = r.dst[a];
   }
   return n;
@@ -176,7 +171,7 @@ std::optional<Route> Choose(const Request& r) {
       } else {
         Builder trial(r, /*dry=*/true);
         Build(trial, start, order, *steps);
-        bytes = trial.bytes_per_rank_max();
+        bytes = trial.traffic().bytes_max();
       }
     }
     std::vector<int> key;

@@ -165,9 +165,7 @@ Estimate CountScatter(const Request& r) {
   std::vector<Coords> src_coords;
   std::vector<Region> src_regions;
   SrcPieces(r, &src_coords, &src_regions);
-  // Per global rank, in the order the Builder adds them (so the sums agree to the last bit).
-  std::map<int, double> sent, received;
-  std::map<int, int> sends, recvs;
+  Traffic traffic;  // messages in the order the Builder adds them (so the sums agree to the last bit)
   const double size = static_cast<double>(SizeOf(r.dtype));
   for (int d = 0; d < r.dst_place.size(); ++d) {
     const int rank = r.dst_place.ranks()[static_cast<size_t>(d)];
@@ -177,18 +175,11 @@ Estimate CountScatter(const Request& r) {
                   if (from == rank) return;
                   double n = size;
                   for (const sbp::Range& x : meet) n *= static_cast<double>(x.end - x.begin);
-                  sent[from] += n;
-                  received[rank] += n;
-                  sends[from] += 1;
-                  recvs[rank] += 1;
+                  traffic.Message(from, rank, n);
                 });
   }
-  Estimate e{r.src_place == r.dst_place || !partial.empty() ? "fallback" : "send-recv"};
-  for (const auto& [rank, b] : sent) e.bytes_per_rank = std::max(e.bytes_per_rank, b);
-  for (const auto& [rank, b] : received) e.bytes_per_rank = std::max(e.bytes_per_rank, b);
-  for (const auto& [rank, n] : sends) e.messages = std::max(e.messages, n);
-  for (const auto& [rank, n] : recvs) e.messages = std::max(e.messages, n);
-  return e;
+  return Estimate{r.src_place == r.dst_place || !partial.empty() ? "fallback" : "send-recv", traffic.bytes_max(), 0,
+                  traffic.messages_max()};
 }
 
 }  // namespace fr::boxing

@@ -37,8 +37,14 @@ std::optional<Step> Classify(Sbp from, Sbp to) {
   return to.reduce() == Reduce::kSum ? Step::kZeroFill : Step::kCopy;
 }
 
-bool IsLocal(Step s) {
-  return s == Step::kKeep || s == Step::kCopy || s == Step::kSlice || s == Step::kZeroFill || s == Step::kAssemble;
+std::optional<Op> CollectiveOf(Step s) {
+  switch (s) {
+    case Step::kAllReduce: return Op::kAllReduce;
+    case Step::kReduceScatter: return Op::kReduceScatter;
+    case Step::kAllGather: return Op::kAllGather;
+    case Step::kAllToAll: return Op::kAllToAll;
+    default: return std::nullopt;
+  }
 }
 
 namespace {

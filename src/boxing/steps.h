@@ -27,8 +27,8 @@ std::string_view Name(Step s);
 // The 1-D step from `from` to `to`, or nullopt when there is none (P(sum)→P(max), S→P(max), ...).
 std::optional<Step> Classify(sbp::Sbp from, sbp::Sbp to);
 
-// True for the steps that move no data between ranks.
-bool IsLocal(Step s);
+// The collective a step runs, or nullopt for the steps that move no data between ranks.
+std::optional<Op> CollectiveOf(Step s);
 
 struct Group {
   std::vector<int> ranks;  // global ranks, in coordinate order along the axis

@@ -48,7 +48,7 @@ Estimate Price(const Request& r) {
   for (StrategyFn strategy : kChain) {
     Builder b(r, /*dry=*/true);
     if (std::optional<Built> got = strategy(b))
-      return Estimate{std::move(got->strategy), b.bytes_per_rank_max(), b.collectives_per_rank_max(), b.messages_per_rank_max()};
+      return Estimate{std::move(got->strategy), b.traffic().bytes_max(), b.traffic().collectives_max(), b.traffic().messages_max()};
   }
   Fatal(__FILE__, __LINE__, "boxing:", "the fallback declined");
 }

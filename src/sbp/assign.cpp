@@ -58,9 +58,7 @@ class Assigner {
     backward_of_.assign(g_.nodes.size(), {});
     std::map<std::pair<std::vector<int64_t>, int>, int> classes;
     for (const ir::Value& v : g_.values) {
-      std::vector<int64_t> dims;
-      for (int d = 0; d < v.type.shape.rank(); ++d) dims.push_back(v.type.shape[d]);
-      auto [it, fresh] = classes.emplace(std::make_pair(dims, static_cast<int>(v.type.dtype)), static_cast<int>(classes.size()));
+      auto [it, fresh] = classes.emplace(std::make_pair(v.type.shape.dims(), static_cast<int>(v.type.dtype)), static_cast<int>(classes.size()));
       type_class_.push_back(it->second);
       if (fresh && o_.prices) shared_type_.push_back(o_.prices->TypeId(v.type.shape, v.type.dtype));
     }
@@ -86,30 +84,7 @@ class Assigner {
     for (ValueId p : g_.params) per_step_[static_cast<size_t>(p)] = true;
     RETURN_IF_ERROR(ResolveHints());
     for (size_t n = 0; n < g_.nodes.size(); ++n) RETURN_IF_ERROR(Candidates(static_cast<NodeId>(n)));
-    for (size_t n = 0; n < g_.nodes.size(); ++n) {
-      const auto& cands = cands_[n];
-      Slots sl;
-      const size_t nin = g_.nodes[n].in.size(), nslots = nin + g_.nodes[n].out.size();
-      sl.distinct.resize(nslots);
-      sl.index.resize(cands.size() * nslots);
-      for (size_t k = 0; k < cands.size(); ++k) {
-        for (size_t j = 0; j < nslots; ++j) {
-          const NdSbp& nd = j < nin ? cands[k].in[j] : cands[k].out[j - nin];
-          auto& d = sl.distinct[j];
-          size_t at = static_cast<size_t>(std::find(d.begin(), d.end(), nd) - d.begin());
-          if (at == d.size()) d.push_back(nd);
-          sl.index[k * nslots + j] = static_cast<uint16_t>(at);
-        }
-      }
-      size_t offset = 0;
-      for (const auto& d : sl.distinct) {
-        sl.offset.push_back(offset);
-        offset += d.size();
-      }
-      slots_.push_back(std::move(sl));
-      cand_compute_.emplace_back();
-      for (const NdSignature& s : cands) cand_compute_.back().push_back(Compute(static_cast<NodeId>(n), s));
-    }
+    IndexSlots();
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       const ir::Node& node = g_.nodes[n];
       if (node.phase == ir::Phase::kBackward && node.origin >= 0) backward_of_[static_cast<size_t>(node.origin)].push_back(static_cast<NodeId>(n));
@@ -449,23 +424,53 @@ class Assigner {
   double Cost(NodeId id, const NdSignature& s, bool outputs) const {
     if (!Allowed(id, s)) return kInf;
     const ir::Node& n = g_.node(id);
-    const Placement& p = PlaceOfNode(id);
     double c = Compute(id, s);
-    for (size_t i = 0; i < n.in.size(); ++i) {
-      ValueId v = n.in[i];
-      if (v == ir::kNoValue || IsConst(v)) continue;
-      if (s.in[i].any_partial() && IsConst(v)) continue;
-      const NdSbp& have = a_.value_sbp[static_cast<size_t>(v)];
-      if (!have.size()) {  // a source not yet placed takes what this op wants, when it may
-        c += SourceAllows(v, s.in[i]) && PlaceOf(v) == p ? 0 : CheapestSource(v, o_.node_stage[static_cast<size_t>(id)], s.in[i]);
-      } else if (!WantedByOther(v, o_.node_stage[static_cast<size_t>(id)], s.in[i], id)) {
-        c += Boxing(v, have, o_.node_stage[static_cast<size_t>(id)], s.in[i]);  // shared with any other consumer that wants the same
-      }
-    }
+    for (size_t i = 0; i < n.in.size(); ++i) c += InCost(id, i, s.in[i]);
     if (outputs) {
       for (size_t i = 0; i < n.out.size(); ++i) c += OutEdges(n.out[i], s.out[i]);
     }
     return c;
+  }
+
+  // What node id pays to read its input i as `want`: nothing for constants; for a source not yet
+  // placed, nothing when it may take `want`, else its cheapest layout's boxing; otherwise the
+  // boxing from the value's nd-SBP, unless another consumer on the stage wants the same (shared).
+  double InCost(NodeId id, size_t i, const NdSbp& want) const {
+    const ValueId v = g_.node(id).in[i];
+    if (v == ir::kNoValue || IsConst(v)) return 0;
+    const int stage = o_.node_stage[static_cast<size_t>(id)];
+    const NdSbp& have = a_.value_sbp[static_cast<size_t>(v)];
+    if (!have.size()) return SourceAllows(v, want) && PlaceOf(v) == PlaceOfNode(id) ? 0 : CheapestSource(v, stage, want);
+    return WantedByOther(v, stage, want, id) ? 0 : Boxing(v, have, stage, want);
+  }
+
+  // Slots and per-candidate compute, for CostsOf: each slot's distinct nd-SBPs and, per
+  // candidate, which one it takes.
+  void IndexSlots() {
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      const auto& cands = cands_[n];
+      Slots sl;
+      const size_t nin = g_.nodes[n].in.size(), nslots = nin + g_.nodes[n].out.size();
+      sl.distinct.resize(nslots);
+      sl.index.resize(cands.size() * nslots);
+      for (size_t k = 0; k < cands.size(); ++k) {
+        for (size_t j = 0; j < nslots; ++j) {
+          const NdSbp& nd = j < nin ? cands[k].in[j] : cands[k].out[j - nin];
+          auto& d = sl.distinct[j];
+          size_t at = static_cast<size_t>(std::find(d.begin(), d.end(), nd) - d.begin());
+          if (at == d.size()) d.push_back(nd);
+          sl.index[k * nslots + j] = static_cast<uint16_t>(at);
+        }
+      }
+      size_t offset = 0;
+      for (const auto& d : sl.distinct) {
+        sl.offset.push_back(offset);
+        offset += d.size();
+      }
+      slots_.push_back(std::move(sl));
+      cand_compute_.emplace_back();
+      for (const NdSignature& s : cands) cand_compute_.back().push_back(Compute(static_cast<NodeId>(n), s));
+    }
   }
 
   // Cost(id, c, outputs) of every candidate c of node id, into costs_ (same sums, same order):
@@ -476,28 +481,10 @@ class Assigner {
     const Slots& sl = slots_[static_cast<size_t>(id)];
     const auto& cands = cands_[static_cast<size_t>(id)];
     const size_t nin = n.in.size(), nslots = sl.distinct.size();
-    const int stage = o_.node_stage[static_cast<size_t>(id)];
-    const Placement& p = PlaceOfNode(id);
     slot_costs_.clear();
-    for (size_t j = 0; j < nslots; ++j) {
-      for (const NdSbp& nd : sl.distinct[j]) {
-        double c = 0;
-        if (j < nin) {
-          ValueId v = n.in[j];
-          if (v != ir::kNoValue && !IsConst(v)) {
-            const NdSbp& have = a_.value_sbp[static_cast<size_t>(v)];
-            if (!have.size()) {  // a source not yet placed takes what this op wants, when it may
-              c = SourceAllows(v, nd) && PlaceOf(v) == p ? 0 : CheapestSource(v, stage, nd);
-            } else if (!WantedByOther(v, stage, nd, id)) {
-              c = Boxing(v, have, stage, nd);  // shared with any other consumer that wants the same
-            }
-          }
-        } else if (outputs) {
-          c = OutEdges(n.out[j - nin], nd);
-        }
-        slot_costs_.push_back(c);
-      }
-    }
+    for (size_t j = 0; j < nslots; ++j)
+      for (const NdSbp& nd : sl.distinct[j])
+        slot_costs_.push_back(j < nin ? InCost(id, j, nd) : outputs ? OutEdges(n.out[j - nin], nd) : 0);
     costs_.resize(cands.size());
     for (size_t k = 0; k < cands.size(); ++k) {
       if (!Allowed(id, cands[k])) {
@@ -779,7 +766,7 @@ class Assigner {
       if (u.op == OpKind::kSgdUpdate || u.op == OpKind::kAdamWUpdate)
         if (!Repick(group[k], [](const NdSignature&) { return true; }) || Cost(group[k], Sig(group[k]), false) == kInf) return false;
     }
-    // Let the ops around the group re-pick, outward while they change (three rings).
+    // Let the ops around the group re-pick, outward while they change (two rings).
     std::vector<bool> in_group(g_.nodes.size(), false);
     for (NodeId u : group) in_group[static_cast<size_t>(u)] = true;
     std::vector<NodeId> ring = group;
@@ -975,9 +962,9 @@ class Assigner {
           if (g_.node(u).in[i] == v) c += Boxing(v, nd, o_.node_stage[static_cast<size_t>(u)], us.in[i]);
       }
       double best = kInf;
-      const auto& ucands = cands_[static_cast<size_t>(pg.update)];
-      for (size_t k = 0; k < ucands.size(); ++k) {
-        double cu = Cost(pg.update, ucands[k], true);
+      const std::vector<double>& costs = CostsOf(pg.update, true);
+      for (size_t k = 0; k < costs.size(); ++k) {
+        double cu = costs[k];
         if (cu < best) {
           best = cu;
           *best_update = static_cast<int>(k);
@@ -1030,7 +1017,7 @@ class Assigner {
       auto id = static_cast<NodeId>(n);
       const auto& cands = cands_[n];
       const std::vector<double>& costs = CostsOf(id, true);
-      double best_cost = sig_[n] >= 0 ? costs[static_cast<size_t>(sig_[n])] : Cost(id, Sig(id), true);
+      double best_cost = costs[static_cast<size_t>(sig_[n])];  // the greedy pass placed every op
       size_t best = cands.size();
       for (size_t c = 0; c < cands.size(); ++c) {
         double cost = costs[c];
@@ -1147,10 +1134,8 @@ class Assigner {
 Result<Assignment> Assign(const ir::TrainingGraph& tg, const AssignOptions& opt) { return Assigner(tg, opt).Run(); }
 
 int PriceCache::TypeId(const Shape& shape, DType dtype) {
-  std::vector<int64_t> dims;
-  for (int d = 0; d < shape.rank(); ++d) dims.push_back(shape[d]);
   std::lock_guard<std::mutex> lock(mu_);
-  return types_.emplace(std::make_pair(std::move(dims), static_cast<int>(dtype)), static_cast<int>(types_.size())).first->second;
+  return types_.emplace(std::make_pair(shape.dims(), static_cast<int>(dtype)), static_cast<int>(types_.size())).first->second;
 }
 
 int PriceCache::PlaceId(const Placement& p) {

@@ -105,6 +105,19 @@ std::vector<size_t> BalancedCuts(const CutModel& m, int pp) {
   return cuts;
 }
 
+// Calls f(i) for i in [0, n) on up to `threads` threads (this one included).
+template <typename F>
+void ParallelFor(size_t n, unsigned threads, F f) {
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < n; i = next++) f(i);
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads && t < n; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+}
+
 struct Prepared {
   Compiled c;
   CutModel cuts;
@@ -275,6 +288,9 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
   // are dominated and never priced), several in parallel. Pricing reads shapes only, so the
   // parameters' initial values are dropped (a GPT-2-sized model holds 650 MB of them per graph).
   const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 8u));
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   std::map<int64_t, std::unique_ptr<Prepared>> prepared;
   auto prepare = [&](std::vector<int64_t> need) -> Status {
     const auto t = std::chrono::steady_clock::now();
@@ -283,42 +299,30 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
     need.erase(std::unique(need.begin(), need.end()), need.end());
     std::vector<std::unique_ptr<Prepared>> built(need.size());
     std::vector<Status> failed(need.size(), Status::Ok());
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-      for (size_t i = next++; i < need.size(); i = next++) {
-        Config c = cfg;
-        c.train.micro_batch = cfg.train.global_batch / need[i];
-        c.parallel = ParallelConfig{};
-        Result<Compiled> compiled = Prepare(c);
-        if (!compiled.ok()) {
-          failed[i] = compiled.status();
-          continue;
-        }
-        auto p = std::make_unique<Prepared>();
-        p->c = std::move(compiled).value();
-        for (ir::Value& v : p->c.training.graph.values)
-          if (v.kind == ir::ValueKind::kParam) v.data = Tensor();
-        p->cuts = ModelCuts(p->c.training, cl);
-        built[i] = std::move(p);
+    ParallelFor(need.size(), threads, [&](size_t i) {
+      Config c = cfg;
+      c.train.micro_batch = cfg.train.global_batch / need[i];
+      c.parallel = ParallelConfig{};
+      Result<Compiled> compiled = Prepare(c);
+      if (!compiled.ok()) {
+        failed[i] = compiled.status();
+        return;
       }
-    };
-    std::vector<std::thread> pool;
-    for (unsigned t = 1; t < std::min<unsigned>(threads, static_cast<unsigned>(need.size())); ++t) pool.emplace_back(worker);
-    worker();
-    for (std::thread& t : pool) t.join();
+      auto p = std::make_unique<Prepared>();
+      p->c = std::move(compiled).value();
+      for (ir::Value& v : p->c.training.graph.values)
+        if (v.kind == ir::ValueKind::kParam) v.data = Tensor();
+      p->cuts = ModelCuts(p->c.training, cl);
+      built[i] = std::move(p);
+    });
     for (size_t i = 0; i < need.size(); ++i) {
       RETURN_IF_ERROR(failed[i]);
       prepared[need[i]] = std::move(built[i]);
     }
-    out.graphs_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    out.graphs_s += since(t);
     return Status::Ok();
   };
   RETURN_IF_ERROR(prepare({counts.front()}));  // the pipeline cuts are made on it
-
-
-  auto since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  };
 
   // Candidates.
   std::vector<Candidate> cands;
@@ -384,20 +388,13 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
   // Their movements repeat, so their boxing prices are shared.
   sbp::PriceCache prices;
   auto price_all = [&](const std::vector<Candidate*>& list, bool thorough) {
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-      for (size_t i = next++; i < list.size(); i = next++) {
-        Candidate& c = *list[i];
-        Price(*prepared.at(c.micro_batches), out.ranks, thorough, &prices, &c);
-        if (c.pruned.empty() && c.memory > out.capacity) {
-          c.pruned = "memory " + HumanBytes(c.memory) + " per device > capacity " + HumanBytes(out.capacity);
-        }
+    ParallelFor(list.size(), threads, [&](size_t i) {
+      Candidate& c = *list[i];
+      Price(*prepared.at(c.micro_batches), out.ranks, thorough, &prices, &c);
+      if (c.pruned.empty() && c.memory > out.capacity) {
+        c.pruned = "memory " + HumanBytes(c.memory) + " per device > capacity " + HumanBytes(out.capacity);
       }
-    };
-    std::vector<std::thread> pool;
-    for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
-    worker();
-    for (std::thread& t : pool) t.join();
+    });
   };
   auto by_time = [](const Candidate* a, const Candidate* b) {
     return a->step_s != b->step_s ? a->step_s < b->step_s : a->Name() < b->Name();
