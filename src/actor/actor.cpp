@@ -60,6 +60,9 @@ void Actor::Handle(const Msg& m) {
       if (p.regst != m.regst) continue;
       if (--p.pending[static_cast<size_t>(m.slot)] == 0) p.slots.push_back(m.slot);
     }
+  } else if (m.kind == MsgKind::kCommDone) {
+    CommDone();
+    return;
   }
   TryAct();
 }

@@ -25,8 +25,6 @@ class Actor {
  public:
   Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task);
   void Handle(const Msg& m);
-  // The communicator finished this actor's in-flight movement (on the actor's stream thread).
-  void CommDone();
   int64_t acts_done() const { return acts_done_.load(std::memory_order_relaxed); }
   int64_t total_acts() const { return total_; }
   const ir::TaskDesc& task() const { return task_; }
@@ -47,6 +45,7 @@ class Actor {
   };
 
   bool Ready() const;
+  void CommDone();  // the in-flight movement finished
   void TryAct();
   void ActOnce();
   void Finish();  // gives back what act next_ read, announces what it wrote

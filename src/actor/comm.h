@@ -15,17 +15,18 @@
 //     act order on every member (which the actor runtime guarantees) and different collectives
 //     need no common order. Sends and receives may start in any order; tags in flight are unique per
 //     (sender, receiver).
-//   - The tensors given to Start stay untouched until Test reports the movement done: the inputs
+//   - The tensors given to Start stay untouched until Poll reports the movement done: the inputs
 //     are read and `out` is written in the background. The communicator keeps them alive.
-//   - Every started movement is tested until done before the Communicator is destroyed:
+//   - Poll is called until every started movement is done before the Communicator is destroyed:
 //     destroying it with movements in flight aborts the job (MPI may still write to their buffers).
 //
 // Errors: Status::Runtime("[actor] rank R: <what>: ...") naming the op and its group or peer, for
 // a task that does not match its tensors, an unprepared group, or any MPI failure. The
 // communicator is then in an unknown state across ranks; the caller reports and calls Abort.
 //
-// Thread-safety: Prepare, Start and Test are called from one thread per rank (the comm stream's).
-// rank(), size() and Abort() may be called from any thread.
+// Thread-safety: Prepare, Start and Poll are called by one thread at a time (the runtime serialises
+// them with a mutex: any of its stream threads may drive progress). rank(), size() and Abort() may
+// be called from any thread.
 #pragma once
 
 #include <memory>
@@ -37,7 +38,7 @@
 
 namespace fr::actor {
 
-// One data movement in flight; spent once Test has reported it done.
+// One data movement in flight; spent once Poll has reported it done.
 struct CommHandle {
   int id = -1;
 };
@@ -58,9 +59,13 @@ class Communicator {
   // Never blocks: any packing into staging buffers happens here, the transfer in the background.
   virtual Result<CommHandle> Start(const boxing::Task& t, std::vector<Tensor> in, Tensor out) = 0;
 
-  // True once the movement has finished: `out` holds the result and the inputs may be reused.
-  // Never blocks. An unknown or already spent handle is an error.
-  virtual Result<bool> Test(CommHandle h) = 0;
+  // Makes progress on every movement in flight, in one pass, and returns those that finished since
+  // the last call: their `out` holds the result and their inputs may be reused. Never blocks.
+  // One pass for all, rather than one test per movement: each pass runs MPI's progress engine,
+  // which costs far more than checking a flag.
+  virtual Result<std::vector<CommHandle>> Poll() = 0;
+  // Movements started and not yet reported done.
+  virtual int in_flight() const = 0;
 
   // Ends every rank of the job with exit code `code` (MPI_Abort). Does not return.
   [[noreturn]] virtual void Abort(int code) = 0;

@@ -8,7 +8,9 @@
 
 namespace fr::actor {
 
-enum class MsgKind : uint8_t { kStart, kReq, kAck, kStop };  // kStart: try to act
+// kStart: try to act. kCommDone: the actor's data movement finished (the runtime's progress
+// engine found it done, on whichever thread polled).
+enum class MsgKind : uint8_t { kStart, kReq, kAck, kCommDone, kStop };
 
 struct Msg {
   MsgKind kind = MsgKind::kReq;

@@ -142,7 +142,8 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   Status Prepare(const std::vector<std::vector<int>>& groups) override;
   Result<CommHandle> Start(const Task& t, std::vector<Tensor> in, Tensor out) override;
-  Result<bool> Test(CommHandle h) override;
+  Result<std::vector<CommHandle>> Poll() override;
+  int in_flight() const override { return static_cast<int>(pending_.size()); }
   [[noreturn]] void Abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::abort();  // MPI_Abort should not return
@@ -157,6 +158,8 @@ class MpiCommunicator final : public Communicator {
   }
   Status CheckTensors(const Task& t, const std::vector<Tensor>& in, const Tensor& out) const;
   Status StartCollective(Pending& p, MPI_Comm comm, int k);
+  // Completes a movement MPI reported done: checks a receive's length, unpacks staged parts.
+  Status Complete(Pending& p, const MPI_Status& st);
 
   MPI_Comm data_;   // sends and receives
   MPI_Comm setup_;  // parent of the group communicators
@@ -168,6 +171,10 @@ class MpiCommunicator final : public Communicator {
   std::map<int, std::pair<std::vector<int>, MPI_Comm>> comms_;
   std::unordered_map<int, Pending> pending_;
   int next_id_ = 0;
+  // Poll's scratch, kept to avoid allocating per pass.
+  std::vector<int> poll_ids_, poll_index_;
+  std::vector<MPI_Request> poll_reqs_;
+  std::vector<MPI_Status> poll_status_;
 };
 
 MpiCommunicator::~MpiCommunicator() {
@@ -369,27 +376,54 @@ Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in,
   return CommHandle{id};
 }
 
-Result<bool> MpiCommunicator::Test(CommHandle h) {
-  auto it = pending_.find(h.id);
-  if (it == pending_.end()) return Fail("test", "no movement in flight with handle " + std::to_string(h.id));
-  Pending& p = it->second;
-  const std::string what = Describe(p.task);
-  int done = 0;
-  MPI_Status st;
-  RETURN_IF_ERROR(Mpi(MPI_Test(&p.req, &done, &st), "MPI_Test", what));  // on error the buffers stay alive
-  if (!done) return false;
+Status MpiCommunicator::Complete(Pending& p, const MPI_Status& st) {
   if (p.task.op == Op::kRecv) {
     int got = 0;
     MPI_Get_count(&st, TypeOf(p.out.dtype()), &got);
-    if (got != p.out.numel()) {
-      pending_.erase(it);
-      return Fail(what, "received " + std::to_string(got) + " elements, expected " + std::to_string(p.out.numel()));
-    }
+    if (got != p.out.numel())
+      return Fail(Describe(p.task),
+                  "received " + std::to_string(got) + " elements, expected " + std::to_string(p.out.numel()));
   }
   if (!p.recv_stage.empty())
     Move(static_cast<char*>(p.out.raw()), p.unpack, p.parts, SizeOf(p.out.dtype()), p.recv_stage.data(), false);
-  pending_.erase(it);
-  return true;
+  return Status::Ok();
+}
+
+Result<std::vector<CommHandle>> MpiCommunicator::Poll() {
+  std::vector<CommHandle> done;
+  if (pending_.empty()) return done;
+  poll_ids_.clear();
+  poll_reqs_.clear();
+  for (auto& [id, p] : pending_) {
+    poll_ids_.push_back(id);
+    poll_reqs_.push_back(p.req);
+  }
+  const int n = static_cast<int>(poll_reqs_.size());
+  poll_index_.resize(poll_reqs_.size());
+  poll_status_.resize(poll_reqs_.size());
+  int count = 0;
+  const int rc = MPI_Testsome(n, poll_reqs_.data(), &count, poll_index_.data(), poll_status_.data());
+  if (rc != MPI_SUCCESS) {  // name a movement that failed; the buffers of all stay alive
+    for (size_t i = 0; i < static_cast<size_t>(std::max(count, 0)); ++i) {
+      const MPI_Status& st = poll_status_[i];
+      if (st.MPI_ERROR == MPI_SUCCESS) continue;
+      const Pending& p = pending_.at(poll_ids_[static_cast<size_t>(poll_index_[i])]);
+      return Mpi(st.MPI_ERROR, "MPI_Testsome", Describe(p.task));
+    }
+    return Mpi(rc, "MPI_Testsome", "poll");
+  }
+  if (count == MPI_UNDEFINED) count = 0;
+  Status first;
+  for (size_t i = 0; i < static_cast<size_t>(count); ++i) {
+    const int id = poll_ids_[static_cast<size_t>(poll_index_[i])];
+    auto it = pending_.find(id);
+    Status s = Complete(it->second, poll_status_[i]);
+    pending_.erase(it);
+    if (!s.ok() && first.ok()) first = s;
+    done.push_back(CommHandle{id});
+  }
+  RETURN_IF_ERROR(first);
+  return done;
 }
 
 }  // namespace

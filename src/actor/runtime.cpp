@@ -24,6 +24,7 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
 
 Runtime::~Runtime() {
   for (auto& s : streams_) s->Join();
+  if (progress_) progress_->Join();
 }
 
 Tensor Runtime::Param(ir::ValueId v) const {
@@ -53,8 +54,12 @@ Status Runtime::Feed(int regst, int64_t step, int64_t micro, const Tensor& out) 
 
 Status Runtime::StartComm(Actor* actor, const boxing::Task& t, std::vector<Tensor> in, Tensor out) {
   if (!comm_) return Status::Runtime(std::string(boxing::Name(t.op)) + " needs other ranks: run under mpirun");
-  ASSIGN_OR_RETURN(CommHandle h, comm_->Start(t, std::move(in), std::move(out)));
-  in_flight_.push_back({actor, h.id});
+  {
+    std::lock_guard<std::mutex> lock(progress_mu_);
+    ASSIGN_OR_RETURN(CommHandle h, comm_->Start(t, std::move(in), std::move(out)));
+    in_flight_[h.id] = actor->task().id;
+    if (in_flight_count_.fetch_add(1, std::memory_order_relaxed) == 0) progress_->Poke();
+  }
   std::string with;
   if (t.op == boxing::Op::kSend || t.op == boxing::Op::kRecv) {
     with = std::string(t.op == boxing::Op::kSend ? "send to" : "recv from") + " rank " + std::to_string(t.peer);
@@ -68,30 +73,27 @@ Status Runtime::StartComm(Actor* actor, const boxing::Task& t, std::vector<Tenso
   return Status::Ok();
 }
 
-Stream::Poll Runtime::PollComm() {
-  bool progress = false;
-  for (size_t i = 0; i < in_flight_.size();) {
-    auto done = comm_->Test(CommHandle{in_flight_[i].handle});
-    if (!done.ok()) {
-      Fail(done.status());
-      in_flight_.clear();
-      return Stream::Poll::kIdle;
-    }
-    if (!*done) {
-      ++i;
-      continue;
-    }
-    Actor* a = in_flight_[i].actor;
-    in_flight_.erase(in_flight_.begin() + static_cast<long>(i));
+Stream::Poll Runtime::Progress() {
+  if (in_flight_count_.load(std::memory_order_relaxed) == 0) return Stream::Poll::kIdle;
+  std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return Stream::Poll::kWaiting;  // another thread is polling
+  Result<std::vector<CommHandle>> done = comm_->Poll();
+  if (!done.ok()) {
+    Fail(done.status());
+    return Stream::Poll::kIdle;
+  }
+  for (CommHandle h : *done) {
+    const int task = in_flight_.at(h.id);
+    in_flight_.erase(h.id);
+    in_flight_count_.fetch_sub(1, std::memory_order_relaxed);
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      waiting_.erase(a->task().id);
+      std::lock_guard<std::mutex> g(mu_);
+      waiting_.erase(task);
     }
-    a->CommDone();
-    progress = true;
+    Send(Msg{MsgKind::kCommDone, task, task, -1, -1});
   }
   if (in_flight_.empty()) return Stream::Poll::kIdle;
-  return progress ? Stream::Poll::kProgress : Stream::Poll::kWaiting;
+  return done->empty() ? Stream::Poll::kWaiting : Stream::Poll::kProgress;
 }
 
 void Runtime::Fail(const Status& s) {
@@ -159,21 +161,37 @@ std::string Runtime::StallReport() const {
 Status Runtime::Run(const RunOptions& opt) {
   opt_ = opt;
   start_ = std::chrono::steady_clock::now();
-  for (const std::string& name : plan_.streams) {
-    auto handle = [this](const Msg& m) { actors_[static_cast<size_t>(m.dst)]->Handle(m); };
-    std::function<Stream::Poll()> poll;
-    if (name == "comm") poll = [this] { return PollComm(); };
-    streams_.push_back(std::make_unique<Stream>(name, handle, poll, opt.on_thread_start));
+  // Threads (see runtime.h): the comm stream's actors run on the compute stream's thread.
+  std::vector<int> thread_of(plan_.streams.size(), -1);
+  const auto compute = std::find(plan_.streams.begin(), plan_.streams.end(), "compute") - plan_.streams.begin();
+  for (size_t i = 0; i < plan_.streams.size(); ++i) {
+    const std::string& name = plan_.streams[i];
+    if (name == "comm" && compute < static_cast<long>(plan_.streams.size())) continue;
+    Stream::Hooks hooks;
+    hooks.handle = [this](const Msg& m) { actors_[static_cast<size_t>(m.dst)]->Handle(m); };
+    hooks.init = opt.on_thread_start;
+    if (comm_ && (name == "compute" || name == "comm")) hooks.poll = [this] { return Progress(); };
+    thread_of[i] = static_cast<int>(streams_.size());
+    streams_.push_back(std::make_unique<Stream>(name, std::move(hooks)));
+  }
+  for (size_t i = 0; i < plan_.streams.size(); ++i)
+    if (thread_of[i] < 0) thread_of[i] = thread_of[static_cast<size_t>(compute)];
+  if (comm_) {  // the safety net: polls while a kernel runs long with movements in flight
+    Stream::Hooks hooks;
+    hooks.handle = [](const Msg&) {};
+    hooks.poll = [this] { return Progress() == Stream::Poll::kIdle ? Stream::Poll::kIdle : Stream::Poll::kCovered; };
+    progress_ = std::make_unique<Stream>("progress", std::move(hooks));
   }
   int mine = 0;
   actors_.resize(plan_.tasks.size());
   stream_of_.resize(plan_.tasks.size());
   for (const ir::TaskDesc& t : plan_.tasks) {
-    stream_of_[static_cast<size_t>(t.id)] = t.stream;
+    stream_of_[static_cast<size_t>(t.id)] = thread_of[static_cast<size_t>(t.stream)];
     if (t.rank != rank_) continue;
     actors_[static_cast<size_t>(t.id)] = std::make_unique<Actor>(*this, plan_, t);
     ++mine;
   }
+  if (progress_) progress_->Start();
   for (auto& s : streams_) s->Start();
   for (const auto& a : actors_)
     if (a) Send(Msg{MsgKind::kStart, a->task().id, a->task().id, -1, -1});
@@ -204,6 +222,10 @@ Status Runtime::Run(const RunOptions& opt) {
   lock.unlock();
   for (auto& s : streams_) s->Stop();
   for (auto& s : streams_) s->Join();
+  if (progress_) {
+    progress_->Stop();
+    progress_->Join();
+  }
   return result;
 }
 

@@ -1,6 +1,18 @@
 // Runtime: runs one rank's part of a Plan with actors on stream threads, and reports each finished
 // step. One Runtime runs once.
 //
+// Threads: one per stream of the Plan, except that the comm stream's actors run on the compute
+// stream's thread. A boxing actor only starts a nonblocking movement or copies a piece, and on a
+// CPU rank with one core a second busy thread only takes that core away: with a separate comm
+// thread, gpt_mini's 2-rank data-parallel step switched threads ~100 times per step and its
+// kernels ran 15-25% slower than alone.
+//
+// Progress: movements across ranks run in the background (actor/comm.h) and someone must poll the
+// communicator while any is in flight. The compute thread does, after every message it handles,
+// and, when it runs out of work, on wake-ups that back off from kPollMin to kPollMax. A
+// "progress" thread polls every kPollCovered as a safety net for kernels that run long. A finished
+// movement reaches its actor as a kCommDone message.
+//
 // Failure: an act that fails stops every stream and Run returns its Status. If no actor makes
 // progress for `stall_timeout` seconds, Run fails naming the tasks still waiting, instead of
 // hanging.
@@ -70,33 +82,31 @@ class Runtime {
   void ReportLoss(int64_t step, double loss);
   void ReportGradNormSq(int64_t step, double sq);
   void Fail(const Status& s);
-  // Starts a communicating boxing task for `actor`; its CommDone runs when it completes. Called on
-  // the comm stream's thread, which also polls the communicator.
+  // Starts a communicating boxing task for `actor`, which gets kCommDone when it completes.
   Status StartComm(Actor* actor, const boxing::Task& t, std::vector<Tensor> in, Tensor out);
   void ActorFinished();
   const RunOptions& options() const { return opt_; }
 
  private:
-  void Notify();
   void MaybeEmit();  // requires mu_
-  Stream::Poll PollComm();  // comm stream thread: completes finished movements
+  // Any thread: polls the communicator unless another thread is at it, and sends kCommDone for
+  // what finished.
+  Stream::Poll Progress();
   std::string StallReport() const;
-
-  struct InFlight {
-    Actor* actor;
-    int handle;
-  };
 
   const ir::Plan& plan_;
   const ir::Graph& graph_;
   int rank_;
   Communicator* comm_;
-  std::vector<InFlight> in_flight_;  // comm stream thread only
+  std::mutex progress_mu_;                    // serialises the communicator's Start and Poll
+  std::map<int, int> in_flight_;              // guarded by progress_mu_: handle -> actor (task id)
+  std::atomic<int> in_flight_count_{0};       // in_flight_.size(), read without the lock
   RunOptions opt_;
   std::vector<std::vector<Tensor>> slots_;  // per regst
   std::vector<std::unique_ptr<Actor>> actors_;   // by task id; null for other ranks' tasks
-  std::vector<std::unique_ptr<Stream>> streams_;
-  std::vector<int> stream_of_;                   // by task id
+  std::vector<std::unique_ptr<Stream>> streams_;  // threads
+  std::vector<int> stream_of_;                   // by task id: index into streams_
+  std::unique_ptr<Stream> progress_;             // with a communicator
   std::chrono::steady_clock::time_point start_;
 
   std::mutex mu_;

@@ -5,15 +5,13 @@
 
 namespace fr::actor {
 
-Stream::Stream(std::string name, std::function<void(const Msg&)> handle, std::function<Poll()> poll,
-               std::function<void()> init)
-    : name_(std::move(name)), handle_(std::move(handle)), poll_(std::move(poll)), init_(std::move(init)) {}
+Stream::Stream(std::string name, Hooks hooks) : name_(std::move(name)), hooks_(std::move(hooks)) {}
 
 Stream::~Stream() { Join(); }
 
 void Stream::Start() {
   thread_ = std::thread([this] {
-    if (init_) init_();
+    if (hooks_.init) hooks_.init();
     Loop();
   });
 }
@@ -22,6 +20,14 @@ void Stream::Push(const Msg& m) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(m);
+  }
+  cv_.notify_one();
+}
+
+void Stream::Poke() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    poked_ = true;
   }
   cv_.notify_one();
 }
@@ -46,12 +52,13 @@ void Stream::Loop() {
     bool got = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      auto ready = [this] { return !queue_.empty(); };
+      auto ready = [this] { return !queue_.empty() || poked_; };
       if (pending) {
         cv_.wait_for(lock, wait, ready);
       } else {
         cv_.wait(lock, ready);
       }
+      poked_ = false;
       if (!queue_.empty()) {
         m = queue_.front();
         queue_.pop_front();
@@ -60,12 +67,18 @@ void Stream::Loop() {
     }
     if (got) {
       if (m.kind == MsgKind::kStop) return;
-      handle_(m);
+      hooks_.handle(m);
     }
-    if (!poll_) continue;
-    Poll p = poll_();
+    if (!hooks_.poll) continue;
+    const Poll p = hooks_.poll();
     pending = p != Poll::kIdle;
-    wait = (p == Poll::kProgress || got) ? kPollMin : std::min(wait * 2, kPollMax);
+    if (p == Poll::kCovered) {
+      wait = kPollCovered;
+    } else if (p == Poll::kProgress || got || wait == kPollCovered) {
+      wait = kPollMin;
+    } else {
+      wait = std::min(wait * 2, kPollMax);
+    }
   }
 }
 

@@ -2,9 +2,9 @@
 // only by that stream's thread, so actors need no locks; only the queue is shared.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <chrono>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -16,13 +16,21 @@ namespace fr::actor {
 
 class Stream {
  public:
-  // `handle` runs on the stream's thread for each message, kStop excepted, which ends the thread.
-  // `poll`, if set, runs on the thread between messages; while it reports work in flight (e.g.
-  // non-blocking communication) the thread wakes to call it again: kPollMin after progress,
-  // doubling to kPollMax while nothing completes. (flowrun env measures collectives this way.)
-  enum class Poll { kIdle, kWaiting, kProgress };
-  static constexpr std::chrono::microseconds kPollMin{10}, kPollMax{200};
-  Stream(std::string name, std::function<void(const Msg&)> handle, std::function<Poll()> poll = nullptr, std::function<void()> init = nullptr);
+  // What a poll hook found. kIdle: nothing in flight. kProgress: something finished. kWaiting:
+  // work is in flight and this thread should look again soon. kCovered: work is in flight but
+  // another thread is driving it; look again only as a safety net.
+  enum class Poll { kIdle, kWaiting, kProgress, kCovered };
+  // While a poll hook reports kWaiting the thread wakes to call it again: kPollMin after progress,
+  // doubling to kPollMax while nothing completes (flowrun env measures collectives this way).
+  // After kCovered it looks again in kPollCovered.
+  static constexpr std::chrono::microseconds kPollMin{10}, kPollMax{200}, kPollCovered{1000};
+
+  struct Hooks {
+    std::function<void(const Msg&)> handle;  // each message but kStop, which ends the thread
+    std::function<Poll()> poll;              // optional: after each message and on each wake-up
+    std::function<void()> init;              // optional: first, on the stream's thread
+  };
+  Stream(std::string name, Hooks hooks);
   ~Stream();  // joins
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -32,18 +40,19 @@ class Stream {
   void Push(const Msg& m);
   void Stop();  // pushes kStop
   void Join();
+  // Thread-safe: wakes the thread to run its poll hook (no message).
+  void Poke();
   const std::string& name() const { return name_; }
 
  private:
   void Loop();
 
   std::string name_;
-  std::function<void(const Msg&)> handle_;
-  std::function<Poll()> poll_;
-  std::function<void()> init_;  // run first on the stream's thread
+  Hooks hooks_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Msg> queue_;  // guarded by mu_
+  bool poked_ = false;     // guarded by mu_
   std::thread thread_;
 };
 

@@ -195,7 +195,7 @@ double LatencySeconds() {
 // stream's back-off (a condition-variable wait of 10 us doubling to 200 us between tests,
 // actor/stream.cpp), while every rank does the same. Under oversubscription this is mostly the
 // time a sleeping rank takes to be scheduled again, which the blocking figure above hides.
-// Waits for `req` as the comm stream does: test, then sleep kPollMin doubling to kPollMax.
+// Waits for `req` as an idle rank does: test, then sleep kPollMin doubling to kPollMax.
 void WaitAsRuntime(MPI_Request& req) {
   std::mutex mu;
   std::condition_variable cv;
