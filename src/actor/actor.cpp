@@ -58,7 +58,10 @@ void Actor::Handle(const Msg& m) {
   } else if (m.kind == MsgKind::kAck) {
     for (Port& p : out_) {
       if (p.regst != m.regst) continue;
-      if (--p.pending[static_cast<size_t>(m.slot)] == 0) p.slots.push_back(m.slot);
+      if (--p.pending[static_cast<size_t>(m.slot)] == 0) {
+        rt_.Release(p.regst, m.slot);
+        p.slots.push_back(m.slot);
+      }
     }
   } else if (m.kind == MsgKind::kCommDone) {
     CommDone();
@@ -98,6 +101,7 @@ void Actor::ActOnce() {
     if (p.Starts(k)) {
       p.current = p.slots.front();
       p.slots.pop_front();
+      rt_.Acquire(p.regst, p.current);
     }
   }
   const auto& on_act = rt_.options().on_act;
@@ -144,6 +148,7 @@ void Actor::Finish() {
     if (!p.Ends(k)) continue;
     const auto& consumers = plan_.regsts[static_cast<size_t>(p.regst)].consumers;
     if (consumers.empty()) {
+      rt_.Release(p.regst, p.current);
       p.slots.push_back(p.current);
     } else {
       p.pending[static_cast<size_t>(p.current)] = static_cast<int>(consumers.size());

@@ -11,15 +11,35 @@ namespace fr::actor {
 Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communicator* comm)
     : plan_(plan), graph_(graph), rank_(rank), comm_(comm) {
   slots_.resize(plan.regsts.size());
+  pooled_.assign(plan.regsts.size(), false);
   for (const ir::RegstDesc& r : plan.regsts) {
     if (r.rank != rank_) continue;
-    for (int s = 0; s < r.regst_num; ++s) slots_[static_cast<size_t>(r.id)].emplace_back(r.type.dtype, r.type.shape, r.device);
+    slots_[static_cast<size_t>(r.id)].resize(static_cast<size_t>(r.regst_num));
+    // A variable's slot is the parameter, alive for the whole run; every other slot is pooled.
+    if (plan.tasks[static_cast<size_t>(r.producer)].kind != ir::TaskKind::kVariable) {
+      pooled_[static_cast<size_t>(r.id)] = true;
+      continue;
+    }
+    for (Tensor& t : slots_[static_cast<size_t>(r.id)]) t = Tensor(r.type.dtype, r.type.shape, r.device);
   }
   for (const ir::TaskDesc& t : plan.tasks) {  // a variable's slot starts as its initial piece
     if (t.rank == rank_ && t.kind == ir::TaskKind::kVariable) {
       Slot(t.out[0], 0).CopyFrom(plan.consts[static_cast<size_t>(t.param_piece)]);
     }
   }
+}
+
+void Runtime::Acquire(int regst, int slot) {
+  if (!pooled_[static_cast<size_t>(regst)]) return;
+  const ir::RegstDesc& r = plan_.regsts[static_cast<size_t>(regst)];
+  FR_CHECK(!Slot(regst, slot).defined(), "slot taken twice: regst " + std::to_string(regst));
+  Slot(regst, slot) = pool_.Take(r.type.dtype, r.type.shape, r.device);
+}
+
+void Runtime::Release(int regst, int slot) {
+  if (!pooled_[static_cast<size_t>(regst)]) return;
+  pool_.Give(std::move(Slot(regst, slot)));
+  Slot(regst, slot) = Tensor();
 }
 
 Runtime::~Runtime() {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "actor/actor.h"
+#include "actor/pool.h"
 #include "actor/stream.h"
 #include "ir/plan.h"
 
@@ -76,6 +77,13 @@ class Runtime {
   // For actors.
   const ir::Graph& graph() const { return graph_; }
   Tensor& Slot(int regst, int slot) { return slots_[static_cast<size_t>(regst)][static_cast<size_t>(slot)]; }
+  // A slot's memory: taken from the pool when its producer starts filling it, given back when its
+  // last consumer has read it (a variable's slot, the parameter, is never pooled). Called on the
+  // producer's stream thread.
+  void Acquire(int regst, int slot);
+  void Release(int regst, int slot);
+  // The most register memory this rank held at once (in use or kept for reuse), after Run.
+  int64_t peak_register_bytes() const { return pool_.peak_bytes(); }
   void Send(const Msg& m);
   // Fills data regst `regst` (this rank's piece of a graph input) for a micro-batch.
   Status Feed(int regst, int64_t step, int64_t micro, const Tensor& out);
@@ -103,6 +111,8 @@ class Runtime {
   std::atomic<int> in_flight_count_{0};       // in_flight_.size(), read without the lock
   RunOptions opt_;
   std::vector<std::vector<Tensor>> slots_;  // per regst
+  std::vector<bool> pooled_;                 // per regst
+  RegstPool pool_;
   std::vector<std::unique_ptr<Actor>> actors_;   // by task id; null for other ranks' tasks
   std::vector<std::unique_ptr<Stream>> streams_;  // threads
   std::vector<int> stream_of_;                   // by task id: index into streams_

@@ -19,6 +19,12 @@ Tensor::Tensor(DType dt, Shape shape, Device dev)
     : dtype_(dt), shape_(std::move(shape)),
       storage_(std::make_shared<Storage>(static_cast<size_t>(shape_.numel()) * SizeOf(dt), dev)) {}
 
+Tensor::Tensor(DType dt, Shape shape, std::shared_ptr<Storage> storage)
+    : dtype_(dt), shape_(std::move(shape)), storage_(std::move(storage)) {
+  FR_CHECK(storage_ && storage_->bytes() >= bytes(), "storage of " + std::to_string(storage_ ? storage_->bytes() : 0) +
+                                                          " bytes for a tensor of " + std::to_string(bytes()));
+}
+
 Tensor Tensor::Reshaped(Shape shape) const {
   FR_CHECK(shape.numel() == numel(), shape.ToString() + " vs " + shape_.ToString());
   Tensor t = *this;

@@ -35,6 +35,9 @@ class Tensor {
   Tensor() = default;
   // Allocates zero-filled storage.
   Tensor(DType dt, Shape shape, Device dev = {});
+  // A tensor on existing storage, which must hold at least its bytes (a reused allocation: its
+  // contents are whatever the last user left).
+  Tensor(DType dt, Shape shape, std::shared_ptr<Storage> storage);
   // A view of shared storage with another shape (same element count).
   Tensor Reshaped(Shape shape) const;
   Tensor Clone() const;
@@ -47,6 +50,7 @@ class Tensor {
   size_t bytes() const { return static_cast<size_t>(numel()) * SizeOf(dtype_); }
   void* raw() const { return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr; }
   bool SharesStorageWith(const Tensor& o) const { return storage_ == o.storage_; }
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
 
   template <typename T> T* data() const {
     FR_CHECK(DTypeOf<T>() == dtype_, "tensor dtype is " + std::string(Name(dtype_)));

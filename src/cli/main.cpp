@@ -127,7 +127,8 @@ int Train(const Args& a) {
   }
   if (lead) {
     std::cout << "done: " << cfg->train.steps << " steps on " << world->size << " rank(s), final loss " << log.last_loss()
-              << ", " << log.MeanStepSeconds() * 1e3 << " ms/step" << std::endl;
+              << ", " << log.MeanStepSeconds() * 1e3 << " ms/step, registers peak "
+              << HumanBytes(rt.peak_register_bytes()) << " on rank 0" << std::endl;
   }
   return 0;
 }

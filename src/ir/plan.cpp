@@ -1,5 +1,8 @@
 #include "ir/plan.h"
 
+#include <algorithm>
+#include <set>
+
 namespace fr::ir {
 
 const char* Name(TaskKind k) {
@@ -40,19 +43,73 @@ int64_t Plan::BytesMoved(int rank) const {
   return total;
 }
 
-Plan::Memory Plan::MemoryOf(int rank, const Graph&) const {
+Plan::Memory Plan::MemoryOf(int rank) const {
   Memory m;
+  std::vector<int> mine;  // task ids on this rank, in task order
+  std::vector<int> pos(tasks.size(), -1);
   for (const TaskDesc& t : tasks) {
     if (t.rank != rank) continue;
+    pos[static_cast<size_t>(t.id)] = static_cast<int>(mine.size());
+    mine.push_back(t.id);
     for (int r : t.out) {
       const RegstDesc& rd = regsts[static_cast<size_t>(r)];
-      (t.kind == TaskKind::kVariable ? m.params : m.regsts) += rd.bytes() * rd.regst_num;
+      (t.kind == TaskKind::kVariable ? m.params : m.regsts_every_slot) += rd.bytes() * rd.regst_num;
     }
     if (t.kind == TaskKind::kVariable && t.node >= 0) {
       m.state += regsts[static_cast<size_t>(t.out[0])].bytes() *
                  static_cast<int64_t>(nodes[static_cast<size_t>(t.node)].out.size());
     }
   }
+  // A topological order of this rank's tasks (Kahn's, smallest task id first among the ready).
+  // Variables are left out: their parameter is there all step, and their update closes the cycle
+  // parameter -> forward -> backward -> gradient -> update.
+  auto variable = [&](int id) { return tasks[static_cast<size_t>(id)].kind == TaskKind::kVariable; };
+  std::vector<int> indeg(mine.size(), 0);
+  std::vector<std::vector<int>> next(mine.size());
+  for (int id : mine) {
+    if (variable(id)) continue;
+    for (int r : tasks[static_cast<size_t>(id)].out) {
+      for (int c : regsts[static_cast<size_t>(r)].consumers) {
+        if (pos[static_cast<size_t>(c)] < 0 || c == id || variable(c)) continue;
+        next[static_cast<size_t>(pos[static_cast<size_t>(id)])].push_back(pos[static_cast<size_t>(c)]);
+        ++indeg[static_cast<size_t>(pos[static_cast<size_t>(c)])];
+      }
+    }
+  }
+  std::set<int> ready;
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (indeg[i] == 0) ready.insert(static_cast<int>(i));
+  std::vector<int> when(mine.size(), static_cast<int>(mine.size()) - 1);  // position in the order
+  for (int at = 0; !ready.empty(); ++at) {
+    const int i = *ready.begin();
+    ready.erase(ready.begin());
+    when[static_cast<size_t>(i)] = at;
+    for (int j : next[static_cast<size_t>(i)])
+      if (--indeg[static_cast<size_t>(j)] == 0) ready.insert(j);
+  }
+  // Sweep: +bytes at the producer's turn, -bytes after the last consumer's.
+  std::vector<int64_t> delta(mine.size() + 1, 0);
+  int64_t always = 0;
+  for (int id : mine) {
+    const TaskDesc& t = tasks[static_cast<size_t>(id)];
+    if (t.kind == TaskKind::kVariable) continue;
+    for (int r : t.out) {
+      const RegstDesc& rd = regsts[static_cast<size_t>(r)];
+      if (rd.per_step || rd.regst_num > 1) {
+        always += rd.bytes() * rd.regst_num;
+        continue;
+      }
+      const int born = when[static_cast<size_t>(pos[static_cast<size_t>(id)])];
+      int dies = born;
+      for (int c : rd.consumers)
+        if (pos[static_cast<size_t>(c)] >= 0 && !variable(c)) dies = std::max(dies, when[static_cast<size_t>(pos[static_cast<size_t>(c)])]);
+      delta[static_cast<size_t>(born)] += rd.bytes();
+      delta[static_cast<size_t>(dies) + 1] -= rd.bytes();
+    }
+  }
+  int64_t live = 0, peak = 0;
+  for (int64_t d : delta) peak = std::max(peak, live += d);
+  m.regsts = always + peak;
   return m;
 }
 

@@ -95,11 +95,11 @@ std::string DumpText(const Plan& p, const Graph& g) {
   }
   os << "\n== totals per rank, per step\n";
   for (const auto& [rank, ts] : by_rank) {
-    Plan::Memory m = p.MemoryOf(rank, g);
+    Plan::Memory m = p.MemoryOf(rank);
     os << "  rank " << rank << ": moves " << HumanBytes(static_cast<double>(p.BytesMoved(rank))) << "; memory "
        << HumanBytes(static_cast<double>(m.params + m.state + m.regsts)) << " (parameters " << HumanBytes(static_cast<double>(m.params))
        << ", optimizer state " << HumanBytes(static_cast<double>(m.state)) << ", registers " << HumanBytes(static_cast<double>(m.regsts))
-       << ")\n";
+       << " at the peak, " << HumanBytes(static_cast<double>(m.regsts_every_slot)) << " for every slot)\n";
   }
   char t[160];
   std::snprintf(t, sizeof t, "  predicted step time: %.3f ms (compute %.3f ms, boxing %.3f ms)\n",
@@ -127,11 +127,12 @@ std::string DumpJson(const Plan& p, const Graph& g) {
   }
   os << "],\n \"ranks_detail\": [";
   for (int r = 0; r < p.ranks; ++r) {
-    Plan::Memory m = p.MemoryOf(r, g);
+    Plan::Memory m = p.MemoryOf(r);
     int tasks = 0;
     for (const TaskDesc& t : p.tasks) tasks += t.rank == r;
     os << (r ? ",\n  " : "\n  ") << "{\"rank\": " << r << ", \"tasks\": " << tasks << ", \"bytes_moved_per_step\": " << p.BytesMoved(r)
-       << ", \"memory\": {\"parameters\": " << m.params << ", \"optimizer_state\": " << m.state << ", \"registers\": " << m.regsts << "}}";
+       << ", \"memory\": {\"parameters\": " << m.params << ", \"optimizer_state\": " << m.state << ", \"registers\": " << m.regsts
+       << ", \"registers_every_slot\": " << m.regsts_every_slot << "}}";
   }
   os << "],\n \"predicted_step_seconds\": " << p.predicted_compute_s + p.predicted_boxing_s << "}\n";
   return os.str();

@@ -202,45 +202,88 @@ void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* pric
   cand->compute_s = busy - cand->comm_s;
   cand->tokens_per_s = static_cast<double>(prep.c.tokens_per_step) / cand->step_s;
 
-  // Memory per stage on its device 0 (uneven splits give it the most), as the Plan allocates.
-  std::vector<std::vector<std::pair<std::string, double>>> held(static_cast<size_t>(S));
+  // Memory per stage on its device 0 (uneven splits give it the most), estimated as
+  // ir::Plan::MemoryOf does: parameters, optimizer state, per-step values, the loader's double
+  // buffer and pipeline edges (a slot per stage) are held all step; a per-micro-batch value holds
+  // its memory from its producer to its last consumer, in node order. The peak is the most held
+  // at once, and the tensors held then are the ones reported when nothing fits.
+  struct Held {
+    std::string name;
+    double bytes;
+    int born, dies;  // held while nodes born..dies run (0 .. N-1: all step)
+  };
+  const int N = static_cast<int>(g.nodes.size());
+  std::vector<std::vector<Held>> held(static_cast<size_t>(S));
   auto piece = [&](ValueId v, const sbp::NdSbp& nd, int stage) {
     const sbp::Placement& p = ao->stages[static_cast<size_t>(stage)];
     return static_cast<double>(sbp::PieceShape(g.type(v).shape, nd, p, 0).numel() * static_cast<int64_t>(SizeOf(g.type(v).dtype)));
   };
   std::map<ValueId, int> updates;
-  for (const ir::ParamGrad& pg : tg.params) updates[pg.param] = static_cast<int>(g.node(pg.update).out.size());
+  std::vector<bool> is_update(g.nodes.size(), false);
+  for (const ir::ParamGrad& pg : tg.params) {
+    updates[pg.param] = static_cast<int>(g.node(pg.update).out.size());
+    is_update[static_cast<size_t>(pg.update)] = true;
+  }
+  const std::vector<std::vector<ir::NodeId>> consumers = g.Consumers();
+  auto span = [&](ValueId v, bool whole_step) {
+    const ir::Value& val = g.value(v);
+    if (whole_step || val.producer < 0 || consumers[static_cast<size_t>(v)].empty()) return std::make_pair(0, N - 1);
+    return std::make_pair(static_cast<int>(val.producer), static_cast<int>(consumers[static_cast<size_t>(v)].back()));
+  };
   for (size_t v = 0; v < g.values.size(); ++v) {
     const ir::Value& val = g.values[v];
     if (!a->value_sbp[v].size() || val.kind == ir::ValueKind::kConst) continue;
     const int st = a->value_stage[v];
     double bytes = piece(static_cast<ValueId>(v), a->value_sbp[v], st);
+    bool whole_step = true;
     if (val.kind == ir::ValueKind::kParam) {
       auto it = updates.find(static_cast<ValueId>(v));
       bytes *= 1 + (it == updates.end() ? 0 : it->second);  // the parameter and its optimizer state
     } else if (val.kind == ir::ValueKind::kInput) {
       bytes *= 2;  // the loader fills one while the step reads the other
-    } else if (val.kind == ir::ValueKind::kActivation && val.producer >= 0 && g.node(val.producer).phase == ir::Phase::kOptimizer) {
-      // per-step results (updated optimizer state) are written in place
-      continue;
+    } else if (val.producer >= 0 && is_update[static_cast<size_t>(val.producer)]) {
+      continue;  // the update writes the parameter and its state in place
+    } else if (val.producer >= 0) {
+      const ir::Node& n = g.node(val.producer);
+      whole_step = n.phase == ir::Phase::kOptimizer || n.op == OpKind::kAccumulate;
     }
-    held[static_cast<size_t>(st)].emplace_back(val.name, bytes);
+    const auto [born, dies] = span(static_cast<ValueId>(v), whole_step);
+    held[static_cast<size_t>(st)].push_back({val.name, bytes, born, dies});
   }
   for (const sbp::PricedEdge& e : a->edges) {
     if (e.want.any_partial() && !e.have.any_partial()) continue;  // zero-fill reads in place
     double bytes = piece(e.value, e.want, e.dst_stage);
-    if (e.dst_stage != a->value_stage[static_cast<size_t>(e.value)] && !e.per_step) bytes *= S;
-    held[static_cast<size_t>(e.dst_stage)].emplace_back(g.value(e.value).name + " (moved to " + e.want.ToString() + ")", bytes);
+    const bool crosses = e.dst_stage != a->value_stage[static_cast<size_t>(e.value)];
+    if (crosses && !e.per_step) bytes *= S;
+    const auto [born, dies] = span(e.value, e.per_step || crosses);
+    held[static_cast<size_t>(e.dst_stage)].push_back(
+        {g.value(e.value).name + " (moved to " + e.want.ToString() + ")", bytes, born, dies});
+  }
+  std::vector<int> peak_at(static_cast<size_t>(S), -1);
+  for (int s = 0; s < S; ++s) {
+    std::vector<double> delta(static_cast<size_t>(N) + 1, 0);
+    for (const Held& h : held[static_cast<size_t>(s)]) {
+      delta[static_cast<size_t>(h.born)] += h.bytes;
+      delta[static_cast<size_t>(h.dies) + 1] -= h.bytes;
+    }
+    double live = 0, peak = -1;
+    for (int i = 0; i < N; ++i) {
+      live += delta[static_cast<size_t>(i)];
+      if (live > peak) {
+        peak = live;
+        peak_at[static_cast<size_t>(s)] = i;
+      }
+    }
+    cand->stages[static_cast<size_t>(s)].memory = std::max(peak, 0.0);
   }
   int fullest = 0;
-  for (int s = 0; s < S; ++s) {
-    double total = 0;
-    for (const auto& [name, bytes] : held[static_cast<size_t>(s)]) total += bytes;
-    cand->stages[static_cast<size_t>(s)].memory = total;
-    if (total > cand->stages[static_cast<size_t>(fullest)].memory) fullest = s;
-  }
+  for (int s = 0; s < S; ++s)
+    if (cand->stages[static_cast<size_t>(s)].memory > cand->stages[static_cast<size_t>(fullest)].memory) fullest = s;
   cand->memory = cand->stages[static_cast<size_t>(fullest)].memory;
-  cand->peak_tensors = held[static_cast<size_t>(fullest)];
+  cand->peak_tensors.clear();
+  const int at = peak_at[static_cast<size_t>(fullest)];
+  for (const Held& h : held[static_cast<size_t>(fullest)])
+    if (h.born <= at && at <= h.dies) cand->peak_tensors.emplace_back(h.name, h.bytes);
   std::sort(cand->peak_tensors.begin(), cand->peak_tensors.end(),
             [](const auto& x, const auto& y) { return x.second != y.second ? x.second > y.second : x.first < y.first; });
   if (cand->peak_tensors.size() > 6) cand->peak_tensors.resize(6);
