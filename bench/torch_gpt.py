@@ -50,7 +50,7 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
-def report(cfg, args, elapsed, rss):
+def report(cfg, args, elapsed, rss, model):
     g, _, _ = ref.batch_sizes(cfg)
     tokens = g * int(cfg["data"]["seq_len"]) * args.steps
     print(json.dumps({
@@ -58,6 +58,7 @@ def report(cfg, args, elapsed, rss):
         "step_ms": round(1000.0 * elapsed / args.steps, 4),
         "threads": args.threads,
         "peak_rss_mb": round(rss, 1),
+        "params": sum(p.numel() for p in model.parameters()),
     }), flush=True)
 
 
@@ -75,7 +76,7 @@ def run_single(cfg, args):
     t0 = time.perf_counter()
     for s in range(WARMUP_STEPS, total):
         step(s)
-    report(cfg, args, time.perf_counter() - t0, peak_rss_mb())
+    report(cfg, args, time.perf_counter() - t0, peak_rss_mb(), model)
 
 
 def ddp_worker(rank, cfg, args, port):
@@ -118,7 +119,7 @@ def ddp_worker(rank, cfg, args, port):
     rss = torch.tensor([peak_rss_mb()], dtype=torch.float64)
     dist.all_reduce(rss, op=dist.ReduceOp.MAX)
     if rank == 0:
-        report(cfg, args, elapsed, float(rss))
+        report(cfg, args, elapsed, float(rss), model)
     dist.destroy_process_group()
 
 
