@@ -32,13 +32,13 @@ run_fr() {  # ranks, extra sets...
   local cmd=("$fr" train "$config" --set train.steps=$((steps + 1)) --set log.every=$((steps + 1))
              --set schedule.warmup=1 "$@")
   if [ "$n" -gt 1 ]; then cmd=(mpirun --oversubscribe -n "$n" "${cmd[@]}"); fi
-  /usr/bin/time -f "peak_rss_kb %M" "${cmd[@]}" 2>&1
+  timeout 900 /usr/bin/time -f "peak_rss_kb %M" "${cmd[@]}" 2>&1
 }
 for r in $(seq "$repeats"); do
   run_fr 1 > "$work/fr1.$r"
   run_fr 2 --set 'parallel.sbp={idx: ["S(0)"]}' > "$work/fr2.$r"
-  /usr/bin/python3 bench/torch_gpt.py "$config" --steps "$steps" --threads 1 > "$work/pt1.$r"
-  /usr/bin/python3 bench/torch_gpt.py "$config" --steps "$steps" --threads 1 --ddp > "$work/pt2.$r"
+  timeout 900 /usr/bin/python3 bench/torch_gpt.py "$config" --steps "$steps" --threads 1 > "$work/pt1.$r"
+  timeout 900 /usr/bin/python3 bench/torch_gpt.py "$config" --steps "$steps" --threads 1 --ddp > "$work/pt2.$r"
 done
 g++ -O3 -march=native -std=c++17 bench/gemm_blas.cpp -o "$work/gemm_blas" $(pkg-config --cflags --libs openblas) -ldnnl
 "$work/gemm_blas" > "$work/gemm.json"

@@ -120,6 +120,7 @@ def ddp_worker(rank, cfg, args, port):
     dist.all_reduce(rss, op=dist.ReduceOp.MAX)
     if rank == 0:
         report(cfg, args, elapsed, float(rss), model)
+    dist.barrier()  # without it gloo's teardown can hang the rank that finishes second
     dist.destroy_process_group()
 
 
