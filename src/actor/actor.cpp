@@ -109,8 +109,9 @@ void Actor::ActOnce() {
   if (Communicates()) {  // started here, finished by CommDone when the communicator says so
     std::vector<Tensor> in;
     for (int r : task_.move.in) in.push_back(RegstTensor(r));
-    Tensor out = task_.move.out >= 0 ? rt_.Slot(task_.move.out, out_[0].current) : Tensor();
-    Status s = rt_.StartComm(this, task_.move, std::move(in), out);
+    std::vector<Tensor> out;  // one per output regst: several for a gradient bucket
+    for (const Port& p : out_) out.push_back(rt_.Slot(p.regst, p.current));
+    Status s = rt_.StartComm(this, task_.move, std::move(in), std::move(out));
     if (!s.ok()) {
       rt_.Fail(s.With("[actor] rank " + std::to_string(task_.rank) + ", task " + task_.name + ": "));
       next_ = total_;

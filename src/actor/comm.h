@@ -54,13 +54,15 @@ class Communicator {
   virtual Status Prepare(const std::vector<std::vector<int>>& groups) = 0;
 
   // Starts the movement of task `t` (a collective, kSend or kRecv, with t.rank == rank()) with
-  // this rank's inputs (per t.in: one for collectives and kSend, none for kRecv) and its output
-  // (allocated with the task's planned shape and the inputs' dtype; undefined for kSend).
+  // this rank's inputs (per t.in: one for collectives and kSend, none for kRecv) and outputs
+  // (allocated with the task's planned shapes and the inputs' dtype; none for kSend, else one).
+  // A kAllReduce may carry several inputs, each reduced into the output of the same index (a
+  // gradient bucket): one collective call for all of them.
   // Never blocks: any packing into staging buffers happens here, the transfer in the background.
-  virtual Result<CommHandle> Start(const boxing::Task& t, std::vector<Tensor> in, Tensor out) = 0;
+  virtual Result<CommHandle> Start(const boxing::Task& t, std::vector<Tensor> in, std::vector<Tensor> out) = 0;
 
   // Makes progress on every movement in flight, in one pass, and returns those that finished since
-  // the last call: their `out` holds the result and their inputs may be reused. Never blocks.
+  // the last call: their outputs hold the result and their inputs may be reused. Never blocks.
   // One pass for all, rather than one test per movement: each pass runs MPI's progress engine,
   // which costs far more than checking a flag.
   virtual Result<std::vector<CommHandle>> Poll() = 0;

@@ -122,11 +122,12 @@ struct Pending {
   MPI_Request req = MPI_REQUEST_NULL;
   Task task;                         // for errors and the completion step
   std::vector<Tensor> in;            // kept alive: MPI reads them
-  Tensor out;                        // kept alive: MPI writes it, or unpack does
+  std::vector<Tensor> out;           // kept alive: MPI writes them, or unpack does
   std::vector<char> send_stage;      // packed input parts, when they are not contiguous
   std::vector<char> recv_stage;      // received parts, unpacked into `out` on completion
   AxisView unpack;                   // `out` around the concat axis, when recv_stage is used
   int parts = 0;
+  bool bucket = false;               // recv_stage holds every output, one after another
 };
 
 class MpiCommunicator final : public Communicator {
@@ -141,7 +142,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Status Prepare(const std::vector<std::vector<int>>& groups) override;
-  Result<CommHandle> Start(const Task& t, std::vector<Tensor> in, Tensor out) override;
+  Result<CommHandle> Start(const Task& t, std::vector<Tensor> in, std::vector<Tensor> out) override;
   Result<std::vector<CommHandle>> Poll() override;
   int in_flight() const override { return static_cast<int>(pending_.size()); }
   [[noreturn]] void Abort(int code) override {
@@ -156,7 +157,8 @@ class MpiCommunicator final : public Communicator {
   Status Mpi(int rc, const char* call, const std::string& what) const {
     return rc == MPI_SUCCESS ? Status::Ok() : Fail(what, std::string(call) + ": " + MpiError(rc));
   }
-  Status CheckTensors(const Task& t, const std::vector<Tensor>& in, const Tensor& out) const;
+  Status CheckTensors(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) const;
+  Status CheckBucket(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) const;
   Status StartCollective(Pending& p, MPI_Comm comm, int k);
   // Completes a movement MPI reported done: checks a receive's length, unpacks staged parts.
   Status Complete(Pending& p, const MPI_Status& st);
@@ -228,15 +230,38 @@ Status MpiCommunicator::Prepare(const std::vector<std::vector<int>>& groups) {
   return s;
 }
 
+Status MpiCommunicator::CheckBucket(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) const {
+  const std::string what = Describe(t);
+  if (t.rank != rank_) return Fail(what, "the task is for rank " + std::to_string(t.rank));
+  if (std::find(t.group.begin(), t.group.end(), rank_) == t.group.end())
+    return Fail(what, "rank " + std::to_string(rank_) + " is not in the group");
+  if (out.size() != in.size()) return Fail(what, std::to_string(in.size()) + " inputs but " + std::to_string(out.size()) + " outputs");
+  int64_t total = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].defined() || !out[i].defined()) return Fail(what, "tensor " + std::to_string(i) + " missing");
+    if (in[i].device().type != DeviceType::kCpu || out[i].device().type != DeviceType::kCpu)
+      return Fail(what, "the MPI communicator moves CPU tensors only");
+    if (in[i].dtype() != in[0].dtype() || out[i].dtype() != in[0].dtype()) return Fail(what, "dtypes differ within a bucket");
+    if (!(in[i].shape() == out[i].shape()))
+      return Fail(what, "input " + in[i].shape().ToString() + " does not fit output " + out[i].shape().ToString());
+    total += in[i].numel();
+  }
+  if (total > INT_MAX) return Fail(what, "a bucket of " + std::to_string(total) + " elements is too large for MPI");
+  return Status::Ok();
+}
+
 // The shapes a task's tensors must have, as boxing.h defines each op; MPI would not notice some
 // mismatches (a short message, different counts on two members) and leave `out` half written.
-Status MpiCommunicator::CheckTensors(const Task& t, const std::vector<Tensor>& in, const Tensor& out) const {
+Status MpiCommunicator::CheckTensors(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& outs) const {
+  if (t.op == Op::kAllReduce && in.size() > 1) return CheckBucket(t, in, outs);
   const std::string what = Describe(t);
   if (t.rank != rank_) return Fail(what, "the task is for rank " + std::to_string(t.rank));
   const bool needs_in = t.op != Op::kRecv, needs_out = t.op != Op::kSend;
   if (in.size() != (needs_in ? 1u : 0u) || (needs_in && !in[0].defined()))
     return Fail(what, "expected " + std::string(needs_in ? "one input" : "no input") + ", got " +
                           std::to_string(in.size()));
+  if (outs.size() > 1) return Fail(what, "expected at most one output, got " + std::to_string(outs.size()));
+  const Tensor out = outs.empty() ? Tensor() : outs[0];
   if (needs_out != out.defined()) return Fail(what, needs_out ? "no output tensor" : "an output tensor for a send");
   const Tensor& any = needs_in ? in[0] : out;
   if (any.device().type != DeviceType::kCpu || (needs_out && out.device().type != DeviceType::kCpu))
@@ -285,7 +310,7 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
   const std::string what = Describe(t);
   const int parts = static_cast<int>(t.group.size());
   const Tensor& x = p.in[0];
-  const Tensor& y = p.out;
+  const Tensor& y = p.out.empty() ? x : p.out[0];
   const MPI_Datatype type = TypeOf(x.dtype());
   const size_t es = SizeOf(x.dtype());
   const bool reduces = t.op == Op::kAllReduce || t.op == Op::kReduceScatter;
@@ -293,6 +318,20 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
     return Fail(what, "no reduction for " + std::string(Name(x.dtype())));
   switch (t.op) {
     case Op::kAllReduce: {
+      if (p.in.size() > 1) {  // a bucket: one reduction over the inputs packed end to end
+        size_t at = 0;
+        for (const Tensor& i : p.in) at += i.bytes();
+        p.recv_stage.resize(at);
+        at = 0;
+        for (const Tensor& i : p.in) {
+          std::memcpy(p.recv_stage.data() + at, i.raw(), i.bytes());
+          at += i.bytes();
+        }
+        p.bucket = true;
+        return Mpi(MPI_Iallreduce(MPI_IN_PLACE, p.recv_stage.data(), static_cast<int>(at / es), type, OpOf(t.reduce), comm,
+                                  &p.req),
+                   "MPI_Iallreduce", what);
+      }
       const void* send = x.raw() == y.raw() ? MPI_IN_PLACE : x.raw();
       return Mpi(MPI_Iallreduce(send, y.raw(), static_cast<int>(y.numel()), type, OpOf(t.reduce), comm, &p.req),
                  "MPI_Iallreduce", what);
@@ -349,7 +388,7 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
   }
 }
 
-Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in, Tensor out) {
+Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in, std::vector<Tensor> out) {
   RETURN_IF_ERROR(CheckTensors(t, in, out));
   Pending p;
   p.task = t;
@@ -361,7 +400,7 @@ Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in,
     const int n = static_cast<int>(x.numel());
     RETURN_IF_ERROR(Mpi(MPI_Isend(x.raw(), n, TypeOf(x.dtype()), t.peer, t.tag, data_, &p.req), "MPI_Isend", what));
   } else if (t.op == Op::kRecv) {
-    const Tensor& y = p.out;
+    const Tensor& y = p.out[0];
     const int n = static_cast<int>(y.numel());
     RETURN_IF_ERROR(Mpi(MPI_Irecv(y.raw(), n, TypeOf(y.dtype()), t.peer, t.tag, data_, &p.req), "MPI_Irecv", what));
   } else {
@@ -379,13 +418,20 @@ Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in,
 Status MpiCommunicator::Complete(Pending& p, const MPI_Status& st) {
   if (p.task.op == Op::kRecv) {
     int got = 0;
-    MPI_Get_count(&st, TypeOf(p.out.dtype()), &got);
-    if (got != p.out.numel())
+    MPI_Get_count(&st, TypeOf(p.out[0].dtype()), &got);
+    if (got != p.out[0].numel())
       return Fail(Describe(p.task),
-                  "received " + std::to_string(got) + " elements, expected " + std::to_string(p.out.numel()));
+                  "received " + std::to_string(got) + " elements, expected " + std::to_string(p.out[0].numel()));
   }
-  if (!p.recv_stage.empty())
-    Move(static_cast<char*>(p.out.raw()), p.unpack, p.parts, SizeOf(p.out.dtype()), p.recv_stage.data(), false);
+  if (p.bucket) {
+    size_t at = 0;
+    for (const Tensor& o : p.out) {
+      std::memcpy(o.raw(), p.recv_stage.data() + at, o.bytes());
+      at += o.bytes();
+    }
+  } else if (!p.recv_stage.empty()) {
+    Move(static_cast<char*>(p.out[0].raw()), p.unpack, p.parts, SizeOf(p.out[0].dtype()), p.recv_stage.data(), false);
+  }
   return Status::Ok();
 }
 

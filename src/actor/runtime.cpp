@@ -72,7 +72,7 @@ Status Runtime::Feed(int regst, int64_t step, int64_t micro, const Tensor& out) 
   return Status::Runtime("[actor] no placement for data regst " + std::to_string(regst));
 }
 
-Status Runtime::StartComm(Actor* actor, const boxing::Task& t, std::vector<Tensor> in, Tensor out) {
+Status Runtime::StartComm(Actor* actor, const boxing::Task& t, std::vector<Tensor> in, std::vector<Tensor> out) {
   if (!comm_) return Status::Runtime(std::string(boxing::Name(t.op)) + " needs other ranks: run under mpirun");
   {
     std::lock_guard<std::mutex> lock(progress_mu_);

@@ -91,7 +91,7 @@ class Runtime {
   void ReportGradNormSq(int64_t step, double sq);
   void Fail(const Status& s);
   // Starts a communicating boxing task for `actor`, which gets kCommDone when it completes.
-  Status StartComm(Actor* actor, const boxing::Task& t, std::vector<Tensor> in, Tensor out);
+  Status StartComm(Actor* actor, const boxing::Task& t, std::vector<Tensor> in, std::vector<Tensor> out);
   void ActorFinished();
   const RunOptions& options() const { return opt_; }
 

@@ -48,6 +48,7 @@ class Lowering {
       const std::vector<int>& tasks = is_update[n] ? variable_tasks_[id] : node_tasks[n];
       RETURN_IF_ERROR(Wire(id, tasks));
     }
+    EmitBuckets();
     RETURN_IF_ERROR(AddSink(TaskKind::kLossSink, "loss", tg_.loss, false));
     RETURN_IF_ERROR(AddSink(TaskKind::kNormSink, "grad_norm", tg_.grad_norm_sq, true));
     for (const TaskDesc& t : p_.tasks) {
@@ -253,7 +254,8 @@ class Lowering {
     if (!plan.ok()) return plan.status().With("edge '" + g_.value(v).name + "' -> '" + consumer + "': ");
     std::vector<int> srcs = vp.regsts;  // copy: regsts may grow
     const size_t first_new = p_.regsts.size();
-    std::vector<int> dsts = Emit(*plan, v, srcs, PerStep(v));
+    const bool bucketed = Bucketable(v, *plan, vp.stage == stage);
+    std::vector<int> dsts = bucketed ? Defer(v, *plan, srcs) : Emit(*plan, v, srcs, PerStep(v));
     if (CrossesPipelineStages(vp.stage, stage) && !PerStep(v)) {
       // Both ends hold one slot per stage, so stage k can start micro-batch m+1 while stage k+1
       // still holds m (the schedule in lower.h).
@@ -276,6 +278,7 @@ class Lowering {
     e.per_step = PerStep(v);
     e.consumers.push_back(consumer);
     p_.edges.push_back(e);
+    if (bucketed) deferred_.back().edge = static_cast<int>(p_.edges.size() - 1);
     boxed_[key] = {static_cast<int>(p_.edges.size() - 1), dsts};
     return dsts;
   }
@@ -313,6 +316,96 @@ class Lowering {
     return out;
   }
 
+  // Gradient buckets. A gradient accumulator whose boxing is one all-reduce per device, within one
+  // placement, is not emitted on its own: EmitBuckets fuses such all-reduces, in the order their
+  // accumulators are produced (node order: backward order), into buckets of at most kBucketBytes
+  // per device, one fused all-reduce task per device and bucket. As with PyTorch DDP's buckets, a
+  // bucket pays one latency and one collective call for all its gradients, and the first buckets
+  // reduce while backward still computes the rest. Only accumulators qualify: nothing they depend
+  // on can wait for another all-reduce in the bucket.
+  static constexpr int64_t kBucketBytes = 1 << 20;
+  struct Deferred {
+    NodeId producer;
+    boxing::Plan plan;
+    std::vector<int> srcs, dsts;  // per device
+    int edge = -1;                // its Plan::edges entry
+  };
+
+  bool Bucketable(ValueId v, const boxing::Plan& bp, bool same_stage) const {
+    const ir::Value& val = g_.value(v);
+    if (!same_stage || val.producer < 0 || g_.node(val.producer).op != OpKind::kAccumulate) return false;
+    if (bp.tasks.size() != bp.src.size() || bp.tasks.empty()) return false;
+    for (size_t d = 0; d < bp.tasks.size(); ++d) {
+      const boxing::Task& t = bp.tasks[d];
+      if (t.op != Op::kAllReduce || t.in != std::vector<int>{bp.src[d]} || t.out != bp.dst[d]) return false;
+    }
+    return true;
+  }
+
+  std::vector<int> Defer(ValueId v, const boxing::Plan& bp, const std::vector<int>& srcs) {
+    Deferred d{g_.value(v).producer, bp, srcs, {}};
+    for (size_t i = 0; i < srcs.size(); ++i) {
+      const RegstDesc& src = p_.regsts[static_cast<size_t>(srcs[i])];
+      d.dsts.push_back(NewRegst(v, src.type, src.rank, -1, true, 1));  // produced by its bucket
+    }
+    deferred_.push_back(std::move(d));
+    return deferred_.back().dsts;
+  }
+
+  void EmitBuckets() {
+    // Members fuse when every device reduces over the same group with the same op and dtype.
+    auto key = [](const boxing::Plan& bp) {
+      std::string k = std::string(Name(bp.dtype));
+      for (const boxing::Task& t : bp.tasks) {
+        k += "|" + std::to_string(t.rank) + ":" + std::to_string(static_cast<int>(t.reduce)) + ":";
+        for (int r : t.group) k += std::to_string(r) + ",";
+      }
+      return k;
+    };
+    std::map<std::string, std::vector<const Deferred*>> by_key;
+    for (const Deferred& d : deferred_) by_key[key(d.plan)].push_back(&d);
+    for (auto& [k, members] : by_key) {
+      std::stable_sort(members.begin(), members.end(),
+                       [](const Deferred* a, const Deferred* b) { return a->producer < b->producer; });
+      size_t first = 0;
+      int64_t bytes = 0;
+      for (size_t i = 0; i <= members.size(); ++i) {
+        const int64_t b = i < members.size() ? p_.regsts[static_cast<size_t>(members[i]->srcs[0])].bytes() : 0;
+        if (i == members.size() || (i > first && bytes + b > kBucketBytes)) {
+          EmitBucket({members.begin() + static_cast<long>(first), members.begin() + static_cast<long>(i)});
+          first = i;
+          bytes = 0;
+        }
+        bytes += b;
+      }
+    }
+    deferred_.clear();
+  }
+
+  void EmitBucket(const std::vector<const Deferred*>& members) {
+    const int bucket = next_bucket_++;
+    const boxing::Plan& shape = members.front()->plan;  // every member's tasks match it
+    int collectives = 0;
+    for (size_t d = 0; d < shape.tasks.size(); ++d) {
+      const boxing::Task& bt = shape.tasks[d];
+      std::string name = TaskName("bucket" + std::to_string(bucket) + "/" + Name(bt.op), bt.rank);
+      const int tid = NewTask(TaskKind::kBoxing, name, bt.rank, kCommStream, true).id;
+      boxing::Task mv = bt;
+      mv.in.clear();
+      mv.out = -1;  // the outputs are the task's regsts, one per input
+      mv.collective = next_collective_ + bt.collective;
+      collectives = std::max(collectives, bt.collective + 1);
+      for (const Deferred* m : members) {
+        mv.in.push_back(m->srcs[d]);
+        p_.regsts[static_cast<size_t>(m->dsts[d])].producer = tid;
+        p_.tasks[static_cast<size_t>(tid)].out.push_back(m->dsts[d]);
+      }
+      p_.tasks[static_cast<size_t>(tid)].move = std::move(mv);
+    }
+    next_collective_ += collectives;
+    for (const Deferred* m : members) p_.edges[static_cast<size_t>(m->edge)].bucket = bucket;
+  }
+
   // A sink on global rank 0 that reads `v` as B.
   Status AddSink(TaskKind kind, const std::string& name, ValueId v, bool per_step) {
     int stage = SinkStage();
@@ -340,7 +433,8 @@ class Lowering {
   std::map<int, int> data_task_;                       // rank -> data task
   std::map<NodeId, std::vector<int>> variable_tasks_;  // update node -> variable task per device
   std::map<std::tuple<ValueId, int, std::string>, std::pair<int, std::vector<int>>> boxed_;
-  int next_collective_ = 0, next_tag_ = 0;
+  int next_collective_ = 0, next_tag_ = 0, next_bucket_ = 0;
+  std::vector<Deferred> deferred_;
 };
 
 }  // namespace

@@ -32,7 +32,9 @@ int64_t Plan::BytesMoved(int rank) const {
     int64_t p = static_cast<int64_t>(m.group.size());
     switch (m.op) {
       case boxing::Op::kSend: per = bytes(m.in[0]); break;
-      case boxing::Op::kAllReduce: per = 2 * (p - 1) * bytes(m.in[0]) / p; break;
+      case boxing::Op::kAllReduce:  // several inputs: a gradient bucket
+        for (int r : m.in) per += 2 * (p - 1) * bytes(r) / p;
+        break;
       case boxing::Op::kAllGather: per = (p - 1) * bytes(m.in[0]); break;
       case boxing::Op::kReduceScatter: per = (p - 1) * bytes(m.out); break;
       case boxing::Op::kAllToAll: per = (p - 1) * bytes(m.in[0]) / p; break;

@@ -87,6 +87,7 @@ struct BoxingEdge {
   std::string strategy;
   int64_t bytes_per_rank = 0;  // per act
   bool per_step = false;
+  int bucket = -1;             // a gradient all-reduce fused into this bucket (boxing/lower.h)
   std::vector<std::string> consumers;  // logical node names
 };
 

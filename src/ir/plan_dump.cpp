@@ -45,8 +45,9 @@ std::string EdgeLine(const Plan& p, const Graph& g, const BoxingEdge& e) {
   std::ostringstream os;
   os << g.value(e.value).name << ": " << e.src.ToString();
   if (e.src_stage != e.dst_stage) os << " on " << p.stages[static_cast<size_t>(e.src_stage)].ToString();
-  os << " -> " << e.dst.ToString() << " on " << p.stages[static_cast<size_t>(e.dst_stage)].ToString() << ": " << e.strategy
-     << ", " << HumanBytes(static_cast<double>(e.bytes_per_rank)) << " per rank" << (e.per_step ? " per step" : " per micro-batch");
+  os << " -> " << e.dst.ToString() << " on " << p.stages[static_cast<size_t>(e.dst_stage)].ToString() << ": " << e.strategy;
+  if (e.bucket >= 0) os << " in gradient bucket " << e.bucket;
+  os << ", " << HumanBytes(static_cast<double>(e.bytes_per_rank)) << " per rank" << (e.per_step ? " per step" : " per micro-batch");
   return os.str();
 }
 
@@ -122,7 +123,7 @@ std::string DumpJson(const Plan& p, const Graph& g) {
     const BoxingEdge& e = p.edges[i];
     os << (i ? ",\n  " : "\n  ") << "{\"tensor\": " << JsonStr(g.value(e.value).name) << ", \"from\": " << JsonStr(e.src.ToString())
        << ", \"to\": " << JsonStr(e.dst.ToString()) << ", \"from_placement\": " << JsonStr(p.stages[static_cast<size_t>(e.src_stage)].ToString())
-       << ", \"to_placement\": " << JsonStr(p.stages[static_cast<size_t>(e.dst_stage)].ToString()) << ", \"strategy\": " << JsonStr(e.strategy)
+       << ", \"to_placement\": " << JsonStr(p.stages[static_cast<size_t>(e.dst_stage)].ToString()) << ", \"strategy\": " << JsonStr(e.strategy) << ", \"bucket\": " << e.bucket
        << ", \"bytes_per_rank\": " << e.bytes_per_rank << ", \"per_step\": " << (e.per_step ? "true" : "false") << "}";
   }
   os << "],\n \"ranks_detail\": [";

@@ -150,6 +150,7 @@ void Put(const BoxingEdge& e, wire::BoxingEdge* w) {
   w->set_bytes_per_rank(e.bytes_per_rank);
   w->set_per_step(e.per_step);
   for (const std::string& c : e.consumers) w->add_consumers(c);
+  w->set_bucket(e.bucket);
 }
 
 // Each element of `in` into a new element of the repeated message field `out`.

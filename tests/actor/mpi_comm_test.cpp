@@ -126,7 +126,7 @@ Result<std::vector<Tensor>> Execute(Communicator& comm, const Plan& plan, const 
           std::vector<Tensor> ins;
           for (size_t k = 0; k < t.in.size(); ++k) ins.push_back(in(k));
           if (t.op != Op::kSend) val[out] = Tensor(plan.dtype, shape);
-          ASSIGN_OR_RETURN(handle[i], comm.Start(t, std::move(ins), t.op == Op::kSend ? Tensor() : val[out]));
+          ASSIGN_OR_RETURN(handle[i], comm.Start(t, std::move(ins), t.op == Op::kSend ? std::vector<Tensor>{} : std::vector<Tensor>{val[out]}));
           state[i] = State::kInFlight;
           ++started[t.op];
         }
@@ -225,16 +225,16 @@ TEST(MpiComm, Errors) {
   const int me = comm.rank(), other = (me + 1) % comm.size();
   Task gather{.op = Op::kAllGather, .rank = me, .in = {0}, .out = 1, .group = {other, me}, .concat_axis = 0,
               .collective = 0};
-  Result<CommHandle> h = comm.Start(gather, {Tensor(DType::kF32, Shape{2, 3})}, Tensor(DType::kF32, Shape{4, 3}));
+  Result<CommHandle> h = comm.Start(gather, {Tensor(DType::kF32, Shape{2, 3})}, {Tensor(DType::kF32, Shape{4, 3})});
   ASSERT_FALSE(h.ok());
   EXPECT_EQ(h.status().message(), "[actor] rank " + std::to_string(me) + ": all-gather over group {" +
                                       std::to_string(other) + "," + std::to_string(me) +
                                       "} (collective 0): group not prepared (Prepare it on every rank first)");
-  h = comm.Start(gather, {Tensor(DType::kF32, Shape{2, 3})}, Tensor(DType::kF32, Shape{6, 3}));
+  h = comm.Start(gather, {Tensor(DType::kF32, Shape{2, 3})}, {Tensor(DType::kF32, Shape{6, 3})});
   ASSERT_FALSE(h.ok());
   EXPECT_NE(h.status().message().find("does not fit output [6, 3]"), std::string::npos) << h.status().message();
   Task send{.op = Op::kSend, .rank = me, .in = {0}, .out = -1, .peer = me, .tag = 1};
-  h = comm.Start(send, {Tensor(DType::kF32, Shape{2})}, Tensor());
+  h = comm.Start(send, {Tensor(DType::kF32, Shape{2})}, {});
   ASSERT_FALSE(h.ok());
   EXPECT_NE(h.status().message().find("send to rank " + std::to_string(me) + " tag 1: bad peer"), std::string::npos);
   Result<std::vector<CommHandle>> none = comm.Poll();  // the failed starts left nothing in flight
@@ -249,6 +249,41 @@ const std::vector<Shape> kShapes = {Shape{7, 5}, Shape{5, 3, 4}};
 
 TEST(MpiComm, AllPairs_1nNd) {
   RunAll(Pairs(kShapes, Ranks(World()), Ranks(World()), {kS0, kS1, kB, kP, kPMax}), "AllPairs_1nNd");
+}
+
+// A gradient bucket: one all-reduce task with several inputs, each reduced into its own output,
+// in place or not, of different shapes; on every rank the sum over ranks, elementwise and exact.
+TEST(MpiComm, AllReduceBucket_1nNd) {
+  Communicator& comm = *g_comm;
+  const int me = comm.rank(), p = comm.size();
+  Task t{.op = Op::kAllReduce, .rank = me, .in = {0, 1, 2}, .out = -1, .group = World(), .collective = 0};
+  ASSERT_TRUE(comm.Prepare({World()}).ok());
+  const std::vector<Shape> shapes = {Shape{3, 4}, Shape{1}, Shape{5, 2, 2}};
+  auto value = [](size_t i, int64_t e, int rank) { return static_cast<float>(100 * i + e + 1000 * rank); };
+  std::vector<Tensor> in, out;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    Tensor x(DType::kF32, shapes[i]);
+    for (int64_t e = 0; e < x.numel(); ++e) x.data<float>()[e] = value(i, e, me);
+    in.push_back(x);
+    out.push_back(i == 1 ? x : Tensor(DType::kF32, shapes[i]));  // input 1 in place
+  }
+  Result<CommHandle> h = comm.Start(t, in, out);
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  for (bool done = false; !done;) {
+    Result<std::vector<CommHandle>> got = comm.Poll();
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    for (CommHandle c : *got) done = done || c.id == h->id;
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    for (int64_t e = 0; e < out[i].numel(); ++e) {
+      float want = 0;
+      for (int r = 0; r < p; ++r) want += value(i, e, r);
+      ASSERT_EQ(out[i].data<float>()[e], want) << "output " << i << " element " << e;
+    }
+  }
+  Result<CommHandle> bad = comm.Start(t, in, {out[0], out[1]});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("3 inputs but 2 outputs"), std::string::npos) << bad.status().message();
 }
 
 TEST(MpiComm, Int64_1nNd) {

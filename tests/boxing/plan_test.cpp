@@ -55,10 +55,14 @@ std::vector<const BoxingEdge*> EdgesOf(const Plan& p, ValueId v) {
   return out;
 }
 
-// The logical value a boxing task moves (its output's, or a send's input's).
-ValueId MovedValue(const Plan& p, const TaskDesc& t) {
-  int r = t.out.empty() ? t.move.in[0] : t.out[0];
-  return p.regsts[static_cast<size_t>(r)].value;
+// Whether a boxing task moves (a piece of) value v: one of its outputs holds it, or a send's
+// input. A gradient bucket's all-reduce moves several values.
+bool Moves(const Plan& p, const TaskDesc& t, ValueId v) {
+  if (t.kind != TaskKind::kBoxing) return false;
+  if (t.out.empty()) return p.regsts[static_cast<size_t>(t.move.in[0])].value == v;
+  for (int r : t.out)
+    if (p.regsts[static_cast<size_t>(r)].value == v) return true;
+  return false;
 }
 
 const TaskDesc& ProducerOf(const Plan& p, int regst) {
@@ -71,8 +75,16 @@ int64_t MovedFor(const Plan& p, ValueId v, int rank) {
   Plan q;
   q.micro_batches = p.micro_batches;
   q.regsts = p.regsts;
-  for (const TaskDesc& t : p.tasks)
-    if (t.kind == TaskKind::kBoxing && MovedValue(p, t) == v) q.tasks.push_back(t);
+  for (const TaskDesc& t : p.tasks) {
+    if (!Moves(p, t, v)) continue;
+    TaskDesc only = t;  // a bucket's all-reduce, cut down to v's input
+    if (t.move.op == fr::boxing::Op::kAllReduce && t.move.in.size() > 1) {
+      only.move.in.clear();
+      for (size_t i = 0; i < t.out.size(); ++i)
+        if (p.regsts[static_cast<size_t>(t.out[i])].value == v) only.move.in.push_back(t.move.in[i]);
+    }
+    q.tasks.push_back(only);
+  }
   return q.BytesMoved(rank);
 }
 
@@ -181,14 +193,23 @@ TEST(Plan, DataParallel_1n4d) {
         EXPECT_EQ(feed.kind, TaskKind::kBoxing);
         EXPECT_EQ(feed.move.op, fr::boxing::Op::kAllReduce);
         EXPECT_EQ(feed.move.group, (std::vector<int>{0, 1, 2, 3}));
-        EXPECT_EQ(ProducerOf(p, feed.move.in[0]).logical, g.value(pg.grad).producer);  // straight from accumulation
+        const auto j = std::find(feed.out.begin(), feed.out.end(), t.in[1].regst) - feed.out.begin();
+        ASSERT_LT(static_cast<size_t>(j), feed.move.in.size());
+        EXPECT_EQ(ProducerOf(p, feed.move.in[static_cast<size_t>(j)]).logical, g.value(pg.grad).producer);  // straight from accumulation
       }
       EXPECT_EQ(variables, 4);
       int reductions = 0;
-      for (const TaskDesc& t : p.tasks) reductions += t.kind == TaskKind::kBoxing && MovedValue(p, t) == pg.grad;
+      for (const TaskDesc& t : p.tasks) reductions += Moves(p, t, pg.grad);
       EXPECT_EQ(reductions, 4) << "one all-reduce task per rank";
+      EXPECT_EQ(edges[0]->bucket, 0) << "every gradient fits the one bucket";
     }
     EXPECT_EQ(param_bytes, tc.param_bytes) << "the model changed: redo the arithmetic above";
+    // The gradients (< 1 MiB in all) are reduced by one bucket's all-reduce per rank.
+    for (int r = 0; r < 4; ++r) {
+      int collectives = 0;
+      for (const TaskDesc& t : p.tasks) collectives += t.rank == r && t.kind == TaskKind::kBoxing && !t.move.group.empty();
+      EXPECT_EQ(collectives, 1) << "rank " << r;
+    }
 
     // No boxing in the forward pass; the only edges are gradient all-reduces and the sinks.
     std::string stray;
@@ -257,7 +278,7 @@ TEST(Plan, Hybrid_2x2) {
       // all-reduced (which would sum what each device then throws away).
       if (nd[1].is_split()) {
         for (const TaskDesc& t : p.tasks) {
-          if (t.kind == TaskKind::kBoxing && MovedValue(p, t) == pg.grad && t.move.op == fr::boxing::Op::kAllReduce) {
+          if (t.kind == TaskKind::kBoxing && Moves(p, t, pg.grad) && t.move.op == fr::boxing::Op::kAllReduce) {
             EXPECT_TRUE(along_axis0(t.move.group)) << t.name;
           }
         }
@@ -362,7 +383,7 @@ TEST(Plan, Pipeline_1n2d) {
       }
       // The movement is a send on the producer's rank and a receive on the consumer's.
       for (const TaskDesc& t : p.tasks) {
-        if (t.kind != TaskKind::kBoxing || MovedValue(p, t) != e.value) continue;
+        if (!Moves(p, t, e.value)) continue;
         EXPECT_TRUE(t.move.op == fr::boxing::Op::kSend || t.move.op == fr::boxing::Op::kRecv) << t.name;
         EXPECT_EQ(t.move.peer, 1 - t.rank) << t.name;
       }
@@ -372,7 +393,7 @@ TEST(Plan, Pipeline_1n2d) {
       if (e.per_step || e.dst_stage >= 2) continue;
       for (int r : Placed(p, e.value).regsts) EXPECT_EQ(p.regsts[static_cast<size_t>(r)].regst_num, 2) << "producer's";
       for (const TaskDesc& t : p.tasks) {
-        if (t.kind == TaskKind::kBoxing && t.move.op == fr::boxing::Op::kRecv && MovedValue(p, t) == e.value) {
+        if (t.kind == TaskKind::kBoxing && t.move.op == fr::boxing::Op::kRecv && Moves(p, t, e.value)) {
           EXPECT_EQ(p.regsts[static_cast<size_t>(t.out[0])].regst_num, 2) << "received";
         }
       }
