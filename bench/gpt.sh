@@ -42,9 +42,9 @@ for r in $(seq "$repeats"); do
 done
 g++ -O3 -march=native -std=c++17 bench/gemm_blas.cpp -o "$work/gemm_blas" $(pkg-config --cflags --libs openblas) -ldnnl
 "$work/gemm_blas" > "$work/gemm.json"
-python3 - "$config" "$work" "$repeats" <<'PY'
+python3 - "$config" "$work" "$repeats" "${1:-configs/gpt.yaml}" <<'PY'
 import json, re, statistics, sys
-config, work, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
+config, work, repeats, named = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 def read(name):
     return [open(f"{work}/{name}.{r}").read() for r in range(1, repeats + 1)]
 def med(xs):
@@ -75,7 +75,7 @@ flops_per_token = gf * 1e9 / f1
 peak = max(r["onednn_gflops"] for r in json.load(open(f"{work}/gemm.json"))["results"])
 cpu = open("/proc/cpuinfo").read().split("model name")[1].split(":")[1].splitlines()[0].strip()
 print(f"machine: {cpu}, {open('/proc/cpuinfo').read().count('processor')} cores; 1 thread per process")
-print(f"model: {config}, {pt1[0]['params']:,} parameters, {flops_per_token / 1e6:.2f} MFLOP per token "
+print(f"model: {named}, {pt1[0]['params']:,} parameters, {flops_per_token / 1e6:.2f} MFLOP per token "
       f"(matmuls, forward and backward); {gb} x {T} = {tok} tokens per step")
 print(f"medians of {repeats} interleaved runs of each")
 print(f"single process : flowrun {f1:9.0f} tok/s ({med([rss(o) for o in fr1]):.0f} MiB peak RSS, registers {regs(fr1[0])})"

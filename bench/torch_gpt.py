@@ -120,8 +120,11 @@ def ddp_worker(rank, cfg, args, port):
     dist.all_reduce(rss, op=dist.ReduceOp.MAX)
     if rank == 0:
         report(cfg, args, elapsed, float(rss), model)
-    dist.barrier()  # without it gloo's teardown can hang the rank that finishes second
-    dist.destroy_process_group()
+    dist.barrier()
+    # Not destroy_process_group(): in PyTorch 1.13 gloo's teardown can hang the second rank
+    # joining one of its threads (seen here); both ranks are done, so leave at once.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def free_port():
