@@ -3,6 +3,7 @@
 #include "boxing/lower.h"
 #include "cli/layout.h"
 #include "ir/onnx_import.h"
+#include "ir/rewrite.h"
 #include "ops/op.h"
 
 namespace fr {
@@ -110,6 +111,7 @@ Result<Compiled> Prepare(const Config& cfg) {
   }
   c.input_field[cfg.model.loss.labels] = cfg.model.loss.labels;
   ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(cfg.model.onnx, bound));
+  ir::Rewrite(forward);
   ASSIGN_OR_RETURN(c.training, ir::BuildTraining(std::move(forward), SpecOf(cfg, *c.dataset)));
   RETURN_IF_ERROR(CheckLabels(cfg, *c.dataset, c.training.graph));
   c.flops_per_step = MatMulFlops(c.training.graph, cfg.accumulation());

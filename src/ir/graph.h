@@ -44,6 +44,7 @@ struct Value {
   NodeId producer = -1;   // for kActivation and kState
   int producer_slot = 0;
   ValueId grad_of = kNoValue;  // backward values: the forward value this is (a part of) the gradient of
+  std::string split_from;      // a part a rewrite cut from the parameter of this name (ir/rewrite.h)
 };
 
 using AttrValue = std::variant<int64_t, double, std::vector<int64_t>, std::vector<double>, std::string>;
@@ -78,6 +79,7 @@ struct Node {
   Attrs attrs;
   Phase phase = Phase::kForward;
   NodeId origin = -1;  // backward nodes: the forward node whose gradient they compute
+  std::string split_from;  // a part a rewrite cut from the node of this name (ir/rewrite.h)
 };
 
 struct Graph {

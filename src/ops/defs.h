@@ -65,6 +65,21 @@ Sigs SbpWhere(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpEqual(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpCast(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpTrilu(const ir::Node& n, Types in, Types out, int64_t parts);
+// The splits every broadcasting elementwise op has: for each output axis, every input on its
+// aligned axis, or B where it is broadcast along it (absent inputs stay B); and all-B.
+Sigs BroadcastSplits(const ir::Node& n, Types in, Types out, int64_t parts);
+
+// fused.cpp
+Out InferGelu(const ir::Node& n, Types in);
+Out InferGeluGrad(const ir::Node& n, Types in);
+Out InferMaskedSoftmax(const ir::Node& n, Types in);
+Out InferMaskedSoftmaxGrad(const ir::Node& n, Types in);
+void GradGelu(GradCtx& c);
+void GradMaskedSoftmax(GradCtx& c);
+Sigs SbpGelu(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpGeluGrad(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpMaskedSoftmax(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpMaskedSoftmaxGrad(const ir::Node& n, Types in, Types out, int64_t parts);
 
 // matmul.cpp
 Out InferGemm(const ir::Node& n, Types in);

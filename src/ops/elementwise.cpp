@@ -221,9 +221,7 @@ Sigs SbpSumTo(const ir::Node& n, Types in, Types out, int64_t parts) {
 // A piece sums to its own piece of the target.
 void PhysicalSumTo(ir::Node& n, Types, Types physical_out) { n.attrs.Set("shape", physical_out[0].shape.dims()); }
 
-// The splits every broadcasting elementwise op has: for each output axis, every input on its
-// aligned axis, or B where it is broadcast along it (absent inputs stay B).
-static Sigs BroadcastSplits(const ir::Node& n, Types in, Types out, int64_t parts) {
+Sigs BroadcastSplits(const ir::Node& n, Types in, Types out, int64_t parts) {
   Sigs s{Uniform(n, 1, Sbp::B())};
   const Shape& y = out[0].shape;
   for (int i = 0; i < y.rank(); ++i) {

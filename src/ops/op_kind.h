@@ -21,6 +21,8 @@ namespace fr {
   X(ReluGrad, false) X(TanhGrad, false) X(SigmoidGrad, false) X(ErfGrad, false)                    \
   X(SoftmaxGrad, false) X(LogSoftmaxGrad, false) X(LayerNormGrad, false) X(SumTo, false)           \
   X(Scale, false) X(GatherGrad, false) X(SliceGrad, false)                                         \
+  /* fused by ir/fuse.h from exported chains */                                                   \
+  X(Gelu, false) X(GeluGrad, false) X(MaskedSoftmax, false) X(MaskedSoftmaxGrad, false)            \
   /* losses */                                                                                     \
   X(CrossEntropy, false) X(CrossEntropyGrad, false) X(Mse, false) X(MseGrad, false)                \
   /* step: accumulation, clipping, optimizers */                                                   \

@@ -146,7 +146,8 @@ class Assigner {
         std::string node_glob = pattern.substr(0, colon);
         size_t idx = std::stoul(pattern.substr(colon + 1));
         for (const ir::Node& n : g_.nodes) {
-          if (n.phase != ir::Phase::kForward || !GlobMatch(node_glob, n.name)) continue;
+          if (n.phase != ir::Phase::kForward) continue;
+          if (!GlobMatch(node_glob, n.name) && (n.split_from.empty() || !GlobMatch(node_glob, n.split_from))) continue;
           if (idx >= n.in.size() || n.in[idx] == ir::kNoValue) {
             return Status::Invalid("[sbp] hint '" + pattern + "': node '" + n.name + "' has no input " + std::to_string(idx));
           }
@@ -155,7 +156,8 @@ class Assigner {
         }
       }
       for (size_t v = 0; v < g_.values.size() && !node_input; ++v) {
-        if (!GlobMatch(pattern, g_.values[v].name)) continue;
+        const ir::Value& val = g_.values[v];
+        if (!GlobMatch(pattern, val.name) && (val.split_from.empty() || !GlobMatch(pattern, val.split_from))) continue;
         matched = true;
         RETURN_IF_ERROR(SetHint(static_cast<ValueId>(v), pattern, nd));
       }

@@ -765,6 +765,75 @@ TEST(Forward, ShapeConstantOfShapeRange) {
   EXPECT_FALSE(bad.Run().ok());
 }
 
+// ---- Forward: fused ops (ir/rewrite.h) against the chains they replace and a reference. ----
+
+// The exported erf GELU after a bias add, op for op: (H * (erf(H / div) + one)) * half.
+ValueId GeluChain(Net& net, ValueId x, ValueId bias, float div, float one, float half) {
+  ValueId h = bias == ir::kNoValue ? x : net.Op(OpKind::kAdd, {bias, x});
+  ValueId e = net.Op(OpKind::kErf, {net.Op(OpKind::kDiv, {h, net.Const("div", Tensor::Full({}, div))})});
+  ValueId a = net.Op(OpKind::kAdd, {e, net.Const("one", Tensor::Full({}, one))});
+  return net.Op(OpKind::kMul, {net.Op(OpKind::kMul, {h, a}), net.Const("half", Tensor::Full({}, half))});
+}
+
+ir::Attrs GeluAttrs(float div, float one, float half) { return A({{"div", double{div}}, {"one", double{one}}, {"half", double{half}}}); }
+
+TEST(Forward, Gelu) {
+  const float div = 1.4142135381698608f;
+  for (bool bias : {true, false}) {
+    SCOPED_TRACE(bias ? "with bias" : "no bias");
+    Net net;
+    ValueId x = net.Input("x", Rand({3, 4, 37}, 300, -4, 4));
+    ValueId b = bias ? net.Input("b", Rand({37}, 301)) : ir::kNoValue;
+    std::vector<ValueId> in = {x};
+    if (bias) in.push_back(b);
+    ValueId fused = net.Op(OpKind::kGelu, in, GeluAttrs(div, 1, 0.5));
+    ValueId chain = GeluChain(net, x, b, div, 1, 0.5);
+    ASSERT_TRUE(net.Run().ok());
+    std::vector<double> want;
+    const auto xv = ToDouble(net[x]);
+    const auto bv = bias ? ToDouble(net[b]) : std::vector<double>(37, 0.0);
+    for (size_t i = 0; i < xv.size(); ++i) {
+      const double h = xv[i] + bv[i % 37];
+      want.push_back(0.5 * h * (1 + std::erf(h / std::sqrt(2.0))));
+    }
+    EXPECT_TRUE(AllNear(net[fused], want, kRtol, kAtol));
+    EXPECT_TRUE(AllNear(net[fused], ToDouble(net[chain]), 1e-6, 1e-7)) << "the chain it replaces";
+  }
+}
+
+// Attention's scores scaled, masked above the diagonal and softmaxed, against Mul, Where, Softmax.
+TEST(Forward, MaskedSoftmax) {
+  const int64_t t = 5;
+  std::vector<int> upper;
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = 0; j < t; ++j) upper.push_back(j > i);
+  for (bool divide : {false, true}) {
+    SCOPED_TRACE(divide ? "divide" : "multiply");
+    Net net;
+    ValueId s = net.Input("s", Rand({2, 3, t, t}, 310, -3, 3));
+    ValueId mask = net.Const("mask", Bools({1, 1, t, t}, upper));
+    ValueId c = net.Const("c", Tensor::Full({}, divide ? 4.f : 0.25f));
+    ValueId fill = net.Const("fill", Tensor::Full({}, -INFINITY));
+    ValueId fused = net.Op(OpKind::kMaskedSoftmax, {s, mask},
+                           A({{"scale", double{divide ? 4.0 : 0.25}}, {"divide", I(divide)}, {"fill", -INFINITY}, {"fill_if", I(true)}}));
+    ValueId scaled = net.Op(divide ? OpKind::kDiv : OpKind::kMul, {s, c});
+    ValueId chain = net.Op(OpKind::kSoftmax, {net.Op(OpKind::kWhere, {mask, fill, scaled})}, A({{"axis", int64_t{-1}}}));
+    ASSERT_TRUE(net.Run().ok());
+    std::vector<double> masked = ToDouble(net[s]);
+    for (size_t i = 0; i < masked.size(); ++i) masked[i] = upper[i % (t * t)] ? -INFINITY : masked[i] * 0.25;
+    EXPECT_TRUE(AllNear(net[fused], RefSoftmax(masked, {2, 3, t, t}, 3, false), kRtol, kAtol));
+    EXPECT_TRUE(AllNear(net[fused], ToDouble(net[chain]), 1e-6, 1e-7)) << "the chain it replaces";
+  }
+  Net net;  // a mask broadcast along the rows ([t] on [2, t]) and kept where it is false
+  ValueId s = net.Input("s", Rand({2, t}, 311, -3, 3));
+  ValueId y = net.Op(OpKind::kMaskedSoftmax, {s, net.Const("keep", Bools({t}, {1, 1, 0, 1, 0}))},
+                     A({{"fill", -1e9}, {"fill_if", I(false)}}));
+  ASSERT_TRUE(net.Run().ok());
+  std::vector<double> masked = ToDouble(net[s]);
+  for (size_t i = 0; i < masked.size(); ++i) masked[i] = (i % t == 2 || i % t == 4) ? -1e9 : masked[i];
+  EXPECT_TRUE(AllNear(net[y], RefSoftmax(masked, {2, t}, 1, false), kRtol, kAtol));
+}
+
 // ---- Forward: internal ops (gradients' helpers, losses, the optimizer step). ----
 
 TEST(Forward, SumTo) {
@@ -1132,6 +1201,35 @@ TEST(Grad, Sigmoid) { CheckUnary(OpKind::kSigmoid, Rand({3, 4}, 15, -3, 3)); }
 TEST(Grad, Erf) { CheckUnary(OpKind::kErf, Rand({3, 4}, 16, -2, 2)); }
 TEST(Grad, Scale) { CheckUnary(OpKind::kScale, Rand({3, 4}, 17), A({{"alpha", -1.5}})); }
 
+TEST(Grad, Gelu_bias) {
+  Net net;
+  ValueId x = net.Input("x", Rand({3, 5}, 320, -3, 3)), b = net.Input("b", Rand({5}, 321));
+  CheckGrads(net, net.Op(OpKind::kGelu, {x, b}, GeluAttrs(1.4142135f, 1, 0.5)), {x, b});
+}
+TEST(Grad, Gelu_nobias) { CheckUnary(OpKind::kGelu, Rand({3, 4}, 322, -3, 3), GeluAttrs(1.4142135f, 1, 0.5)); }
+TEST(Grad, MaskedSoftmax) {
+  Net net;
+  ValueId s = net.Input("s", Rand({2, 4, 4}, 323, -2, 2));
+  std::vector<int> upper;
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) upper.push_back(j > i);
+  ValueId y = net.Op(OpKind::kMaskedSoftmax, {s, net.Const("mask", Bools({4, 4}, upper))},
+                     A({{"scale", 2.0}, {"divide", I(true)}, {"fill", -INFINITY}, {"fill_if", I(true)}}));
+  CheckGrads(net, y, {s});
+  for (const ir::Node& node : net.graph().nodes) {  // the fused op's gradient: finite, 0 where masked
+    if (node.op != OpKind::kMaskedSoftmaxGrad) continue;
+    const Tensor& g = net[node.out[0]];
+    for (int64_t i = 0; i < g.numel(); ++i) {
+      EXPECT_TRUE(std::isfinite(g.data<float>()[i])) << i;
+      if (upper[static_cast<size_t>(i % 16)]) {
+        EXPECT_EQ(g.data<float>()[i], 0.f) << i;
+      }
+    }
+  }
+}
+TEST(Grad, MaskedSoftmax_unmasked) {
+  CheckUnary(OpKind::kMaskedSoftmax, Rand({3, 5}, 324, -2, 2), A({{"scale", 0.5}}));
+}
 TEST(Grad, Softmax_last) { CheckUnary(OpKind::kSoftmax, Rand({3, 5}, 18, -2, 2), A({{"axis", int64_t{-1}}})); }
 TEST(Grad, Softmax_mid) { CheckUnary(OpKind::kSoftmax, Rand({2, 4, 3}, 19, -2, 2), A({{"axis", int64_t{1}}})); }
 TEST(Grad, LogSoftmax_last) { CheckUnary(OpKind::kLogSoftmax, Rand({3, 5}, 20, -2, 2), A({{"axis", int64_t{-1}}})); }
@@ -1209,7 +1307,7 @@ TEST(Grad, Where_broadcast) {
 
 // The causal masked fill before softmax: the masked scores get exactly zero gradient, and -inf in
 // the forward pass puts no NaN into the backward one.
-TEST(Grad, MaskedSoftmax) {
+TEST(Grad, MaskedFillThenSoftmax) {
   Net net;
   std::vector<int> upper;
   for (int i = 0; i < 4; ++i)
@@ -1366,6 +1464,8 @@ TEST(Infer, ErrorsNameTheNode) {
       {"Range vector", OpKind::kRange, {i64({2}), i64({}), i64({})}, A({{"size", int64_t{2}}})},
       {"ConstantOfShape length", OpKind::kConstantOfShape, {i64({3})}, ShapeAttr({2, 2})},
       {"Equal dtypes", OpKind::kEqual, {f32({3}), i64({3})}, {}},
+      {"Gelu bias", OpKind::kGelu, {f32({2, 3}), f32({2})}, {}},
+      {"MaskedSoftmax float mask", OpKind::kMaskedSoftmax, {f32({2, 3}), f32({3})}, {}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

@@ -1,0 +1,302 @@
+#include "ir/rewrite.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "boxing/simulate.h"
+
+namespace fr::ir {
+namespace {
+
+// One pass: matches on the graph as it is, records replacements, then rebuilds the node list with
+// each replacement at the position of the chain's last node (its inputs come earlier, its outputs
+// are the chain's, so the order stays topological).
+class Pass {
+ public:
+  explicit Pass(Graph& g) : g_(g), consumers_(g.Consumers()), dead_(g.nodes.size(), false), at_(g.nodes.size()) {
+    for (ValueId v : g.outputs) output_.push_back(v);
+  }
+
+  const Node* Producer(ValueId v) const {
+    if (v == kNoValue || g_.value(v).producer < 0) return nullptr;
+    return &g_.node(g_.value(v).producer);
+  }
+  NodeId Id(const Node* n) const { return static_cast<NodeId>(n - g_.nodes.data()); }
+  // v is read by exactly these nodes and is not a graph output.
+  bool OnlyFeeds(ValueId v, std::initializer_list<const Node*> readers) const {
+    if (std::find(output_.begin(), output_.end(), v) != output_.end()) return false;
+    std::vector<NodeId> want;
+    for (const Node* r : readers) want.push_back(Id(r));
+    std::vector<NodeId> have = consumers_[static_cast<size_t>(v)];
+    std::sort(want.begin(), want.end());
+    std::sort(have.begin(), have.end());
+    have.erase(std::unique(have.begin(), have.end()), have.end());
+    return have == want;
+  }
+  bool Taken(const Node* n) const { return dead_[static_cast<size_t>(Id(n))]; }
+  // The value of a float scalar constant.
+  std::optional<float> Scalar(ValueId v) const {
+    if (v == kNoValue) return std::nullopt;
+    const Value& val = g_.value(v);
+    if (val.kind != ValueKind::kConst || val.type.dtype != DType::kF32 || val.type.shape.numel() != 1) return std::nullopt;
+    return val.data.data<float>()[0];
+  }
+  bool IsParam(ValueId v) const { return v != kNoValue && g_.value(v).kind == ValueKind::kParam; }
+  const Value& value(ValueId v) const { return g_.value(v); }
+  Graph& graph() { return g_; }
+
+  // Replaces the nodes `chain` (the last one is where the new nodes go) with `nodes`.
+  void Replace(std::vector<const Node*> chain, std::vector<Node> nodes) {
+    NodeId last = 0;
+    for (const Node* n : chain) {
+      dead_[static_cast<size_t>(Id(n))] = true;
+      last = std::max(last, Id(n));
+    }
+    for (Node& n : nodes) at_[static_cast<size_t>(last)].push_back(std::move(n));
+  }
+
+  void Rebuild() {
+    std::vector<Node> out;
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      if (!dead_[n]) out.push_back(std::move(g_.nodes[n]));
+      for (Node& r : at_[n]) out.push_back(std::move(r));
+    }
+    for (size_t n = 0; n < g_.nodes.size(); ++n)
+      if (dead_[n])
+        for (ValueId v : g_.nodes[n].out) g_.value(v).producer = -1;
+    g_.nodes = std::move(out);
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      for (size_t i = 0; i < g_.nodes[n].out.size(); ++i) {
+        g_.value(g_.nodes[n].out[i]).producer = static_cast<NodeId>(n);
+        g_.value(g_.nodes[n].out[i]).producer_slot = static_cast<int>(i);
+      }
+    }
+  }
+
+ private:
+  Graph& g_;
+  std::vector<std::vector<NodeId>> consumers_;
+  std::vector<ValueId> output_;
+  std::vector<bool> dead_;
+  std::vector<std::vector<Node>> at_;
+};
+
+Node MakeNode(std::string name, OpKind op, std::vector<ValueId> in, std::vector<ValueId> out, Attrs attrs = {}) {
+  Node n;
+  n.name = std::move(name);
+  n.op = op;
+  n.in = std::move(in);
+  n.out = std::move(out);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+// The other input of a binary node, given one of them; kNoValue if `v` is not an input.
+ValueId Other(const Node& n, ValueId v) {
+  if (n.in.size() != 2) return kNoValue;
+  return n.in[0] == v ? n.in[1] : n.in[1] == v ? n.in[0] : kNoValue;
+}
+
+// A parameter cut to columns [begin, end) of its last axis, as a new parameter "NAME[part]".
+ValueId CutParam(Graph& g, ValueId p, int part, int64_t begin, int64_t end) {
+  const Value& v = g.value(p);
+  std::vector<sbp::Range> region;
+  for (int i = 0; i < v.type.shape.rank(); ++i) region.push_back({0, v.type.shape[i]});
+  region.back() = {begin, end};
+  Tensor data = boxing::SliceOf(v.data, region).Clone();
+  Shape shape = data.shape();
+  const std::string from = v.name;
+  ValueId id = g.AddValue(from + "[" + std::to_string(part) + "]", {v.type.dtype, shape}, ValueKind::kParam, std::move(data));
+  g.value(id).split_from = from;
+  return id;
+}
+
+int SplitProjections(Graph& g) {
+  Pass pass(g);
+  int count = 0;
+  std::vector<std::pair<ValueId, std::vector<ValueId>>> cut;  // parameter -> its parts
+  for (const Node& split : g.nodes) {
+    if (split.op != OpKind::kSplit || split.out.size() < 2) continue;
+    const ValueId x = split.in[0];
+    const Shape& xs = g.type(x).shape;
+    if (xs.rank() < 2 || split.attrs.Int("axis") != xs.rank() - 1) continue;
+    const Node* add = pass.Producer(x);
+    const Node* mm = add;
+    ValueId bias = kNoValue;
+    if (add && add->op == OpKind::kAdd) {
+      for (ValueId in : add->in) {
+        const Node* p = pass.Producer(in);
+        if (p && p->op == OpKind::kMatMul) mm = p;
+        else bias = in;
+      }
+      if (mm == add || !pass.IsParam(bias) || g.type(bias).shape != Shape{xs[xs.rank() - 1]}) continue;
+      if (!pass.OnlyFeeds(mm->out[0], {add}) || !pass.OnlyFeeds(bias, {add})) continue;
+    } else {
+      add = nullptr;
+    }
+    if (!mm || mm->op != OpKind::kMatMul || !pass.OnlyFeeds(x, {&split})) continue;
+    const ValueId w = mm->in[1];
+    if (!pass.IsParam(w) || g.type(w).shape.rank() != 2 || !pass.OnlyFeeds(w, {mm})) continue;
+    const ValueId a = mm->in[0];
+    const Node mm_copy = *mm, split_copy = split;
+    const std::optional<Node> add_copy = add ? std::optional<Node>(*add) : std::nullopt;
+    std::vector<const Node*> chain = {mm, &split};
+    if (add) chain.push_back(add);
+    // From here on the graph's value list grows: no references into it.
+    std::vector<Node> parts;
+    std::vector<ValueId> w_parts, b_parts;
+    const std::vector<int64_t>& sizes = split_copy.attrs.Ints("split");
+    int64_t at = 0;
+    for (size_t j = 0; j < split_copy.out.size(); ++j) {
+      const int part = static_cast<int>(j);
+      const std::string tag = "[" + std::to_string(j) + "]";
+      const ValueId wj = CutParam(g, w, part, at, at + sizes[j]);
+      w_parts.push_back(wj);
+      ValueId mm_out = split_copy.out[j];
+      if (add_copy) {
+        Shape s = g.type(split_copy.out[j]).shape;
+        mm_out = g.AddValue(g.value(mm_copy.out[0]).name + tag, {DType::kF32, s}, ValueKind::kActivation);
+      }
+      Node m = MakeNode(mm_copy.name + tag, OpKind::kMatMul, {a, wj}, {mm_out}, mm_copy.attrs);
+      m.split_from = mm_copy.name;
+      parts.push_back(std::move(m));
+      if (add_copy) {
+        const ValueId bj = CutParam(g, bias, part, at, at + sizes[j]);
+        b_parts.push_back(bj);
+        std::vector<ValueId> in = add_copy->in[0] == bias ? std::vector<ValueId>{bj, mm_out} : std::vector<ValueId>{mm_out, bj};
+        Node ad = MakeNode(add_copy->name + tag, OpKind::kAdd, in, {split_copy.out[j]}, add_copy->attrs);
+        ad.split_from = add_copy->name;
+        parts.push_back(std::move(ad));
+      }
+      at += sizes[j];
+    }
+    pass.Replace(chain, std::move(parts));
+    cut.emplace_back(w, w_parts);
+    if (add_copy) cut.emplace_back(bias, b_parts);
+    ++count;
+  }
+  pass.Rebuild();
+  for (const auto& [p, parts] : cut) {  // the parts (AddValue appended them) take p's place
+    for (ValueId q : parts) g.params.erase(std::find(g.params.begin(), g.params.end(), q));
+    auto it = g.params.erase(std::find(g.params.begin(), g.params.end(), p));
+    g.params.insert(it, parts.begin(), parts.end());
+    g.value(p).kind = ValueKind::kConst;  // no longer read by anything
+  }
+  return count;
+}
+
+int FuseGelu(Graph& g) {
+  Pass pass(g);
+  int count = 0;
+  for (const Node& half_mul : g.nodes) {
+    // Mul(m, 0.5) <- m = Mul(h, a) <- a = Add(e, 1) <- e = Erf(d) <- d = Div(h, c)
+    if (half_mul.op != OpKind::kMul || pass.Taken(&half_mul)) continue;
+    const Node* mul = nullptr;
+    std::optional<float> half;
+    for (ValueId in : half_mul.in) {
+      if (pass.Scalar(in)) half = pass.Scalar(in);
+      else mul = pass.Producer(in);
+    }
+    if (!half || !mul || mul->op != OpKind::kMul || !pass.OnlyFeeds(mul->out[0], {&half_mul})) continue;
+    // Either input of the Mul may be H; the other is Add(Erf(Div(H, c)), 1).
+    const Node *add_one = nullptr, *erf = nullptr, *div = nullptr;
+    ValueId h = kNoValue;
+    std::optional<float> one;
+    for (size_t i = 0; i < 2 && !div; ++i) {
+      add_one = pass.Producer(mul->in[i]);
+      h = mul->in[1 - i];
+      if (!add_one || add_one->op != OpKind::kAdd || !pass.OnlyFeeds(add_one->out[0], {mul})) continue;
+      one.reset();
+      erf = nullptr;
+      for (ValueId in : add_one->in) {
+        if (pass.Scalar(in)) one = pass.Scalar(in);
+        else erf = pass.Producer(in);
+      }
+      if (!one || !erf || erf->op != OpKind::kErf || !pass.OnlyFeeds(erf->out[0], {add_one})) continue;
+      const Node* d = pass.Producer(erf->in[0]);
+      if (d && d->op == OpKind::kDiv && d->in[0] == h && pass.Scalar(d->in[1]) && pass.OnlyFeeds(d->out[0], {erf}))
+        div = d;
+    }
+    if (!div) continue;
+    std::vector<const Node*> chain = {div, erf, add_one, mul, &half_mul};
+    std::vector<ValueId> in = {h};
+    const Node* bias_add = pass.Producer(h);  // fused too when H is read by the GELU alone
+    if (bias_add && bias_add->op == OpKind::kAdd && !pass.Taken(bias_add) && pass.OnlyFeeds(h, {div, mul})) {
+      const Shape& hs = g.type(h).shape;
+      for (ValueId b : bias_add->in) {
+        if (in.size() > 1 || !pass.IsParam(b) || g.type(b).shape != Shape{hs[hs.rank() - 1]}) continue;
+        const ValueId x = Other(*bias_add, b);
+        if (g.type(x).shape != hs) continue;
+        in = {x, b};
+        chain.push_back(bias_add);
+      }
+    }
+    if (std::any_of(chain.begin(), chain.end(), [&](const Node* n) { return pass.Taken(n); })) continue;
+    Attrs at;
+    at.Set("div", static_cast<double>(*pass.Scalar(div->in[1])));
+    at.Set("one", static_cast<double>(*one));
+    at.Set("half", static_cast<double>(*half));
+    std::string name = erf->name;
+    name = name.ends_with("Erf") ? name.substr(0, name.size() - 3) + "Gelu" : name + "/Gelu";
+    pass.Replace(chain, {MakeNode(name, OpKind::kGelu, in, {half_mul.out[0]}, at)});
+    ++count;
+  }
+  pass.Rebuild();
+  return count;
+}
+
+int FuseSoftmax(Graph& g) {
+  Pass pass(g);
+  int count = 0;
+  for (const Node& sm : g.nodes) {
+    if (sm.op != OpKind::kSoftmax) continue;
+    const Shape& s = g.type(sm.in[0]).shape;
+    auto axis = s.Axis(sm.attrs.Int("axis", -1));
+    if (!axis.ok() || *axis != s.rank() - 1) continue;
+    std::vector<const Node*> chain = {&sm};
+    Attrs at;
+    ValueId x = sm.in[0], cond = kNoValue;
+    const Node* where = pass.Producer(x);
+    if (where && where->op == OpKind::kWhere && pass.OnlyFeeds(x, {&sm}) &&
+        pass.value(where->in[0]).kind == ValueKind::kConst && pass.value(where->in[0]).type.dtype == DType::kBool) {
+      const int fill_branch = pass.Scalar(where->in[1]) ? 1 : pass.Scalar(where->in[2]) ? 2 : 0;
+      if (fill_branch && g.type(where->in[3 - fill_branch]).shape == s) {
+        cond = where->in[0];
+        at.Set("fill", static_cast<double>(*pass.Scalar(where->in[static_cast<size_t>(fill_branch)])));
+        at.Set("fill_if", int64_t{fill_branch == 1});
+        x = where->in[static_cast<size_t>(3 - fill_branch)];
+        chain.push_back(where);
+      }
+    }
+    const Node* scale = pass.Producer(x);
+    if (scale && (scale->op == OpKind::kMul || scale->op == OpKind::kDiv) && pass.OnlyFeeds(x, {chain.back()})) {
+      const bool divide = scale->op == OpKind::kDiv;
+      const int k = pass.Scalar(scale->in[1]) ? 1 : (!divide && pass.Scalar(scale->in[0])) ? 0 : -1;
+      if (k >= 0 && g.type(scale->in[static_cast<size_t>(1 - k)]).shape == s) {
+        at.Set("scale", static_cast<double>(*pass.Scalar(scale->in[static_cast<size_t>(k)])));
+        at.Set("divide", int64_t{divide});
+        x = scale->in[static_cast<size_t>(1 - k)];
+        chain.push_back(scale);
+      }
+    }
+    if (chain.size() == 1) continue;  // a plain softmax stays one
+    std::vector<ValueId> in = {x};
+    if (cond != kNoValue) in.push_back(cond);
+    pass.Replace(chain, {MakeNode(sm.name, OpKind::kMaskedSoftmax, in, {sm.out[0]}, at)});
+    ++count;
+  }
+  pass.Rebuild();
+  return count;
+}
+
+}  // namespace
+
+RewriteCounts Rewrite(Graph& g) {
+  RewriteCounts c;
+  c.split_projections = SplitProjections(g);
+  c.gelus = FuseGelu(g);
+  c.softmaxes = FuseSoftmax(g);
+  return c;
+}
+
+}  // namespace fr::ir

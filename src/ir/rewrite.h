@@ -1,0 +1,34 @@
+// Graph rewrites after ONNX import, before the training graph: an exporter spells some layers as
+// chains of small ops, and fuses what parallelism would rather see apart. Each rewrite matches one
+// exact pattern whose intermediate tensors have no consumer outside it, and leaves everything else
+// alone; the rewritten graph computes the same values (to float rounding).
+//
+//   1. Split projections. MatMul(A, W) [+ Add(bias)] whose output feeds only a Split along its last
+//      axis (a transformer's fused QKV projection) becomes one MatMul [+ Add] per part, W and the
+//      bias cut into parameters of their own (the optimizer math is elementwise: nothing changes).
+//      Tensor parallelism can then split each part by its features (q, k and v by heads), where a
+//      split of the fused features would cut across them. Parts are named NAME[i] and remember
+//      the name they came from (Node::split_from, Value::split_from): a hint naming the fused node
+//      or parameter applies to every part.
+//   2. Bias and GELU. Add(X, bias) -> Div(., c) -> Erf -> Add(., 1) -> Mul(with the Add's output) ->
+//      Mul(., 0.5), as PyTorch exports an erf GELU after a linear layer, becomes Gelu(X, bias)
+//      (ops/fused.cpp). Without a parameter bias add before it, or when something else reads the
+//      add's output, Gelu(H) of the GELU alone.
+//   3. Scaled, masked softmax. Mul or Div by a scalar constant -> Where(constant bool mask, scalar
+//      constant fill, .) (either branch) -> Softmax on the last axis becomes MaskedSoftmax; one of
+//      the first two may be missing.
+#pragma once
+
+#include "base/status.h"
+#include "ir/graph.h"
+
+namespace fr::ir {
+
+// What the rewrites did, for tests and dumps.
+struct RewriteCounts {
+  int split_projections = 0, gelus = 0, softmaxes = 0;
+};
+
+RewriteCounts Rewrite(Graph& g);
+
+}  // namespace fr::ir

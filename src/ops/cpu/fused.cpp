@@ -1,0 +1,193 @@
+// CPU kernels of the fused ops (ops/fused.cpp). Each repeats its unfused chain's float operations
+// in the same order, with the same vectorised exp/erf (vmath.h); what it saves is the passes over
+// memory and the intermediate tensors.
+#include <algorithm>
+#include <vector>
+
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/vmath.h"
+
+namespace fr::cpu {
+namespace {
+
+struct GeluConsts {
+  float div, one, half;
+};
+
+GeluConsts GeluOf(const ir::Node& n) {
+  return {static_cast<float>(n.attrs.Float("div")), static_cast<float>(n.attrs.Float("one")),
+          static_cast<float>(n.attrs.Float("half"))};
+}
+
+// For each row of X (all dims but the last), the offset of its row in the mask `cond` broadcast
+// to X; `col` is 1 when the mask has X's last dim and 0 when it is broadcast along it.
+std::vector<int64_t> MaskRows(const fr::Shape& x, const fr::Shape& cond, int64_t& col) {
+  const int r = x.rank(), lead = r - cond.rank();
+  std::vector<int64_t> stride(static_cast<size_t>(r), 0);
+  int64_t s = 1;
+  for (int i = r - 1; i >= lead; --i) {
+    const int64_t d = cond[i - lead];
+    stride[static_cast<size_t>(i)] = d == 1 ? 0 : s;
+    s *= d;
+  }
+  col = stride[static_cast<size_t>(r - 1)];
+  std::vector<int64_t> rows(static_cast<size_t>(x.numel() / x[r - 1]));
+  std::vector<int64_t> at(static_cast<size_t>(r), 0);  // index over the leading dims
+  for (int64_t& o : rows) {
+    o = 0;
+    for (int i = 0; i + 1 < r; ++i) o += at[static_cast<size_t>(i)] * stride[static_cast<size_t>(i)];
+    for (int i = r - 2; i >= 0; --i) {
+      if (++at[static_cast<size_t>(i)] < x[i]) break;
+      at[static_cast<size_t>(i)] = 0;
+    }
+  }
+  return rows;
+}
+
+// Sets row[j] = v where the mask says so: mask[j * col] != 0 equals `when`. With col = 0 the
+// whole row shares one mask element.
+void MaskRow(float* row, int64_t n, const uint8_t* mask, int64_t col, bool when, float v) {
+  if (col == 0) {
+    if ((mask[0] != 0) == when) std::fill(row, row + n, v);
+    return;
+  }
+  const uint8_t hit = when ? 1 : 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t m = mask[j] != 0;
+    const float keep = row[j];
+    row[j] = m == hit ? v : keep;
+  }
+}
+
+struct SoftmaxConsts {
+  float scale, fill;
+  bool divide, fill_if;
+};
+
+SoftmaxConsts SoftmaxOf(const ir::Node& n) {
+  return {static_cast<float>(n.attrs.Float("scale", 1.0)), static_cast<float>(n.attrs.Float("fill", 0.0)),
+          n.attrs.Int("divide", 0) != 0, n.attrs.Int("fill_if", 1) != 0};
+}
+
+}  // namespace
+
+namespace {
+
+// Row loops of Gelu and GeluGrad, with and without a bias (a branch-free inner loop vectorises).
+template <bool kBias>
+void GeluRows(const GeluConsts k, const float* x, const float* b, float* y, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    for (int64_t j = 0; j < n; ++j) {
+      const float h = kBias ? b[j] + xr[j] : xr[j];
+      yr[j] = (h * (Erf(h / k.div) + k.one)) * k.half;
+    }
+  }
+}
+
+// The chain's backward: dm = dY * half; dH = dm * (erf(d) + one) + (dm * H) * 2/sqrt(pi) e^(-d^2) / div
+// with d = H / div, as Mul's, Erf's and Div's gradient ops compute it.
+template <bool kBias>
+void GeluGradRows(const GeluConsts k, const float* dy, const float* x, const float* b, float* dx, int64_t rows,
+                  int64_t n) {
+  constexpr float k2OverSqrtPi = 1.1283791670955126f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *dyr = dy + r * n, *xr = x + r * n;
+    float* dxr = dx + r * n;
+    // Two passes: one loop with both erf and exp is too much for GCC's if-conversion (scalar).
+    for (int64_t j = 0; j < n; ++j) dxr[j] = Erf((kBias ? b[j] + xr[j] : xr[j]) / k.div);
+    for (int64_t j = 0; j < n; ++j) {
+      const float h = kBias ? b[j] + xr[j] : xr[j];
+      const float d = h / k.div;
+      const float dm = dyr[j] * k.half;
+      const float through_mul = dm * (dxr[j] + k.one);
+      const float through_erf = (dm * h) * k2OverSqrtPi * Exp(-d * d) / k.div;
+      dxr[j] = through_mul + through_erf;
+    }
+  }
+}
+
+}  // namespace
+
+Status Gelu(const KernelCtx& c) {
+  const fr::Shape& s = c.in[0].shape();
+  const int64_t n = s.rank() ? s[s.rank() - 1] : 1, rows = n ? c.in[0].numel() / n : 0;
+  const float* x = c.in[0].data<float>();
+  float* y = c.out[0].data<float>();
+  if (c.in.size() > 1 && c.in[1].defined()) {
+    GeluRows<true>(GeluOf(c.node), x, c.in[1].data<float>(), y, rows, n);
+  } else {
+    GeluRows<false>(GeluOf(c.node), x, nullptr, y, rows, n);
+  }
+  return Status::Ok();
+}
+
+Status GeluGrad(const KernelCtx& c) {
+  const fr::Shape& s = c.in[1].shape();
+  const int64_t n = s.rank() ? s[s.rank() - 1] : 1, rows = n ? c.in[1].numel() / n : 0;
+  const float* dy = c.in[0].data<float>();
+  const float* x = c.in[1].data<float>();
+  float* dx = c.out[0].data<float>();
+  if (c.in.size() > 2 && c.in[2].defined()) {
+    GeluGradRows<true>(GeluOf(c.node), dy, x, c.in[2].data<float>(), dx, rows, n);
+  } else {
+    GeluGradRows<false>(GeluOf(c.node), dy, x, nullptr, dx, rows, n);
+  }
+  return Status::Ok();
+}
+
+Status MaskedSoftmax(const KernelCtx& c) {
+  const SoftmaxConsts k = SoftmaxOf(c.node);
+  const float* x = c.in[0].data<float>();
+  float* y = c.out[0].data<float>();
+  const fr::Shape& s = c.in[0].shape();
+  const int64_t n = s[s.rank() - 1], rows = c.in[0].numel() / n;
+  const bool masked = c.in.size() > 1 && c.in[1].defined();
+  int64_t col = 0;
+  const std::vector<int64_t> at = masked ? MaskRows(s, c.in[1].shape(), col) : std::vector<int64_t>();
+  const uint8_t* cond = masked ? static_cast<const uint8_t*>(c.in[1].raw()) : nullptr;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    if (k.divide) {
+      for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] / k.scale;
+    } else {
+      for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] * k.scale;
+    }
+    if (masked) MaskRow(yr, n, cond + at[static_cast<size_t>(r)], col, k.fill_if, k.fill);
+    const float m = MaxOf(yr, n);
+    for (int64_t j = 0; j < n; ++j) yr[j] = Exp(yr[j] - m);
+    const float inv = 1.f / SumOf(n, [&](int64_t j) { return yr[j]; });
+    for (int64_t j = 0; j < n; ++j) yr[j] *= inv;
+  }
+  return Status::Ok();
+}
+
+Status MaskedSoftmaxGrad(const KernelCtx& c) {
+  const SoftmaxConsts k = SoftmaxOf(c.node);
+  const float* dy = c.in[0].data<float>();
+  const float* y = c.in[1].data<float>();
+  float* dx = c.out[0].data<float>();
+  const fr::Shape& s = c.in[1].shape();
+  const int64_t n = s[s.rank() - 1], rows = c.in[1].numel() / n;
+  const bool masked = c.in.size() > 2 && c.in[2].defined();
+  int64_t col = 0;
+  const std::vector<int64_t> at = masked ? MaskRows(s, c.in[2].shape(), col) : std::vector<int64_t>();
+  const uint8_t* cond = masked ? static_cast<const uint8_t*>(c.in[2].raw()) : nullptr;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *dyr = dy + r * n, *yr = y + r * n;
+    float* dxr = dx + r * n;
+    const float dot = SumOf(n, [&](int64_t j) { return dyr[j] * yr[j]; });
+    for (int64_t j = 0; j < n; ++j) dxr[j] = yr[j] * (dyr[j] - dot);
+    if (masked) MaskRow(dxr, n, cond + at[static_cast<size_t>(r)], col, k.fill_if, 0.f);
+    if (k.divide) {
+      for (int64_t j = 0; j < n; ++j) dxr[j] /= k.scale;
+    } else {
+      for (int64_t j = 0; j < n; ++j) dxr[j] *= k.scale;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace fr::cpu

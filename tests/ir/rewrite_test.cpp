@@ -1,0 +1,183 @@
+// The graph rewrites after import (ir/rewrite.h): each matches its exported chain, gives the same
+// values as the chain (run with the CPU kernels before and after), and leaves a chain alone when a
+// tensor inside it is read elsewhere.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "ir/onnx_import.h"
+#include "ir/rewrite.h"
+#include "ops/harness.h"
+
+namespace fr::test {
+namespace {
+
+using ir::ValueId;
+
+ValueId Param(Net& net, const std::string& name, Tensor t) {
+  ir::TensorType type{t.dtype(), t.shape()};
+  return net.graph().AddValue(name, std::move(type), ir::ValueKind::kParam, std::move(t));
+}
+
+std::map<OpKind, int> OpCounts(const ir::Graph& g) {
+  std::map<OpKind, int> n;
+  for (const ir::Node& node : g.nodes) ++n[node.op];
+  return n;
+}
+
+// Runs `out` before and after the rewrites (on a copy of the net's graph, same inputs).
+void ExpectSameValues(Net& net, ValueId out, double rtol) {
+  ASSERT_TRUE(net.Run().ok());
+  const Tensor before = net[out].Clone();
+  Net after;
+  after.graph() = net.graph();
+  ir::Rewrite(after.graph());
+  ASSERT_TRUE(after.Run().ok());
+  const Tensor& got = after[out];
+  ASSERT_EQ(got.shape(), before.shape());
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const float a = got.data<float>()[i], b = before.data<float>()[i];
+    EXPECT_NEAR(a, b, rtol * std::abs(b) + 1e-7) << i;
+  }
+}
+
+// (H * (erf(H / c) + 1)) * 0.5 with H = b + x, as PyTorch exports nn.GELU() after nn.Linear.
+struct GeluNet {
+  Net net;
+  ValueId x, b, h, erf, y;
+  GeluNet() {
+    x = net.Input("x", Rand({2, 3, 8}, 1, -3, 3));
+    b = Param(net, "fc.bias", Rand({8}, 2));
+    h = net.Op(OpKind::kAdd, {b, x});
+    ValueId d = net.Op(OpKind::kDiv, {h, net.Const("sqrt2", Tensor::Full({}, 1.4142135381698608f))});
+    erf = net.Op(OpKind::kErf, {d});
+    ValueId a = net.Op(OpKind::kAdd, {erf, net.Const("one", Tensor::Full({}, 1.f))});
+    y = net.Op(OpKind::kMul, {net.Op(OpKind::kMul, {h, a}), net.Const("half", Tensor::Full({}, 0.5f))});
+    net.graph().outputs.push_back(y);
+  }
+};
+
+TEST(Rewrite, GeluWithItsBias) {
+  GeluNet t;
+  ExpectSameValues(t.net, t.y, 1e-6);
+  ir::Graph g = t.net.graph();
+  const ir::RewriteCounts c = ir::Rewrite(g);
+  EXPECT_EQ(c.gelus, 1);
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op, OpKind::kGelu);
+  EXPECT_EQ(g.nodes[0].in, (std::vector<ValueId>{t.x, t.b}));
+  EXPECT_EQ(g.nodes[0].out, (std::vector<ValueId>{t.y}));
+  EXPECT_EQ(g.value(t.y).producer, 0);
+  EXPECT_FLOAT_EQ(static_cast<float>(g.nodes[0].attrs.Float("div")), 1.4142135381698608f);
+}
+
+TEST(Rewrite, GeluReadElsewhereStays) {
+  GeluNet t;
+  t.net.graph().outputs.push_back(t.erf);  // the erf is wanted on its own
+  ir::Graph g = t.net.graph();
+  EXPECT_EQ(ir::Rewrite(g).gelus, 0);
+  EXPECT_EQ(g.nodes.size(), t.net.graph().nodes.size());
+  GeluNet u;  // the bias add's output read elsewhere: the GELU fuses, the add stays
+  ValueId other = u.net.Op(OpKind::kMul, {u.h, u.h});
+  u.net.graph().outputs.push_back(other);
+  ir::Graph g2 = u.net.graph();
+  EXPECT_EQ(ir::Rewrite(g2).gelus, 1);
+  auto n = OpCounts(g2);
+  EXPECT_EQ(n[OpKind::kGelu], 1);
+  EXPECT_EQ(n[OpKind::kAdd], 1);
+  EXPECT_EQ(n[OpKind::kErf], 0);
+}
+
+TEST(Rewrite, ScaledMaskedSoftmax) {
+  for (bool scores_read_elsewhere : {false, true}) {
+    SCOPED_TRACE(scores_read_elsewhere ? "scaled scores read elsewhere" : "plain chain");
+    Net net;
+    std::vector<int> upper;
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) upper.push_back(j > i);
+    Tensor mask(DType::kBool, Shape{1, 1, 4, 4});
+    for (int i = 0; i < 16; ++i) mask.data<bool>()[i] = upper[static_cast<size_t>(i)];
+    ValueId s = net.Input("s", Rand({2, 2, 4, 4}, 3, -3, 3));
+    ValueId scaled = net.Op(OpKind::kMul, {s, net.Const("scale", Tensor::Full({}, 0.25f))});
+    ValueId filled = net.Op(OpKind::kWhere, {net.Const("mask", mask), net.Const("ninf", Tensor::Full({}, -INFINITY)), scaled});
+    ir::Attrs last;
+    last.Set("axis", int64_t{-1});
+    ValueId p = net.Op(OpKind::kSoftmax, {filled}, last);
+    net.graph().outputs.push_back(p);
+    if (scores_read_elsewhere) net.graph().outputs.push_back(scaled);
+    ExpectSameValues(net, p, 1e-6);
+    ir::Graph g = net.graph();
+    EXPECT_EQ(ir::Rewrite(g).softmaxes, 1);
+    auto n = OpCounts(g);
+    EXPECT_EQ(n[OpKind::kMaskedSoftmax], 1);
+    EXPECT_EQ(n[OpKind::kWhere] + n[OpKind::kSoftmax], 0);
+    EXPECT_EQ(n[OpKind::kMul], scores_read_elsewhere ? 1 : 0);
+  }
+}
+
+// A fused projection: MatMul(A, W [8, 12]) + b, split in three along the features.
+TEST(Rewrite, SplitsAFusedProjection) {
+  Net net;
+  ValueId a = net.Input("a", Rand({2, 3, 8}, 4));
+  ValueId w = Param(net, "onnx::MatMul_1", Rand({8, 12}, 5));
+  ValueId b = Param(net, "qkv.bias", Rand({12}, 6));
+  ValueId mm = net.Op(OpKind::kMatMul, {a, w});
+  ValueId x = net.Op(OpKind::kAdd, {b, mm});
+  ir::Attrs split;
+  split.Set("axis", int64_t{2});
+  split.Set("split", std::vector<int64_t>{4, 4, 4});
+  std::vector<ValueId> qkv = net.OpN(OpKind::kSplit, {x}, split);
+  ASSERT_EQ(qkv.size(), 3u);
+  ValueId y = net.Op(OpKind::kMul, {net.Op(OpKind::kAdd, {qkv[0], qkv[1]}), qkv[2]});
+  net.graph().outputs.push_back(y);
+  ExpectSameValues(net, y, 1e-5);
+  ir::Graph g = net.graph();
+  const Tensor w0 = g.value(w).data;
+  EXPECT_EQ(ir::Rewrite(g).split_projections, 1);
+  auto n = OpCounts(g);
+  EXPECT_EQ(n[OpKind::kSplit], 0);
+  EXPECT_EQ(n[OpKind::kMatMul], 3);
+  ASSERT_EQ(g.params.size(), 6u);  // W[0..2], then b[0..2], where W and b were
+  EXPECT_EQ(g.value(w).kind, ir::ValueKind::kConst);
+  for (int j = 0; j < 3; ++j) {
+    const ir::Value& wj = g.value(g.params[static_cast<size_t>(j)]);
+    EXPECT_EQ(wj.name, "onnx::MatMul_1[" + std::to_string(j) + "]");
+    EXPECT_EQ(wj.split_from, "onnx::MatMul_1");
+    ASSERT_EQ(wj.type.shape, (Shape{8, 4}));
+    for (int64_t r = 0; r < 8; ++r)
+      for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(wj.data.data<float>()[r * 4 + c], w0.data<float>()[r * 12 + j * 4 + c]);
+    EXPECT_EQ(g.value(g.params[static_cast<size_t>(3 + j)]).split_from, "qkv.bias");
+  }
+  int parts = 0;
+  for (const ir::Node& node : g.nodes) parts += node.op == OpKind::kMatMul && node.split_from == g.nodes[0].split_from;
+  EXPECT_EQ(parts, 3);
+}
+
+// gpt_mini as exported: per block one fused QKV projection, one GELU, one masked softmax.
+TEST(Rewrite, GptMini) {
+  std::map<std::string, ir::TensorType> bound = {{"idx", {DType::kI64, Shape{2, 64}}}};
+  auto g = ir::ImportOnnx("models/gpt_mini.onnx", bound);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  const size_t params = g->params.size();
+  const ir::RewriteCounts c = ir::Rewrite(*g);
+  EXPECT_EQ(c.split_projections, 2);
+  EXPECT_EQ(c.gelus, 2);
+  EXPECT_EQ(c.softmaxes, 2);
+  auto n = OpCounts(*g);
+  for (OpKind k : {OpKind::kErf, OpKind::kWhere, OpKind::kSoftmax, OpKind::kSplit, OpKind::kDiv})
+    EXPECT_EQ(n[k], 0) << Def(k).name;
+  EXPECT_EQ(g->params.size(), params + 2 * 4);  // per block: W and its bias, each cut in three
+  for (const ir::Node& node : g->nodes) {
+    if (node.op == OpKind::kGelu) {
+      EXPECT_EQ(node.in.size(), 2u) << node.name << ": with its bias";
+    }
+    if (node.op != OpKind::kMaskedSoftmax) continue;
+    EXPECT_FLOAT_EQ(static_cast<float>(node.attrs.Float("scale")), 0.25f) << "1 / sqrt(head size 16)";
+    ASSERT_EQ(node.in.size(), 2u);
+    EXPECT_EQ(g->type(node.in[1]), (ir::TensorType{DType::kBool, Shape{1, 1, 64, 64}}));
+  }
+}
+
+}  // namespace
+}  // namespace fr::test
