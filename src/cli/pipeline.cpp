@@ -1,5 +1,8 @@
 #include "cli/pipeline.h"
 
+#include <algorithm>
+
+#include "base/glob.h"
 #include "boxing/lower.h"
 #include "cli/layout.h"
 #include "ir/onnx_import.h"
@@ -74,6 +77,27 @@ Status CheckLabels(const Config& cfg, const data::Dataset& ds, const ir::Graph& 
   return Status::Ok();
 }
 
+// A fused projection is split into its parts when a hint names it (NODE:i on its MatMul, or its
+// weight or bias by name): a hint is what asks for tensor parallelism over its features, the one
+// use the split has (ir/rewrite.h).
+ir::RewriteOptions RewriteOptionsOf(const Config& cfg, const ir::Graph& g) {
+  std::vector<std::string> hints;
+  for (const auto& [pattern, nd] : cfg.parallel.sbp) hints.push_back(pattern);
+  ir::RewriteOptions o;
+  o.split = [hints, &g](const ir::Node& mm, ir::ValueId w, ir::ValueId b) {
+    for (const std::string& h : hints) {
+      const size_t colon = h.rfind(':');
+      const bool node_input = colon != std::string::npos && colon + 1 < h.size() &&
+                              std::all_of(h.begin() + static_cast<long>(colon) + 1, h.end(), ::isdigit);
+      if (node_input ? GlobMatch(h.substr(0, colon), mm.name)
+                     : GlobMatch(h, g.value(w).name) || (b != ir::kNoValue && GlobMatch(h, g.value(b).name)))
+        return true;
+    }
+    return false;
+  };
+  return o;
+}
+
 }  // namespace
 
 Status CheckTrainable(const Config& cfg) {
@@ -111,7 +135,7 @@ Result<Compiled> Prepare(const Config& cfg) {
   }
   c.input_field[cfg.model.loss.labels] = cfg.model.loss.labels;
   ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(cfg.model.onnx, bound));
-  ir::Rewrite(forward);
+  ir::Rewrite(forward, RewriteOptionsOf(cfg, forward));
   ASSIGN_OR_RETURN(c.training, ir::BuildTraining(std::move(forward), SpecOf(cfg, *c.dataset)));
   RETURN_IF_ERROR(CheckLabels(cfg, *c.dataset, c.training.graph));
   c.flops_per_step = MatMulFlops(c.training.graph, cfg.accumulation());

@@ -111,7 +111,7 @@ ValueId CutParam(Graph& g, ValueId p, int part, int64_t begin, int64_t end) {
   return id;
 }
 
-int SplitProjections(Graph& g) {
+int SplitProjections(Graph& g, const RewriteOptions& o) {
   Pass pass(g);
   int count = 0;
   std::vector<std::pair<ValueId, std::vector<ValueId>>> cut;  // parameter -> its parts
@@ -137,6 +137,7 @@ int SplitProjections(Graph& g) {
     if (!mm || mm->op != OpKind::kMatMul || !pass.OnlyFeeds(x, {&split})) continue;
     const ValueId w = mm->in[1];
     if (!pass.IsParam(w) || g.type(w).shape.rank() != 2 || !pass.OnlyFeeds(w, {mm})) continue;
+    if (!o.split || !o.split(*mm, w, bias)) continue;
     const ValueId a = mm->in[0];
     const Node mm_copy = *mm, split_copy = split;
     const std::optional<Node> add_copy = add ? std::optional<Node>(*add) : std::nullopt;
@@ -291,9 +292,9 @@ int FuseSoftmax(Graph& g) {
 
 }  // namespace
 
-RewriteCounts Rewrite(Graph& g) {
+RewriteCounts Rewrite(Graph& g, const RewriteOptions& o) {
   RewriteCounts c;
-  c.split_projections = SplitProjections(g);
+  c.split_projections = SplitProjections(g, o);
   c.gelus = FuseGelu(g);
   c.softmaxes = FuseSoftmax(g);
   return c;

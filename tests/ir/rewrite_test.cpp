@@ -26,13 +26,16 @@ std::map<OpKind, int> OpCounts(const ir::Graph& g) {
   return n;
 }
 
+// Every rewrite, projections split wherever they match.
+const ir::RewriteOptions kSplitAll{[](const ir::Node&, ValueId, ValueId) { return true; }};
+
 // Runs `out` before and after the rewrites (on a copy of the net's graph, same inputs).
 void ExpectSameValues(Net& net, ValueId out, double rtol) {
   ASSERT_TRUE(net.Run().ok());
   const Tensor before = net[out].Clone();
   Net after;
   after.graph() = net.graph();
-  ir::Rewrite(after.graph());
+  ir::Rewrite(after.graph(), kSplitAll);
   ASSERT_TRUE(after.Run().ok());
   const Tensor& got = after[out];
   ASSERT_EQ(got.shape(), before.shape());
@@ -134,7 +137,9 @@ TEST(Rewrite, SplitsAFusedProjection) {
   ExpectSameValues(net, y, 1e-5);
   ir::Graph g = net.graph();
   const Tensor w0 = g.value(w).data;
-  EXPECT_EQ(ir::Rewrite(g).split_projections, 1);
+  ir::Graph unasked = net.graph();
+  EXPECT_EQ(ir::Rewrite(unasked).split_projections, 0) << "only where the options ask";
+  EXPECT_EQ(ir::Rewrite(g, kSplitAll).split_projections, 1);
   auto n = OpCounts(g);
   EXPECT_EQ(n[OpKind::kSplit], 0);
   EXPECT_EQ(n[OpKind::kMatMul], 3);
@@ -160,7 +165,7 @@ TEST(Rewrite, GptMini) {
   auto g = ir::ImportOnnx("models/gpt_mini.onnx", bound);
   ASSERT_TRUE(g.ok()) << g.status().message();
   const size_t params = g->params.size();
-  const ir::RewriteCounts c = ir::Rewrite(*g);
+  const ir::RewriteCounts c = ir::Rewrite(*g, kSplitAll);
   EXPECT_EQ(c.split_projections, 2);
   EXPECT_EQ(c.gelus, 2);
   EXPECT_EQ(c.softmaxes, 2);
