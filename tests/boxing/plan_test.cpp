@@ -463,6 +463,58 @@ TEST(Plan, TensorParallel_1n2d) {
   Record("configs/mlp.yaml, fc1.weight: [S(0)] on 2 ranks", *c);
 }
 
+
+// gpt_mini from hints on its QKV and FC weights only (the config's own cluster: this machine).
+// The hint names the fused QKV projection, which ir::Rewrite then splits into q, k and v, each
+// column-parallel: attention falls out Megatron's way, heads split, the output projection
+// row-parallel with one all-reduce after it. The MLP is not Megatron's: the compiler keeps its
+// tokens data parallel and gathers the FC weight, though by its own cost model the MLP forced
+// into Megatron's layout is cheaper (recorded below; group moves change one layer at a time and
+// the MLP's two products would have to move together).
+TEST(Plan, GptTensorParallelFromQkvFcHints_1n2d) {
+  const std::string qkv_fc = "\"/blocks.*/attn/qkv/MatMul:1\": [\"S(1)\"], \"/blocks.*/mlp/fc/MatMul:1\": [\"S(1)\"]";
+  auto c = Build("configs/gpt.yaml", 2, {"parallel.sbp={" + qkv_fc + "}"});
+  ASSERT_BUILT(c);
+  const Plan& p = c->plan;
+  const Graph& g = c->training.graph;
+  auto sig = [&](const std::string& node) {
+    for (size_t n = 0; n < g.nodes.size(); ++n)
+      if (g.nodes[n].name == node) return p.node_sig[n];
+    ADD_FAILURE() << "no node " << node;
+    return std::string();
+  };
+  for (int b = 0; b < 2; ++b) {
+    const std::string blk = "/blocks." + std::to_string(b);
+    SCOPED_TRACE(blk);
+    for (int j = 0; j < 3; ++j) {  // q, k and v: column-parallel, each by heads
+      const std::string part = "[" + std::to_string(j) + "]";
+      EXPECT_EQ(sig(blk + "/attn/qkv/MatMul" + part), "([B], [S(1)]) -> ([S(2)])");
+    }
+    EXPECT_EQ(sig(blk + "/attn/MatMul"), "([S(1)], [S(1)]) -> ([S(1)])") << "scores, per head";
+    EXPECT_EQ(sig(blk + "/attn/Softmax"), "([S(1)], [B]) -> ([S(1)])");
+    EXPECT_EQ(sig(blk + "/attn/MatMul_1"), "([S(1)], [S(1)]) -> ([S(1)])");
+    EXPECT_EQ(sig(blk + "/attn/proj/MatMul"), "([S(2)], [S(0)]) -> ([P])") << "row-parallel";
+  }
+  // The hinted weights stay split: each rank holds half of every q, k, v and FC weight.
+  int hinted = 0;
+  for (const fr::ir::Node& n : g.nodes) {
+    const bool qkv = n.split_from.find("/attn/qkv/MatMul") != std::string::npos;
+    if (n.phase != fr::ir::Phase::kForward || !(qkv || n.name.ends_with("/mlp/fc/MatMul"))) continue;
+    EXPECT_EQ(Placed(p, n.in[1]).sbp.ToString(), "[S(1)]") << n.name;
+    ++hinted;
+  }
+  EXPECT_EQ(hinted, 2 * 4);
+  const double chosen = p.predicted_compute_s + p.predicted_boxing_s;
+  auto megatron = Build("configs/gpt.yaml", 2,
+                        {"parallel.sbp={" + qkv_fc + ", \"/blocks.*/mlp/proj/MatMul:1\": [\"S(0)\"], " +
+                         "\"/blocks.*/mlp/act/Gelu:0\": [\"S(2)\"], \"/blocks.*/mlp/fc/MatMul:0\": [B]}"});
+  ASSERT_BUILT(megatron);
+  const double forced = megatron->plan.predicted_compute_s + megatron->plan.predicted_boxing_s;
+  std::printf("[ record ] predicted step: %.3f ms as chosen, %.3f ms with the MLP forced to Megatron's layout\n",
+              chosen * 1e3, forced * 1e3);
+  Record("configs/gpt.yaml, QKV and FC weights [S(1)] on 2 ranks", *c);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad parallel input: Status::Invalid in-process, exit code 2 from the binary, and a message that
 // starts with its component and names the key or tensor at fault.
