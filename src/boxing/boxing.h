@@ -118,4 +118,9 @@ struct Estimate {
 };
 Estimate Price(const Request& r);
 
+// The lowering fuses the per-step all-reduces of gradient accumulators into buckets of at most
+// this many bytes per device (boxing/lower.h); a bucket is one collective, so the cost model
+// charges each gradient its bytes' share of one collective's latency.
+inline constexpr int64_t kGradientBucketBytes = 1 << 20;
+
 }  // namespace fr::boxing

@@ -318,12 +318,11 @@ class Lowering {
 
   // Gradient buckets. A gradient accumulator whose boxing is one all-reduce per device, within one
   // placement, is not emitted on its own: EmitBuckets fuses such all-reduces, in the order their
-  // accumulators are produced (node order: backward order), into buckets of at most kBucketBytes
-  // per device, one fused all-reduce task per device and bucket. As with PyTorch DDP's buckets, a
-  // bucket pays one latency and one collective call for all its gradients, and the first buckets
-  // reduce while backward still computes the rest. Only accumulators qualify: nothing they depend
-  // on can wait for another all-reduce in the bucket.
-  static constexpr int64_t kBucketBytes = 1 << 20;
+  // accumulators are produced (node order: backward order), into buckets of at most
+  // kGradientBucketBytes per device, one fused all-reduce task per device and bucket. As with
+  // PyTorch DDP's buckets, a bucket pays one latency and one collective call for all its
+  // gradients, and the first buckets reduce while backward still computes the rest. Only
+  // accumulators qualify: nothing they depend on can wait for another all-reduce in the bucket.
   struct Deferred {
     NodeId producer;
     boxing::Plan plan;
@@ -371,7 +370,7 @@ class Lowering {
       int64_t bytes = 0;
       for (size_t i = 0; i <= members.size(); ++i) {
         const int64_t b = i < members.size() ? p_.regsts[static_cast<size_t>(members[i]->srcs[0])].bytes() : 0;
-        if (i == members.size() || (i > first && bytes + b > kBucketBytes)) {
+        if (i == members.size() || (i > first && bytes + b > kGradientBucketBytes)) {
           EmitBucket({members.begin() + static_cast<long>(first), members.begin() + static_cast<long>(i)});
           first = i;
           bytes = 0;

@@ -58,9 +58,11 @@ class Assigner {
     backward_of_.assign(g_.nodes.size(), {});
     std::map<std::pair<std::vector<int64_t>, int>, int> classes;
     for (const ir::Value& v : g_.values) {
-      auto [it, fresh] = classes.emplace(std::make_pair(v.type.shape.dims(), static_cast<int>(v.type.dtype)), static_cast<int>(classes.size()));
+      const bool gradient = GradientAccumulator(v);  // prices apart (Priced)
+      const int kind = 2 * static_cast<int>(v.type.dtype) + (gradient ? 1 : 0);
+      auto [it, fresh] = classes.emplace(std::make_pair(v.type.shape.dims(), kind), static_cast<int>(classes.size()));
       type_class_.push_back(it->second);
-      if (fresh && o_.prices) shared_type_.push_back(o_.prices->TypeId(v.type.shape, v.type.dtype));
+      if (fresh && o_.prices) shared_type_.push_back(o_.prices->TypeId(v.type.shape, v.type.dtype, gradient));
     }
     if (o_.prices)
       for (const Placement& p : o_.stages) shared_place_.push_back(o_.prices->PlaceId(p));
@@ -400,8 +402,20 @@ class Assigner {
     const bool inter = CrossesNodes(a_.value_stage[static_cast<size_t>(v)], dst, e.strategy);
     const double latency = inter ? o_.cluster.latency_inter : o_.cluster.latency;
     const double message = inter || o_.cluster.p2p_latency <= 0 ? latency : o_.cluster.p2p_latency;
-    const double wait = e.collectives * (latency + o_.cluster.op_overhead) + e.messages * (message + o_.cluster.op_overhead);
+    double wait = e.collectives * (latency + o_.cluster.op_overhead) + e.messages * (message + o_.cluster.op_overhead);
+    // A gradient accumulator reduced by one all-reduce rides in a bucket (boxing/lower.h): it pays
+    // its bytes' share of the bucket's one collective.
+    const ir::Value& val = g_.value(v);
+    if (GradientAccumulator(val) && e.strategy.starts_with("all-reduce") &&
+        e.strategy.find('>') == std::string::npos && static_cast<size_t>(a_.value_stage[static_cast<size_t>(v)]) == static_cast<size_t>(dst)) {
+      const double piece = static_cast<double>(PieceShape(val.type.shape, have, PlaceOf(v), 0).numel() * static_cast<int64_t>(SizeOf(val.type.dtype)));
+      wait *= std::min(1.0, piece / static_cast<double>(boxing::kGradientBucketBytes));
+    }
     return {e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) + wait, wait};
+  }
+
+  bool GradientAccumulator(const ir::Value& v) const {
+    return v.producer >= 0 && g_.node(v.producer).op == OpKind::kAccumulate;
   }
 
   double Compute(NodeId id, const NdSignature& s) const {
@@ -1135,9 +1149,10 @@ class Assigner {
 
 Result<Assignment> Assign(const ir::TrainingGraph& tg, const AssignOptions& opt) { return Assigner(tg, opt).Run(); }
 
-int PriceCache::TypeId(const Shape& shape, DType dtype) {
+int PriceCache::TypeId(const Shape& shape, DType dtype, bool gradient) {
   std::lock_guard<std::mutex> lock(mu_);
-  return types_.emplace(std::make_pair(shape.dims(), static_cast<int>(dtype)), static_cast<int>(types_.size())).first->second;
+  const int kind = 2 * static_cast<int>(dtype) + (gradient ? 1 : 0);
+  return types_.emplace(std::make_pair(shape.dims(), kind), static_cast<int>(types_.size())).first->second;
 }
 
 int PriceCache::PlaceId(const Placement& p) {

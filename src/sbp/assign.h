@@ -88,7 +88,9 @@ struct NdSignature {
 class PriceCache {
  public:
   using Key = FlatMap<double>::Key;
-  int TypeId(const Shape& shape, DType dtype);  // small ids for what keys name
+  // Small ids for what keys name. A gradient accumulator prices apart from other tensors of its
+  // type: it shares a bucket's latency.
+  int TypeId(const Shape& shape, DType dtype, bool gradient);
   int PlaceId(const Placement& p);
   std::optional<double> Find(const Key& k);
   void Put(const Key& k, double seconds);

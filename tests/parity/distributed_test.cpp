@@ -127,10 +127,16 @@ const std::vector<std::string> kGptShort = {"schedule.warmup=2"};
 TEST(Distributed, Gpt_DataParallel_1n2d) {
   ExpectSameLosses({"gpt_dp2", kGpt, 2, {"parallel.sbp={idx: [\"S(0)\"]}"}, kGptShort});
 }
+// The plan of tests/boxing/plan_test.cpp's GptTensorParallelFromQkvFcHints: one sequence per
+// micro-batch, planned for a fast interconnect, so attention runs Megatron's way (q, k, v split by
+// heads, the output projection row-parallel).
 TEST(Distributed, Gpt_TensorParallelFromHints_1n2d) {
   ExpectSameLosses({"gpt_tp2", kGpt, 2,
-                    {"parallel.sbp={\"/blocks.*/attn/qkv/MatMul:1\": [\"S(1)\"], \"/blocks.*/mlp/fc/MatMul:1\": [\"S(1)\"]}"},
-                    kGptShort});
+                    {"parallel.sbp={\"/blocks.*/attn/qkv/MatMul:1\": [\"S(1)\"], \"/blocks.*/mlp/fc/MatMul:1\": [\"S(1)\"]}",
+                     "cluster.flops=1.0e+13", "cluster.latency={intra: 5.0e-6, inter: 5.0e-6}",
+                     "cluster.bandwidth={intra: 1.0e+11, inter: 1.0e+11}", "cluster.p2p_latency=5.0e-6",
+                     "cluster.op_overhead=0"},
+                    {"schedule.warmup=2", "train.global_batch=2", "train.micro_batch=1"}});
 }
 TEST(Distributed, Gpt_Pipeline2Stages_4Micro) {
   ExpectSameLosses({"gpt_pp2", kGpt, 2, {"parallel.stages=[[\"/wte/*\", \"/wpe/*\", \"/Add\", \"/blocks.0/*\"], [\"*\"]]"},
