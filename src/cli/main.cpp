@@ -195,6 +195,9 @@ int main(int argc, char** argv) {
   search->add_option("--validate", search_args.validate, "run the top K candidates here and compare predicted with measured step time")
       ->check(CLI::Range(0, 1 << 20));
   search->add_option("--validate-steps", search_args.validate_steps, "steps per validation run (default 12)")->check(CLI::Range(2, 1 << 20));
+  search->add_option("--validate-repeats", search_args.validate_repeats,
+                     "rounds over all validated candidates, taking each one's median (default 3)")
+      ->check(CLI::Range(1, 100));
   fr::EnvArgs env_args;
   auto* env = app.add_subcommand("env", "measure this machine and print a cluster: section for configs");
   auto* env_ranks = env->add_option("--ranks", env_args.ranks, "measure with N ranks at once, N >= 2 (default 2)");

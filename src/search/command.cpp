@@ -34,6 +34,9 @@ Result<double> MeasuredStep(const std::string& jsonl, int warm) {
   return ms[ms.size() / 2] / 1e3;
 }
 
+// Runs the top K candidates under mpirun, `validate_repeats` rounds each over all K in turn (a
+// shared machine's speed drifts within a minute: interleaving spreads the drift over all), and
+// compares each candidate's median step time with its prediction.
 int Validate(const Outcome& o, const SearchArgs& a) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -42,31 +45,42 @@ int Validate(const Outcome& o, const SearchArgs& a) {
   if (ec) return Fail(Status::Runtime("[search] cannot create " + dir.string() + ": " + ec.message()));
   const size_t k = std::min(o.ranked.size(), static_cast<size_t>(a.validate));
   std::cout << "\nvalidate: the top " << k << " on this machine, " << a.validate_steps << " steps each under mpirun -n "
-            << o.ranks << " (median step time past the first " << a.validate_warm << ")\n";
-  std::printf("%-4s %-22s %12s %12s %8s\n", "rank", "layout", "predicted ms", "measured ms", "ratio");
+            << o.ranks << ", " << a.validate_repeats << " round(s) over all in turn (median step time past the first "
+            << a.validate_warm << ", median over the rounds)\n"
+            << std::flush;
+  std::vector<std::vector<double>> runs(k);
+  for (int round = 0; round < a.validate_repeats; ++round) {
+    for (size_t i = 0; i < k; ++i) {
+      Config c = o.ranked[i].config;
+      c.train.steps = a.validate_steps;
+      c.log.every = 1;
+      c.log.jsonl = (dir / ("candidate" + std::to_string(i + 1) + ".jsonl")).string();
+      fs::path yaml = dir / ("candidate" + std::to_string(i + 1) + ".yaml");
+      fs::path log = dir / ("candidate" + std::to_string(i + 1) + ".log");
+      std::ofstream(yaml) << ConfigToYaml(c);
+      auto rc = RunUnderMpirun(o.ranks, {"train", yaml.string()}, log.string());
+      if (!rc.ok()) return Fail(rc.status());
+      if (*rc != 0) {
+        std::cout << std::flush;
+        return Fail(Status::Runtime("[search] validating " + o.ranked[i].Name() + ": the run exited " +
+                                    std::to_string(*rc) + "; its config is " + yaml.string() + " and its output " +
+                                    log.string()));
+      }
+      auto m = MeasuredStep(c.log.jsonl, a.validate_warm);
+      if (!m.ok()) return Fail(m.status());
+      runs[i].push_back(*m);
+    }
+  }
+  std::printf("%-4s %-22s %12s %12s %8s %16s\n", "rank", "layout", "predicted ms", "measured ms", "ratio", "rounds' range");
   std::vector<double> predicted, measured;
   for (size_t i = 0; i < k; ++i) {
-    Config c = o.ranked[i].config;
-    c.train.steps = a.validate_steps;
-    c.log.every = 1;
-    c.log.jsonl = (dir / ("candidate" + std::to_string(i + 1) + ".jsonl")).string();
-    fs::path yaml = dir / ("candidate" + std::to_string(i + 1) + ".yaml");
-    fs::path log = dir / ("candidate" + std::to_string(i + 1) + ".log");
-    std::ofstream(yaml) << ConfigToYaml(c);
-    auto rc = RunUnderMpirun(o.ranks, {"train", yaml.string()}, log.string());
-    if (!rc.ok()) return Fail(rc.status());
-    if (*rc != 0) {
-      std::cout << std::flush;
-      return Fail(Status::Runtime("[search] validating " + o.ranked[i].Name() + ": the run exited " + std::to_string(*rc) +
-                                  "; its config is " + yaml.string() + " and its output " + log.string()));
-    }
-    auto m = MeasuredStep(c.log.jsonl, a.validate_warm);
-    if (!m.ok()) return Fail(m.status());
+    std::vector<double>& r = runs[i];
+    std::sort(r.begin(), r.end());
+    const double m = r[r.size() / 2];
     predicted.push_back(o.ranked[i].step_s);
-    measured.push_back(*m);
-    std::printf("%-4zu %-22s %12s %12s %8.2f\n", i + 1, o.ranked[i].Name().c_str(), HumanMs(o.ranked[i].step_s).c_str(),
-                HumanMs(*m).c_str(), *m / o.ranked[i].step_s);
-    std::fflush(stdout);
+    measured.push_back(m);
+    std::printf("%-4zu %-22s %12s %12s %8.2f %16s\n", i + 1, o.ranked[i].Name().c_str(), HumanMs(o.ranked[i].step_s).c_str(),
+                HumanMs(m).c_str(), m / o.ranked[i].step_s, (HumanMs(r.front()) + " - " + HumanMs(r.back())).c_str());
   }
   if (k >= 2) {
     size_t best = static_cast<size_t>(std::min_element(measured.begin(), measured.end()) - measured.begin());

@@ -18,6 +18,7 @@ struct SearchArgs {
   int validate = 0;                     // run the top K candidates on this machine
   int validate_steps = 12;              // steps per validation run
   int validate_warm = 4;                // steps left out of the measured median
+  int validate_repeats = 3;             // rounds over all validated candidates, interleaved
 };
 
 // Returns the process exit code.

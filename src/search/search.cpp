@@ -151,6 +151,16 @@ void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* pric
   }
   const int S = static_cast<int>(ao->stages.size());
   const double M = static_cast<double>(cand->micro_batches);
+  // FNV-1a over what the plan is made of: stages, each op's stage and signature, micro-batches.
+  uint64_t key = 1469598103934665603ull;
+  auto mix = [&key](const std::string& s) {
+    for (unsigned char ch : s) key = (key ^ ch) * 1099511628211ull;
+    key = (key ^ 0xff) * 1099511628211ull;
+  };
+  for (const sbp::Placement& st : ao->stages) mix(st.ToString());
+  for (size_t n = 0; n < g.nodes.size(); ++n) mix(std::to_string(ao->node_stage[n]) + a->node_sig[n].ToString());
+  mix(std::to_string(cand->micro_batches));
+  cand->plan_key = key;
   cand->stages.assign(static_cast<size_t>(S), StageCost{});
   std::vector<double> comm(static_cast<size_t>(S), 0);
   for (size_t n = 0; n < g.nodes.size(); ++n) {
@@ -160,13 +170,17 @@ void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* pric
   }
   // A parameter is ready when the step starts, so the movements of parameters to their readers
   // (ZeRO's gathers, tensor-parallel slices) are in flight together: they pay their bytes, and
-  // the latency of one. Every other movement waits for the op before it and pays its own.
-  std::vector<std::array<double, 2>> param_wait(static_cast<size_t>(S), {0, 0});  // per micro-batch, per step
+  // the latency of one. So are the reductions of the step's gradients (all-reduces in buckets,
+  // ZeRO's reduce-scatters), which the runtime starts as accumulators finish and completes
+  // together. Every other movement waits for the op before it and pays its own.
+  std::vector<std::array<double, 3>> together(static_cast<size_t>(S), {0, 0, 0});  // params per micro-batch, per step; gradients
   for (const sbp::PricedEdge& e : a->edges) {
     StageCost& st = cand->stages[static_cast<size_t>(e.dst_stage)];
     double seconds = e.seconds;
-    if (g.value(e.value).kind == ir::ValueKind::kParam) {
-      double& wait = param_wait[static_cast<size_t>(e.dst_stage)][e.per_step ? 1 : 0];
+    const ir::Value& val = g.value(e.value);
+    const bool gradient = val.producer >= 0 && g.node(val.producer).op == OpKind::kAccumulate;
+    if (val.kind == ir::ValueKind::kParam || gradient) {
+      double& wait = together[static_cast<size_t>(e.dst_stage)][gradient ? 2 : e.per_step ? 1 : 0];
       seconds -= e.latency - std::max(0.0, e.latency - wait);
       wait = std::max(wait, e.latency);
     }
@@ -488,6 +502,21 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
   price_all(feasible, true);
   out.exact_s = since(t_exact);
 
+  // Layouts the assigner planned alike (a tensor-parallel axis it chose to use for data, say) are
+  // one strategy: the one named by the most data parallelism stands for them.
+  std::map<uint64_t, Candidate*> planned;
+  for (Candidate& c : cands) {
+    if (!c.pruned.empty() || !c.exact) continue;
+    Candidate*& first = planned[c.plan_key];
+    if (!first) {
+      first = &c;
+      continue;
+    }
+    Candidate* keep = std::make_tuple(c.dp, -c.tp) > std::make_tuple(first->dp, -first->tp) ? &c : first;
+    Candidate* drop = keep == first ? &c : first;
+    drop->pruned = "the same plan as " + keep->Name();
+    first = keep;
+  }
   for (Candidate& c : cands) (c.pruned.empty() ? out.ranked : out.pruned).push_back(std::move(c));
   std::stable_sort(out.ranked.begin(), out.ranked.end(), [&](const Candidate& a, const Candidate& b) { return by_time(&a, &b); });
   out.seconds = since(t0);
@@ -514,6 +543,7 @@ std::string Table(const Outcome& o, int top) {
     if (reason.starts_with("memory")) reason = "memory over capacity";
     else if (reason.find("does not split") != std::string::npos) reason = "batch does not split over dp";
     else if (reason.starts_with("dominated")) reason = "dominated (more micro-batches)";
+    else if (reason.starts_with("the same plan")) reason = "planned alike with another";
     ++why[reason];
   }
   s += std::to_string(o.ranked.size() + o.pruned.size()) + " candidates: " + std::to_string(o.ranked.size()) +

@@ -68,6 +68,7 @@ struct Candidate {
   std::vector<StageCost> stages;
   std::vector<EdgeCost> edges;                                 // boxing, costliest first
   std::vector<std::pair<std::string, double>> peak_tensors;    // on the fullest device, largest first
+  uint64_t plan_key = 0;  // equal for candidates the assigner planned alike (every op's placement and signature)
   std::string Name() const;  // "dp2 tp2 pp1 m4 zero"
 };
 

@@ -35,14 +35,27 @@ fr::Result<Outcome> SearchFor(const std::string& config, int ranks, const std::v
 
 bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// By default the 16 quickest candidates are re-priced in full, the rest keep their quick price.
+// By default the 16 quickest candidates are re-priced in full, the rest keep their quick price;
+// a leader planned exactly like another is not ranked twice.
 TEST(Search, SixteenLeadersInFull_16) {
   auto o = SearchFor("configs/gpt.yaml", 16, {"cluster.nodes=2", "cluster.devices_per_node=8"});
   ASSERT_OK(o);
   ASSERT_GT(o->ranked.size(), 16u);
-  int exact = 0;
+  int exact = 0, alike = 0;
   for (const Candidate& c : o->ranked) exact += c.exact;
-  EXPECT_EQ(exact, 16);
+  for (const Candidate& c : o->pruned) {
+    if (!c.pruned.starts_with("the same plan as ")) continue;
+    ++alike;
+    EXPECT_TRUE(c.exact) << c.Name();
+    const std::string twin = c.pruned.substr(17);
+    const Candidate* kept = nullptr;
+    for (const Candidate& r : o->ranked)
+      if (r.Name() == twin) kept = &r;
+    ASSERT_NE(kept, nullptr) << c.Name() << " " << c.pruned;
+    EXPECT_EQ(kept->plan_key, c.plan_key);
+    EXPECT_DOUBLE_EQ(kept->step_s, c.step_s) << "one plan, one price";
+  }
+  EXPECT_EQ(exact + alike, 16);
 }
 
 // Every layout of 4 ranks is enumerated: pp x dp x tp = 4, micro-batch counts that divide the
