@@ -60,8 +60,6 @@ class Lowering {
         if (std::find(cons.begin(), cons.end(), t.id) == cons.end()) cons.push_back(t.id);
       }
     }
-    p_.predicted_compute_s = a_.compute_seconds;
-    p_.predicted_boxing_s = a_.boxing_seconds;
     return Status::Ok();
   }
 

@@ -295,7 +295,7 @@ Status ReadPair(const Section& s, const std::string& key, double* intra, double*
 
 Status ReadCluster(const Val& v, ClusterConfig* c) {
   ASSIGN_OR_RETURN(Section s, Section::Open(v, {"nodes", "devices_per_node", "memory_gib", "flops", "bandwidth",
-                                                "latency", "p2p_latency", "op_overhead", "measured"}));
+                                                "latency", "p2p_latency", "op_overhead", "cores", "measured"}));
   c->given = true;
   RETURN_IF_ERROR(s.Read("nodes", &c->nodes, Need::kOptional));
   RETURN_IF_ERROR(s.Check("nodes", c->nodes >= 1, "an integer >= 1"));
@@ -311,6 +311,8 @@ Status ReadCluster(const Val& v, ClusterConfig* c) {
   RETURN_IF_ERROR(s.Check("p2p_latency", c->p2p_latency >= 0, "seconds per message >= 0 (0 = latency.intra)"));
   RETURN_IF_ERROR(s.Read("op_overhead", &c->op_overhead, Need::kOptional));
   RETURN_IF_ERROR(s.Check("op_overhead", c->op_overhead >= 0, "seconds per op >= 0"));
+  RETURN_IF_ERROR(s.Read("cores", &c->cores, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("cores", c->cores >= 0, "CPU cores per node >= 0 (0: a device per rank)"));
   return s.Read("measured", &c->measured, Need::kOptional);
 }
 
@@ -458,6 +460,7 @@ std::string ConfigToYaml(const Config& c) {
     line("  latency: {intra: " + Exact(k.latency_intra) + ", inter: " + Exact(k.latency_inter) + "}");
     line("  p2p_latency: " + Exact(k.p2p_latency));
     line("  op_overhead: " + Exact(k.op_overhead));
+    if (k.cores > 0) line("  cores: " + std::to_string(k.cores));
     if (!k.measured.empty()) line("  measured: " + Quote(k.measured));
   }
   line("log:");

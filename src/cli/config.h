@@ -101,6 +101,10 @@ struct ClusterConfig {
   double latency_intra = 5e-6, latency_inter = 5e-6;    // seconds per collective or message
   double p2p_latency = 0;             // seconds per point-to-point message within a node; 0 = latency.intra
   double op_overhead = 0;             // seconds per op run on a rank, besides its kernel
+  // CPU ranks: the cores a node's ranks share (0: each rank has its own device). When a node runs
+  // more ranks than cores, `flops` (measured with every rank busy) is a share of a core, and a
+  // rank computing while the node's others wait gets more.
+  int64_t cores = 0;
   std::string measured;               // free text: how the figures were obtained
 };
 

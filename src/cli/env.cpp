@@ -370,6 +370,7 @@ std::string Section(const Host& h, const Figures& f, int ranks, int threads) {
        "seconds per collective, as the runtime waits for one");
   line("  p2p_latency: " + Num(f.runtime_message), "seconds per point-to-point message, as the runtime waits");
   line("  op_overhead: " + Num(f.dispatch), "seconds per op run, besides its kernel");
+  line("  cores: " + std::to_string(h.cores), "CPU cores the node's ranks share");
   line("  measured: " + Quoted("flowrun env: " + std::to_string(ranks) + " ranks on " + h.name + " (" +
                               std::to_string(h.cores) + " cores, " + h.cpu + "), " + h.date),
        "");

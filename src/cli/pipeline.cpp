@@ -7,6 +7,7 @@
 #include "cli/layout.h"
 #include "ir/onnx_import.h"
 #include "ir/rewrite.h"
+#include "sbp/step.h"
 #include "ops/op.h"
 
 namespace fr {
@@ -158,6 +159,8 @@ Result<Compiled> Compile(const Config& cfg, int ranks) {
     auto plan = boxing::Lower(c.training, a, lo);
     if (!plan.ok()) return plan.status().With("[boxing] " + cfg.path + ": ");
     c.plan = std::move(plan).value();
+    const sbp::StepTime t = sbp::ModelStep(c.training.graph, ao, a, ranks);
+    c.plan.predicted = {t.step_s, t.compute_s, t.comm_s, t.bubble_s};
   }
   return c;
 }

@@ -105,7 +105,12 @@ struct Plan {
   std::vector<std::string> node_sig;      // per logical node: its nd-signature, for dumps
   std::vector<int> node_stage;            // per logical node
   std::vector<BoxingEdge> edges;
-  double predicted_compute_s = 0, predicted_boxing_s = 0;
+  // The step model's prediction (sbp/step.h), for plans the SBP assignment made (zero otherwise):
+  // the step, and of the busiest stage's work its compute and data movement, and its bubble.
+  struct Prediction {
+    double step_s = 0, compute_s = 0, comm_s = 0, bubble_s = 0;
+  };
+  Prediction predicted;
 
   // Acts of a task over the whole run.
   int64_t Acts(const TaskDesc& t) const;

@@ -102,10 +102,12 @@ std::string DumpText(const Plan& p, const Graph& g) {
        << ", optimizer state " << HumanBytes(static_cast<double>(m.state)) << ", registers " << HumanBytes(static_cast<double>(m.regsts))
        << " at the peak, " << HumanBytes(static_cast<double>(m.regsts_every_slot)) << " for every slot)\n";
   }
-  char t[160];
-  std::snprintf(t, sizeof t, "  predicted step time: %.3f ms (compute %.3f ms, boxing %.3f ms)\n",
-                (p.predicted_compute_s + p.predicted_boxing_s) * 1e3, p.predicted_compute_s * 1e3, p.predicted_boxing_s * 1e3);
-  if (p.ranks > 1) os << t;
+  const Plan::Prediction& f = p.predicted;
+  char t[200], idle[48] = "";
+  if (f.bubble_s > 0) std::snprintf(idle, sizeof idle, ", idle %.3f ms", f.bubble_s * 1e3);
+  std::snprintf(t, sizeof t, "  predicted step time: %.3f ms (busiest stage: compute %.3f ms, data movement %.3f ms%s)\n",
+                f.step_s * 1e3, f.compute_s * 1e3, f.comm_s * 1e3, idle);
+  if (f.step_s > 0) os << t;
   return os.str();
 }
 
@@ -135,7 +137,7 @@ std::string DumpJson(const Plan& p, const Graph& g) {
        << ", \"memory\": {\"parameters\": " << m.params << ", \"optimizer_state\": " << m.state << ", \"registers\": " << m.regsts
        << ", \"registers_every_slot\": " << m.regsts_every_slot << "}}";
   }
-  os << "],\n \"predicted_step_seconds\": " << p.predicted_compute_s + p.predicted_boxing_s << "}\n";
+  os << "],\n \"predicted_step_seconds\": " << p.predicted.step_s << "}\n";
   return os.str();
 }
 

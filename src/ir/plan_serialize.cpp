@@ -173,8 +173,10 @@ wire::Plan ToWire(const Plan& p) {
   for (const std::string& s : p.node_sig) w.add_node_sig(s);
   Append(w.mutable_node_stage(), p.node_stage);
   PutAll(p.edges, w.mutable_edges());
-  w.set_predicted_compute_s(p.predicted_compute_s);
-  w.set_predicted_boxing_s(p.predicted_boxing_s);
+  w.set_predicted_step_s(p.predicted.step_s);
+  w.set_predicted_compute_s(p.predicted.compute_s);
+  w.set_predicted_comm_s(p.predicted.comm_s);
+  w.set_predicted_bubble_s(p.predicted.bubble_s);
   return w;
 }
 

@@ -15,6 +15,7 @@
 #include "cli/layout.h"
 #include "cli/pipeline.h"
 #include "sbp/assign.h"
+#include "sbp/step.h"
 
 namespace fr::search {
 namespace {
@@ -150,7 +151,6 @@ void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* pric
     return;
   }
   const int S = static_cast<int>(ao->stages.size());
-  const double M = static_cast<double>(cand->micro_batches);
   // FNV-1a over what the plan is made of: stages, each op's stage and signature, micro-batches.
   uint64_t key = 1469598103934665603ull;
   auto mix = [&key](const std::string& s) {
@@ -161,32 +161,17 @@ void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* pric
   for (size_t n = 0; n < g.nodes.size(); ++n) mix(std::to_string(ao->node_stage[n]) + a->node_sig[n].ToString());
   mix(std::to_string(cand->micro_batches));
   cand->plan_key = key;
+  const sbp::StepTime t = sbp::ModelStep(g, *ao, *a, ranks);
   cand->stages.assign(static_cast<size_t>(S), StageCost{});
-  std::vector<double> comm(static_cast<size_t>(S), 0);
-  for (size_t n = 0; n < g.nodes.size(); ++n) {
-    StageCost& st = cand->stages[static_cast<size_t>(ao->node_stage[n])];
-    if (g.nodes[n].phase == ir::Phase::kOptimizer) st.step_s += a->node_seconds[n];
-    else st.micro_s += a->node_seconds[n] / M;
+  for (int s = 0; s < S; ++s) {
+    cand->stages[static_cast<size_t>(s)].micro_s = t.stages[static_cast<size_t>(s)].micro_s;
+    cand->stages[static_cast<size_t>(s)].step_s = t.stages[static_cast<size_t>(s)].step_s;
   }
-  // A parameter is ready when the step starts, so the movements of parameters to their readers
-  // (ZeRO's gathers, tensor-parallel slices) are in flight together: they pay their bytes, and
-  // the latency of one. So are the reductions of the step's gradients (all-reduces in buckets,
-  // ZeRO's reduce-scatters), which the runtime starts as accumulators finish and completes
-  // together. Every other movement waits for the op before it and pays its own.
-  std::vector<std::array<double, 3>> together(static_cast<size_t>(S), {0, 0, 0});  // params per micro-batch, per step; gradients
+  cand->step_s = t.step_s;
+  cand->bubble_s = t.bubble_s;
+  cand->comm_s = t.comm_s;
+  cand->compute_s = t.compute_s;
   for (const sbp::PricedEdge& e : a->edges) {
-    StageCost& st = cand->stages[static_cast<size_t>(e.dst_stage)];
-    double seconds = e.seconds;
-    const ir::Value& val = g.value(e.value);
-    const bool gradient = val.producer >= 0 && g.node(val.producer).op == OpKind::kAccumulate;
-    if (val.kind == ir::ValueKind::kParam || gradient) {
-      double& wait = together[static_cast<size_t>(e.dst_stage)][gradient ? 2 : e.per_step ? 1 : 0];
-      seconds -= e.latency - std::max(0.0, e.latency - wait);
-      wait = std::max(wait, e.latency);
-    }
-    if (e.per_step) st.step_s += seconds;
-    else st.micro_s += seconds / M;
-    comm[static_cast<size_t>(e.dst_stage)] += seconds;
     if (e.seconds <= 0) continue;
     std::string where = S > 1 ? " on stage " + std::to_string(e.dst_stage) : "";
     cand->edges.push_back({g.value(e.value).name + ": " + e.have.ToString() + " -> " + e.want.ToString() + where +
@@ -196,24 +181,6 @@ void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* pric
   std::sort(cand->edges.begin(), cand->edges.end(), [](const EdgeCost& x, const EdgeCost& y) {
     return x.seconds != y.seconds ? x.seconds > y.seconds : x.what < y.what;
   });
-  // The runtime's pipeline schedule (boxing/lower.h): an activation a stage saves for its backward
-  // has one slot, so stage k starts the forward of micro-batch m+1 only after its backward of m,
-  // which waits for every later stage's work on m. One micro-batch passes through all stages and
-  // back before the next: the stages take turns.
-  double sum_w = 0, u = 0;
-  int busiest = 0;
-  for (int s = 0; s < S; ++s) {
-    const StageCost& st = cand->stages[static_cast<size_t>(s)];
-    if (st.micro_s * M + st.step_s > cand->stages[static_cast<size_t>(busiest)].micro_s * M + cand->stages[static_cast<size_t>(busiest)].step_s) busiest = s;
-    sum_w += st.micro_s;
-    u = std::max(u, st.step_s);
-  }
-  cand->step_s = M * sum_w + u;
-  cand->bubble_s = M * (sum_w - cand->stages[static_cast<size_t>(busiest)].micro_s);
-  const StageCost& b = cand->stages[static_cast<size_t>(busiest)];
-  double busy = b.micro_s * M + b.step_s;
-  cand->comm_s = comm[static_cast<size_t>(busiest)];
-  cand->compute_s = busy - cand->comm_s;
   cand->tokens_per_s = static_cast<double>(prep.c.tokens_per_step) / cand->step_s;
 
   // Memory per stage on its device 0 (uneven splits give it the most), estimated as

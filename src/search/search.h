@@ -19,10 +19,13 @@
 // backward has one slot, so the stage starts micro-batch m+1 only after its backward of m, which
 // waits for the later stages: micro-batches pass through the stages in turn, and pipelines pay
 // off only in memory until the runtime schedules 1F1B. Measured, this ranks candidates far better
-// than the GPipe formula (M + pp - 1) x max W + max U (README, Searching for a strategy).
-// Parameters are ready when the step starts, so their movements to their readers (ZeRO's gathers)
-// are in flight together and pay one latency per stage, not one each. With one stage and no
-// parameter movement, the step is the assignment's own total, the figure `flowrun plan` prints.
+// than the GPipe formula (M + pp - 1) x max W + max U (README, Searching for a strategy). On CPU
+// ranks that share a node's cores (cluster.cores), a stage computing while the others wait gets
+// their cores: its compute in W runs min(1, cores / its ranks) / min(1, cores / ranks per node)
+// times faster (once-a-step work runs with every rank busy). Parameters are ready when the step
+// starts, so their movements to their readers (ZeRO's gathers) are in flight together and pay
+// one latency per stage, not one each. With one stage and no parameter movement, the step is
+// the assignment's own total, the figure `flowrun plan` prints.
 // Memory per device mirrors what the Plan allocates: each parameter piece, its optimizer state,
 // and every register the stage's tasks produce (data inputs double-buffered, tensors crossing
 // stages with pp slots). Candidates whose batch does not divide, or whose fullest device exceeds

@@ -517,12 +517,12 @@ TEST(Plan, GptTensorParallelFromQkvFcHints_1n2d) {
     ++hinted;
   }
   EXPECT_EQ(hinted, 2 * 4);
-  const double chosen = p.predicted_compute_s + p.predicted_boxing_s;
+  const double chosen = p.predicted.step_s;
   auto megatron = Build("configs/gpt.yaml", 2,
                         with(qkv_fc + ", \"/blocks.*/mlp/proj/MatMul:1\": [\"S(0)\"], " +
                              "\"/blocks.*/mlp/act/Gelu:0\": [\"S(2)\"], \"/blocks.*/mlp/fc/MatMul:0\": [B]"));
   ASSERT_BUILT(megatron);
-  const double forced = megatron->plan.predicted_compute_s + megatron->plan.predicted_boxing_s;
+  const double forced = megatron->plan.predicted.step_s;
   std::printf("[ record ] predicted step: %.3f ms as chosen, %.3f ms with the MLP forced to Megatron's layout\n",
               chosen * 1e3, forced * 1e3);
   EXPECT_LE(chosen, forced) << "the compiler's MLP layout costs more than Megatron's";

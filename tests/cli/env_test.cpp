@@ -57,6 +57,7 @@ TEST(Env, WritesClusterSection_1n2d) {
   EXPECT_GT(c.latency_intra, 0) << section;
   EXPECT_LT(c.latency_intra, 1) << section;
   EXPECT_EQ(c.latency_inter, c.latency_intra);
+  EXPECT_EQ(c.cores, static_cast<int64_t>(::sysconf(_SC_NPROCESSORS_ONLN))) << section;
   EXPECT_EQ(c.measured.rfind("flowrun env: 2 ranks on ", 0), 0u) << c.measured;
 }
 

@@ -1,0 +1,60 @@
+#include "sbp/step.h"
+
+#include <algorithm>
+#include <array>
+
+namespace fr::sbp {
+
+StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment& a, int ranks) {
+  const int S = static_cast<int>(o.stages.size());
+  const double M = static_cast<double>(o.micro_batches);
+  StepTime t;
+  t.stages.assign(static_cast<size_t>(S), StageTime{});
+  std::vector<double> speedup(static_cast<size_t>(S), 1.0);
+  const Cluster& cl = o.cluster;
+  const int per_node = cl.devices_per_node > 0 ? cl.devices_per_node : ranks;
+  if (S > 1 && cl.cores > 0 && cl.cores < per_node) {
+    auto share = [&](int busy) { return std::min(1.0, static_cast<double>(cl.cores) / busy); };
+    for (int s = 0; s < S; ++s) {
+      const int busy = std::min(o.stages[static_cast<size_t>(s)].size(), per_node);
+      speedup[static_cast<size_t>(s)] = share(busy) / share(per_node);
+    }
+  }
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const int s = o.node_stage[n];
+    StageTime& st = t.stages[static_cast<size_t>(s)];
+    if (g.nodes[n].phase == ir::Phase::kOptimizer) st.step_s += a.node_seconds[n];
+    else st.micro_s += a.node_seconds[n] / M / speedup[static_cast<size_t>(s)];
+  }
+  // Per stage, the latency already paid by movements in flight together: parameters per
+  // micro-batch, parameters per step, gradient reductions.
+  std::vector<std::array<double, 3>> together(static_cast<size_t>(S), {0, 0, 0});
+  for (const PricedEdge& e : a.edges) {
+    StageTime& st = t.stages[static_cast<size_t>(e.dst_stage)];
+    double seconds = e.seconds;
+    const ir::Value& val = g.value(e.value);
+    const bool gradient = val.producer >= 0 && g.node(val.producer).op == OpKind::kAccumulate;
+    if (val.kind == ir::ValueKind::kParam || gradient) {
+      double& wait = together[static_cast<size_t>(e.dst_stage)][gradient ? 2 : e.per_step ? 1 : 0];
+      seconds -= e.latency - std::max(0.0, e.latency - wait);
+      wait = std::max(wait, e.latency);
+    }
+    if (e.per_step) st.step_s += seconds;
+    else st.micro_s += seconds / M;
+    st.comm_s += seconds;
+  }
+  double sum_w = 0, u = 0;
+  auto work = [&](int s) { return t.stages[static_cast<size_t>(s)].micro_s * M + t.stages[static_cast<size_t>(s)].step_s; };
+  for (int s = 0; s < S; ++s) {
+    if (work(s) > work(t.busiest)) t.busiest = s;
+    sum_w += t.stages[static_cast<size_t>(s)].micro_s;
+    u = std::max(u, t.stages[static_cast<size_t>(s)].step_s);
+  }
+  t.step_s = M * sum_w + u;
+  t.bubble_s = M * (sum_w - t.stages[static_cast<size_t>(t.busiest)].micro_s);
+  t.comm_s = t.stages[static_cast<size_t>(t.busiest)].comm_s;
+  t.compute_s = work(t.busiest) - t.comm_s;
+  return t;
+}
+
+}  // namespace fr::sbp

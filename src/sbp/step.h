@@ -1,0 +1,48 @@
+// The step model: a training step's predicted time from an assignment's per-op compute and
+// per-edge boxing (sbp::Assign), as the runtime schedules them. `flowrun plan` prints it and
+// `flowrun search` ranks candidates by it: one model for both.
+//
+// Per pipeline stage s, W_s is one micro-batch's work (forward, backward, their boxing) and U_s
+// the once-a-step work (gradient sync, norm, optimizer), and
+//
+//   step = M x sum_s W_s + max_s U_s,   bubble = the busiest stage's idle time, M x (sum W - its W).
+//
+// This is the runtime's pipeline schedule (boxing/lower.h): an activation a stage saves for its
+// backward has one slot, so the stage starts micro-batch m+1 only after its backward of m, which
+// waits for the later stages: micro-batches pass through the stages in turn. With one stage it is
+// the assignment's total, but for movements in flight together:
+//   - parameters are ready when the step starts, so their movements to their readers (ZeRO's
+//     gathers, tensor-parallel slices) pay their bytes and the latency of one, per stage;
+//   - the step's gradient reductions (all-reduces in buckets, ZeRO's reduce-scatters) start as
+//     their accumulators finish and complete together: the same.
+// On CPU ranks that share a node's cores (Cluster::cores), `flops` was measured with every rank
+// busy; a stage computing while the others wait gets their cores, so its compute in W runs
+// min(1, cores / its ranks) / min(1, cores / ranks per node) times faster (once-a-step work runs
+// with every rank busy).
+#pragma once
+
+#include <vector>
+
+#include "ir/graph.h"
+#include "sbp/assign.h"
+
+namespace fr::sbp {
+
+struct StageTime {
+  double micro_s = 0;  // W
+  double step_s = 0;   // U
+  double comm_s = 0;   // of W x M + U: data movement
+};
+
+struct StepTime {
+  std::vector<StageTime> stages;
+  double step_s = 0;
+  double bubble_s = 0;
+  int busiest = 0;                 // the stage with the most work per step
+  double compute_s = 0, comm_s = 0;  // the busiest stage's work per step, split
+};
+
+// `ranks`: the world size (ranks per node when the cluster gives no devices_per_node).
+StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment& a, int ranks);
+
+}  // namespace fr::sbp
