@@ -1,6 +1,7 @@
 #include "sbp/assign.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <memory>
@@ -84,6 +85,12 @@ class Assigner {
       }
     }
     for (ValueId p : g_.params) per_step_[static_cast<size_t>(p)] = true;
+    grad_bytes_.assign(o_.stages.size(), 0);  // each stage's gradients, whole: what its buckets carry
+    for (size_t v = 0; v < g_.values.size(); ++v) {
+      const ir::Value& val = g_.values[v];
+      if (GradientAccumulator(val))
+        grad_bytes_[static_cast<size_t>(a_.value_stage[v])] += static_cast<double>(val.type.shape.numel() * static_cast<int64_t>(SizeOf(val.type.dtype)));
+    }
     RETURN_IF_ERROR(ResolveHints());
     for (size_t n = 0; n < g_.nodes.size(); ++n) RETURN_IF_ERROR(Candidates(static_cast<NodeId>(n)));
     IndexSlots();
@@ -386,7 +393,7 @@ class Assigner {
         return rate * *c;
       }
     }
-    const double c = Priced(v, have, dst, want).first;
+    const double c = Priced(v, have, dst, want).seconds;
     memo->Put(key, c);
     if (o_.prices) o_.prices->Put(shared, c);
     return rate * c;
@@ -396,22 +403,30 @@ class Assigner {
   // collectives pay the collective latency, point-to-point messages (send-recv, the fallback) a
   // message's (within a node), each also the runtime's overhead per task; local plans (slice,
   // zero-fill, assemble) pay nothing.
-  std::pair<double, double> Priced(ValueId v, const NdSbp& have, int dst, const NdSbp& want) const {
+  struct Price {
+    double seconds = 0, latency = 0;
+    bool bucketed = false;
+  };
+  Price Priced(ValueId v, const NdSbp& have, int dst, const NdSbp& want) const {
     boxing::Request r{g_.type(v).shape, g_.type(v).dtype, PlaceOf(v), have, o_.stages[static_cast<size_t>(dst)], want};
     boxing::Estimate e = boxing::Price(r);
     const bool inter = CrossesNodes(a_.value_stage[static_cast<size_t>(v)], dst, e.strategy);
     const double latency = inter ? o_.cluster.latency_inter : o_.cluster.latency;
     const double message = inter || o_.cluster.p2p_latency <= 0 ? latency : o_.cluster.p2p_latency;
     double wait = e.collectives * (latency + o_.cluster.op_overhead) + e.messages * (message + o_.cluster.op_overhead);
-    // A gradient accumulator reduced by one all-reduce rides in a bucket (boxing/lower.h): it pays
-    // its bytes' share of the bucket's one collective.
+    // A gradient accumulator reduced by one all-reduce rides in a bucket (boxing/lower.h): the
+    // stage's gradients fill ceil(their bytes / kGradientBucketBytes) buckets of one collective
+    // each, and each gradient pays its bytes' share of those.
     const ir::Value& val = g_.value(v);
-    if (GradientAccumulator(val) && e.strategy.starts_with("all-reduce") &&
-        e.strategy.find('>') == std::string::npos && static_cast<size_t>(a_.value_stage[static_cast<size_t>(v)]) == static_cast<size_t>(dst)) {
-      const double piece = static_cast<double>(PieceShape(val.type.shape, have, PlaceOf(v), 0).numel() * static_cast<int64_t>(SizeOf(val.type.dtype)));
-      wait *= std::min(1.0, piece / static_cast<double>(boxing::kGradientBucketBytes));
+    const size_t stage = static_cast<size_t>(a_.value_stage[static_cast<size_t>(v)]);
+    const bool bucketed = GradientAccumulator(val) && e.strategy.starts_with("all-reduce") &&
+                          e.strategy.find('>') == std::string::npos && stage == static_cast<size_t>(dst);
+    if (bucketed) {
+      const double bytes = static_cast<double>(val.type.shape.numel() * static_cast<int64_t>(SizeOf(val.type.dtype)));
+      const double buckets = std::ceil(grad_bytes_[stage] / static_cast<double>(boxing::kGradientBucketBytes));
+      wait *= bytes / grad_bytes_[stage] * std::max(1.0, buckets);
     }
-    return {e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) + wait, wait};
+    return {e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) + wait, wait, bucketed};
   }
 
   bool GradientAccumulator(const ir::Value& v) const {
@@ -1082,8 +1097,9 @@ class Assigner {
           seen.push_back(key);
           if (key.first == a_.value_stage[v] && key.second == have) continue;
           const double seconds = Boxing(static_cast<ValueId>(v), have, key.first, key.second);
-          const double wait = seconds > 0 ? Rate(per_step_[v]) * Priced(static_cast<ValueId>(v), have, key.first, key.second).second : 0;
-          a_.edges.push_back({static_cast<ValueId>(v), key.first, have, key.second, seconds, wait, per_step_[v]});
+          const Price p = seconds > 0 ? Priced(static_cast<ValueId>(v), have, key.first, key.second) : Price{};
+          a_.edges.push_back({static_cast<ValueId>(v), key.first, have, key.second, seconds, Rate(per_step_[v]) * p.latency,
+                              per_step_[v], p.bucketed});
         }
       }
     }
@@ -1104,6 +1120,7 @@ class Assigner {
   Assignment a_;
   std::vector<std::vector<ir::NodeId>> consumers_;
   std::vector<bool> per_step_;
+  std::vector<double> grad_bytes_;  // per stage: its gradient accumulators' bytes
   std::vector<NdSbp> hint_;
   std::vector<int> dp_axes_;
   std::vector<std::vector<NdSignature>> cands_;

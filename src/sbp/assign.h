@@ -123,6 +123,7 @@ struct PricedEdge {
   double seconds = 0;      // per step (micro-batch edges count M times)
   double latency = 0;      // of which: collectives' and messages' latency and per-task overhead
   bool per_step = false;   // moves once a step, not once per micro-batch
+  bool bucketed = false;   // a gradient all-reduce in a bucket: `latency` is its share of the bucket's
 };
 
 struct Assignment {

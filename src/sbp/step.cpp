@@ -27,13 +27,14 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
     else st.micro_s += a.node_seconds[n] / M / speedup[static_cast<size_t>(s)];
   }
   // Per stage, the latency already paid by movements in flight together: parameters per
-  // micro-batch, parameters per step, gradient reductions.
+  // micro-batch, parameters per step, gradient reductions that are not bucketed (a bucketed one
+  // pays its share of its bucket's latency already, sbp::Assign).
   std::vector<std::array<double, 3>> together(static_cast<size_t>(S), {0, 0, 0});
   for (const PricedEdge& e : a.edges) {
     StageTime& st = t.stages[static_cast<size_t>(e.dst_stage)];
     double seconds = e.seconds;
     const ir::Value& val = g.value(e.value);
-    const bool gradient = val.producer >= 0 && g.node(val.producer).op == OpKind::kAccumulate;
+    const bool gradient = val.producer >= 0 && g.node(val.producer).op == OpKind::kAccumulate && !e.bucketed;
     if (val.kind == ir::ValueKind::kParam || gradient) {
       double& wait = together[static_cast<size_t>(e.dst_stage)][gradient ? 2 : e.per_step ? 1 : 0];
       seconds -= e.latency - std::max(0.0, e.latency - wait);
