@@ -43,9 +43,7 @@ double MatMulFlops(const ir::Graph& g, int64_t micro_batches) {
   double total = 0;
   for (const ir::Node& n : g.nodes) {
     if (n.op != OpKind::kMatMul && n.op != OpKind::kGemm) continue;
-    const Shape& a = g.type(n.in[0]).shape;
-    int64_t k = n.attrs.Int("transA") ? a[a.rank() - 2] : a[a.rank() - 1];
-    double f = 2.0 * static_cast<double>(g.type(n.out[0]).shape.numel()) * static_cast<double>(k);
+    const double f = sbp::OpFlops(g, n);
     total += n.phase == ir::Phase::kOptimizer ? f : f * static_cast<double>(micro_batches);
   }
   return total;

@@ -3,7 +3,10 @@
 // Gemm (ONNX): Y = alpha * op(A) · op(B) + beta * C, A and B 2-D, C broadcast to Y.
 // MatMul (ONNX, numpy semantics, rank >= 2): Y[..., M, N] = op(A)[..., M, K] · op(B)[..., K, N]
 // with broadcast batch dims. flowrun adds attributes transA / transB (on the last two dims) and
-// alpha, so that gradients are MatMuls too.
+// alpha, so that gradients are MatMuls too, and `contract_batch`: with transA, A [..., T, M] and
+// B [..., T, N] of the same batch dims give Y [M, N] = alpha * sum over the batch and T of
+// A^T B, one product over the flattened rows. That is a weight's gradient when the weight is
+// shared across the batch: one large product instead of one per batch entry and a SumTo.
 //
 // SBP rule (one mesh axis), the classic table for Y = A·B, A [M, K], B [K, N]:
 //   A     B     Y
@@ -37,6 +40,12 @@ void MatMulGrads(GradCtx& c, bool ta, bool tb, double alpha) {
     c.set_din(0, c.SumTo(da, c.type(a).shape));
   }
   if (c.need(1)) {
+    if (c.type(b).shape.rank() == 2 && c.type(a).shape.rank() > 2 && !ta) {  // a weight shared across the batch
+      ir::Attrs at = MatMulAttrs(true, false, alpha);
+      at.Set("contract_batch", int64_t{1});
+      c.set_din(1, !tb ? c.Op(OpKind::kMatMul, {a, dy}, at, "dB") : c.Op(OpKind::kMatMul, {dy, a}, at, "dB"));
+      return;
+    }
     ir::ValueId db = !tb ? c.Op(OpKind::kMatMul, {a, dy}, MatMulAttrs(!ta, false, alpha), "dB")
                          : c.Op(OpKind::kMatMul, {dy, a}, MatMulAttrs(true, ta, alpha), "dB");
     c.set_din(1, c.SumTo(db, c.type(b).shape));
@@ -49,6 +58,14 @@ Out InferMatMul(const ir::Node& n, Types in) {
   RETURN_IF_ERROR(ExpectFloat(n, in, 0));
   RETURN_IF_ERROR(ExpectFloat(n, in, 1));
   const Shape &a = in[0].shape, &b = in[1].shape;
+  if (n.attrs.Int("contract_batch")) {
+    if (!n.attrs.Int("transA") || n.attrs.Int("transB") || a.rank() < 3 || b.rank() != a.rank() ||
+        !std::equal(a.dims().begin(), a.dims().end() - 1, b.dims().begin())) {
+      return Status::Invalid(n.name + ": contract_batch needs transA and operands [..., T, M] and [..., T, N] with the "
+                             "same leading dims, got " + a.ToString() + " x " + b.ToString());
+    }
+    return std::vector<ir::TensorType>{{DType::kF32, Shape{a[a.rank() - 1], b[b.rank() - 1]}}};
+  }
   if (a.rank() < 2 || b.rank() < 2) {
     return Status::Invalid(n.name + ": MatMul with a 1-D operand (" + a.ToString() + " x " + b.ToString() +
                            ") is not supported; reshape to 2-D");
@@ -138,6 +155,27 @@ Sigs SbpGemm(const ir::Node& n, Types in, Types out, int64_t parts) {
   return s;
 }
 
+// MatMul with contract_batch: Y [M, N] = sum over every axis but the last of A [..., T, M] and
+// B [..., T, N]. A contracted axis split on both gives each device a partial sum; M splits Y's
+// rows, N its columns. A [4, 5, 7], B [4, 5, 6] -> Y [7, 6]:
+//   (S(0), S(0)) -> P, (S(1), S(1)) -> P    the batch and T are summed over
+//   (S(2), B) -> S(0), (B, S(2)) -> S(1)
+//   (P, B) -> P, (B, P) -> P, (B, B) -> B
+namespace {
+Sigs SbpContractBatch(const ir::Node& n, Types in, Types out, int64_t parts) {
+  const Shape &a = in[0].shape, &y = out[0].shape;
+  const int last = a.rank() - 1;
+  Sigs s{Uniform(n, 1, Sbp::B())};
+  for (int i = 0; i < last; ++i)
+    if (Splits(a[i], parts)) AddSig(s, {{Sbp::S(i), Sbp::S(i)}, {Sbp::P()}});
+  if (Splits(y[0], parts)) AddSig(s, {{Sbp::S(last), Sbp::B()}, {Sbp::S(0)}});
+  if (Splits(y[1], parts)) AddSig(s, {{Sbp::B(), Sbp::S(last)}, {Sbp::S(1)}});
+  AddSig(s, {{Sbp::P(), Sbp::B()}, {Sbp::P()}});
+  AddSig(s, {{Sbp::B(), Sbp::P()}, {Sbp::P()}});
+  return s;
+}
+}  // namespace
+
 // MatMul: Y [..., M, N] = alpha * op(A) [..., M, K] op(B) [..., K, N], batch dims broadcast. A
 // batch axis of Y splits A and B on their aligned batch axis where they have it (dim > 1) and
 // leaves B where they broadcast; M, N and K follow the classic table. Worked example,
@@ -149,6 +187,7 @@ Sigs SbpGemm(const ir::Node& n, Types in, Types out, int64_t parts) {
 //   (S(3), S(1)) -> P       K
 //   (P, B) -> P, (B, P) -> P, (B, B) -> B
 Sigs SbpMatMul(const ir::Node& n, Types in, Types out, int64_t parts) {
+  if (n.attrs.Int("contract_batch")) return SbpContractBatch(n, in, out, parts);
   const bool ta = n.attrs.Int("transA"), tb = n.attrs.Int("transB");
   const Shape &a = in[0].shape, &b = in[1].shape, &y = out[0].shape;
   const int ra = a.rank(), rb = b.rank(), r = y.rank();

@@ -35,6 +35,7 @@ double OpFlops(const ir::Graph& g, const ir::Node& n) {
   if (n.op == OpKind::kMatMul || n.op == OpKind::kGemm) {
     const Shape& a = g.type(n.in[0]).shape;
     int64_t k = n.attrs.Int("transA") ? a[a.rank() - 2] : a[a.rank() - 1];
+    if (n.attrs.Int("contract_batch")) k = a.numel() / a[a.rank() - 1];
     return 2.0 * static_cast<double>(g.type(n.out[0]).shape.numel()) * static_cast<double>(k);
   }
   double f = 0;

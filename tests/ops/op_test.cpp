@@ -275,6 +275,31 @@ TEST(Forward, MatMul) {
   }
 }
 
+// contract_batch: Y [M, N] = alpha * sum over the batch and T of A^T B, A [..., T, M], B [..., T, N]
+// (a shared weight's gradient), against the batched product summed by hand.
+TEST(Forward, MatMulContractBatch) {
+  for (const auto& [as, bs] : {std::pair<Shape, Shape>{{2, 3, 4}, {2, 3, 5}}, {{2, 2, 3, 4}, {2, 2, 3, 6}}}) {
+    SCOPED_TRACE(as.ToString() + " x " + bs.ToString());
+    Net net;
+    ValueId a = net.Input("a", Rand(as, 400)), b = net.Input("b", Rand(bs, 401));
+    ValueId y = net.Op(OpKind::kMatMul, {a, b}, A({{"transA", I(true)}, {"contract_batch", I(true)}, {"alpha", -0.5}}));
+    ASSERT_TRUE(net.Run().ok());
+    const int64_t m = as[as.rank() - 1], n = bs[bs.rank() - 1], rows = as.numel() / m;
+    ASSERT_EQ(net[y].shape(), (Shape{m, n}));
+    const auto av = ToDouble(net[a]), bv = ToDouble(net[b]);
+    std::vector<double> want(static_cast<size_t>(m * n), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) want[static_cast<size_t>(i * n + j)] += -0.5 * av[static_cast<size_t>(r * m + i)] * bv[static_cast<size_t>(r * n + j)];
+    EXPECT_TRUE(AllNear(net[y], want, kRtol, kAtol));
+  }
+  Net net;  // other batch dims, or no transA: refused
+  ValueId a = net.Input("a", Rand({2, 3, 4}, 402)), b = net.Input("b", Rand({3, 3, 5}, 403));
+  auto r = net.TryOp(OpKind::kMatMul, {a, b}, A({{"transA", I(true)}, {"contract_batch", I(true)}}), "bad_node");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("contract_batch"), std::string::npos) << r.status().message();
+}
+
 TEST(Forward, Binary) {
   struct Case {
     Shape a, b, want;

@@ -157,6 +157,7 @@ const std::vector<Case>& Cases() {
       {K::kMatMul, "2d", {F({5, 7}), F({7, 6})}, {}},
       {K::kMatMul, "fold", {F({3, 5, 7}), F({7, 6})}, {}},
       {K::kMatMul, "batch", {F({3, 5, 7}), F({3, 7, 6})}, {}},
+      {K::kMatMul, "contract", {F({4, 5, 7}), F({4, 5, 6})}, A({{"transA", int64_t{1}}, {"contract_batch", int64_t{1}}})},
       {K::kMatMul, "bcast", {F({3, 1, 5, 7}), F({4, 7, 6})}, {}},
       {K::kMatMul, "trans", {F({2, 7, 5}), F({2, 6, 7})}, A({{"transA", int64_t{1}}, {"transB", int64_t{1}}})},
       {K::kMatMul, "left", {F({5, 7}), F({3, 7, 6})}, A({{"alpha", 2.0}})},

@@ -26,6 +26,11 @@ Status MatMul(const KernelCtx& c) {
   const fr::Shape &as = A.shape(), &bs = B.shape(), &ys = Y.shape();
   int64_t m = ys[ys.rank() - 2], n = ys[ys.rank() - 1];
   int64_t k = ta ? as[as.rank() - 2] : as[as.rank() - 1];
+  if (c.node.attrs.Int("contract_batch")) {  // Y = A^T B over the flattened rows
+    const int64_t rows = as[as.rank() - 1] ? A.numel() / as[as.rank() - 1] : 0;
+    Sgemm(true, false, m, n, rows, alpha, A.data<float>(), B.data<float>(), 0.f, Y.data<float>());
+    return Status::Ok();
+  }
   if (bs.rank() == 2 && !ta) {  // fold A's batch into M
     int64_t rows = A.numel() / (k ? k : 1);
     Sgemm(false, tb, rows, n, k, alpha, A.data<float>(), B.data<float>(), 0.f, Y.data<float>());
