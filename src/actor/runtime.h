@@ -59,6 +59,8 @@ struct RunOptions {
   // Run first on every stream thread: per-thread settings such as the OpenMP team size, which a
   // thread does not inherit from the one that set it.
   std::function<void()> on_thread_start;
+  // The longest an idle thread waits between polls of movements in flight (Stream::PollMaxFor).
+  std::chrono::microseconds poll_max = Stream::kPollMax;
 };
 
 class Communicator;

@@ -24,6 +24,10 @@ void Stream::Push(const Msg& m) {
   cv_.notify_one();
 }
 
+std::chrono::microseconds Stream::PollMaxFor(int ranks_on_node, int cores) {
+  return ranks_on_node <= cores ? std::chrono::microseconds(40) : kPollMax;
+}
+
 void Stream::Poke() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -77,7 +81,7 @@ void Stream::Loop() {
     } else if (p == Poll::kProgress || got || wait == kPollCovered) {
       wait = kPollMin;
     } else {
-      wait = std::min(wait * 2, kPollMax);
+      wait = std::min(wait * 2, hooks_.poll_max);
     }
   }
 }

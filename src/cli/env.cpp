@@ -191,25 +191,27 @@ double LatencySeconds() {
   return Median(t);
 }
 
-// A collective as flowrun's runtime waits for it: MPI_Iallreduce of 8 bytes, tested with the comm
-// stream's back-off (a condition-variable wait of 10 us doubling to 200 us between tests,
-// actor/stream.cpp), while every rank does the same. Under oversubscription this is mostly the
-// time a sleeping rank takes to be scheduled again, which the blocking figure above hides.
-// Waits for `req` as an idle rank does: test, then sleep kPollMin doubling to kPollMax.
-void WaitAsRuntime(MPI_Request& req) {
+// Waits for `req` as an idle rank of the runtime does: test, then sleep kPollMin doubling to the
+// runtime's longest wait for ranks on this many cores (actor::Stream::PollMaxFor).
+void WaitAsRuntime(MPI_Request& req, int ranks) {
   std::mutex mu;
   std::condition_variable cv;
+  const auto most = actor::Stream::PollMaxFor(ranks, static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN))));
   auto wait = actor::Stream::kPollMin;
   for (int done = 0;;) {
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);
     if (done) return;
     std::unique_lock<std::mutex> lock(mu);
     cv.wait_for(lock, wait);
-    wait = std::min(wait * 2, actor::Stream::kPollMax);
+    wait = std::min(wait * 2, most);
   }
 }
 
-double RuntimeLatencySeconds() {
+// A collective as flowrun's runtime waits for it: MPI_Iallreduce of 8 bytes, tested with the
+// runtime's back-off (WaitAsRuntime), while every rank does the same. Under oversubscription this
+// is mostly the time a sleeping rank takes to be scheduled again, which the blocking figure above
+// hides.
+double RuntimeLatencySeconds(int ranks) {
   double one = 1, sum = 0;
   std::vector<double> t;
   MPI_Barrier(MPI_COMM_WORLD);
@@ -217,7 +219,7 @@ double RuntimeLatencySeconds() {
     double t0 = MPI_Wtime();
     MPI_Request req;
     MPI_Iallreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
-    WaitAsRuntime(req);
+    WaitAsRuntime(req, ranks);
     if (r >= 0) t.push_back(MPI_Wtime() - t0);
   }
   return Median(t);
@@ -227,6 +229,7 @@ double RuntimeLatencySeconds() {
 // ping-pong 8 bytes with MPI_Isend/MPI_Irecv tested with the comm stream's back-off; half the
 // round trip. An odd rank out pairs with rank 0's partner chain and simply waits at the barrier.
 double RuntimeMessageSeconds(int rank, int size) {
+  const int ranks = size;
   const int peer = rank % 2 == 0 ? rank + 1 : rank - 1;
   double x = 1, y = 0;
   std::vector<double> t;
@@ -236,14 +239,14 @@ double RuntimeMessageSeconds(int rank, int size) {
     MPI_Request req;
     if (rank % 2 == 0) {
       MPI_Isend(&x, 1, MPI_DOUBLE, peer, 7, MPI_COMM_WORLD, &req);
-      WaitAsRuntime(req);
+      WaitAsRuntime(req, ranks);
       MPI_Irecv(&y, 1, MPI_DOUBLE, peer, 8, MPI_COMM_WORLD, &req);
-      WaitAsRuntime(req);
+      WaitAsRuntime(req, ranks);
     } else {
       MPI_Irecv(&y, 1, MPI_DOUBLE, peer, 7, MPI_COMM_WORLD, &req);
-      WaitAsRuntime(req);
+      WaitAsRuntime(req, ranks);
       MPI_Isend(&x, 1, MPI_DOUBLE, peer, 8, MPI_COMM_WORLD, &req);
-      WaitAsRuntime(req);
+      WaitAsRuntime(req, ranks);
     }
     if (r >= 0) t.push_back((MPI_Wtime() - t0) / 2);
   }
@@ -314,7 +317,7 @@ Result<Figures> Measure(int ranks) {
     f.flops = std::max(f.flops, f.gemm_flops[i]);
   }
   f.latency = AllReduce(LatencySeconds(), MPI_MAX);
-  f.runtime_latency = AllReduce(RuntimeLatencySeconds(), MPI_MAX);
+  f.runtime_latency = AllReduce(RuntimeLatencySeconds(ranks), MPI_MAX);
   f.dispatch = AllReduce(DispatchSeconds(), MPI_MAX);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

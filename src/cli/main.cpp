@@ -52,12 +52,14 @@ void CatchStopSignals() {
 // core slow each other down (4 ranks on 2 cores, each with a 2-thread team spinning at its
 // barriers: 20 ms steps instead of 1). The OpenMP team size is per thread, so every stream
 // thread sets it (RunOptions::on_thread_start).
+int RanksHere() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return local ? std::max(1, std::atoi(local)) : 1;
+}
+int Cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 int KernelThreads() {
   if (std::getenv("OMP_NUM_THREADS")) return 0;
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
-  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / ranks_here);
+  return std::max(1, Cores() / RanksHere());
 }
 
 int Train(const Args& a) {
@@ -116,6 +118,7 @@ int Train(const Args& a) {
   ro.stall_timeout = cfg->parallel.timeout;
   ro.stop_signal = &g_stop_signal;
   if (kernel_threads > 0) ro.on_thread_start = [kernel_threads] { omp_set_num_threads(kernel_threads); };
+  ro.poll_max = actor::Stream::PollMaxFor(RanksHere(), Cores());
   std::unique_ptr<actor::Tracer> tracer;
   if (!a.trace.empty()) {
     tracer = std::make_unique<actor::Tracer>(plan, world->rank);
