@@ -329,8 +329,7 @@ class Lowering {
   };
 
   bool Bucketable(ValueId v, const boxing::Plan& bp, bool same_stage) const {
-    const ir::Value& val = g_.value(v);
-    if (!same_stage || val.producer < 0 || g_.node(val.producer).op != OpKind::kAccumulate) return false;
+    if (!same_stage || !g_.ProducedBy(v, OpKind::kAccumulate)) return false;
     if (bp.tasks.size() != bp.src.size() || bp.tasks.empty()) return false;
     for (size_t d = 0; d < bp.tasks.size(); ++d) {
       const boxing::Task& t = bp.tasks[d];

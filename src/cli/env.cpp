@@ -228,13 +228,12 @@ double RuntimeLatencySeconds(int ranks) {
 // A point-to-point message as the runtime waits for it: ranks pair up (0-1, 2-3, ...) and
 // ping-pong 8 bytes with MPI_Isend/MPI_Irecv tested with the comm stream's back-off; half the
 // round trip. An odd rank out pairs with rank 0's partner chain and simply waits at the barrier.
-double RuntimeMessageSeconds(int rank, int size) {
-  const int ranks = size;
+double RuntimeMessageSeconds(int rank, int ranks) {
   const int peer = rank % 2 == 0 ? rank + 1 : rank - 1;
   double x = 1, y = 0;
   std::vector<double> t;
   MPI_Barrier(MPI_COMM_WORLD);
-  for (int r = -10; r < kRuntimeReps && peer < size; ++r) {
+  for (int r = -10; r < kRuntimeReps && peer < ranks; ++r) {
     double t0 = MPI_Wtime();
     MPI_Request req;
     if (rank % 2 == 0) {

@@ -102,6 +102,8 @@ struct Graph {
   ValueId Find(const std::string& name) const;
   // Keeps the nodes with keep[n], in order, and renumbers producers. Values stay.
   void KeepNodes(const std::vector<bool>& keep);
+  // Whether node op `op` produced v (false for sources).
+  bool ProducedBy(ValueId v, OpKind op) const { return value(v).producer >= 0 && node(value(v).producer).op == op; }
   // Consumers of each value: node ids, in node order.
   std::vector<std::vector<NodeId>> Consumers() const;
 };

@@ -59,8 +59,9 @@ class Assigner {
     consumers_ = g_.Consumers();
     backward_of_.assign(g_.nodes.size(), {});
     std::map<std::pair<std::vector<int64_t>, int>, int> classes;
-    for (const ir::Value& v : g_.values) {
-      const bool gradient = GradientAccumulator(v);  // prices apart (Priced)
+    for (size_t id = 0; id < g_.values.size(); ++id) {
+      const ir::Value& v = g_.values[id];
+      const bool gradient = g_.ProducedBy(static_cast<ValueId>(id), OpKind::kAccumulate);  // prices apart (Priced)
       const int kind = 2 * static_cast<int>(v.type.dtype) + (gradient ? 1 : 0);
       auto [it, fresh] = classes.emplace(std::make_pair(v.type.shape.dims(), kind), static_cast<int>(classes.size()));
       type_class_.push_back(it->second);
@@ -89,7 +90,7 @@ class Assigner {
     grad_bytes_.assign(o_.stages.size(), 0);  // each stage's gradients, whole: what its buckets carry
     for (size_t v = 0; v < g_.values.size(); ++v) {
       const ir::Value& val = g_.values[v];
-      if (GradientAccumulator(val))
+      if (g_.ProducedBy(static_cast<ValueId>(v), OpKind::kAccumulate))
         grad_bytes_[static_cast<size_t>(a_.value_stage[v])] += static_cast<double>(val.type.shape.numel() * static_cast<int64_t>(SizeOf(val.type.dtype)));
     }
     RETURN_IF_ERROR(ResolveHints());
@@ -420,7 +421,7 @@ class Assigner {
     // each, and each gradient pays its bytes' share of those.
     const ir::Value& val = g_.value(v);
     const size_t stage = static_cast<size_t>(a_.value_stage[static_cast<size_t>(v)]);
-    const bool bucketed = GradientAccumulator(val) && e.strategy.starts_with("all-reduce") &&
+    const bool bucketed = g_.ProducedBy(v, OpKind::kAccumulate) && e.strategy.starts_with("all-reduce") &&
                           e.strategy.find('>') == std::string::npos && stage == static_cast<size_t>(dst);
     if (bucketed) {
       const double bytes = static_cast<double>(val.type.shape.numel() * static_cast<int64_t>(SizeOf(val.type.dtype)));
@@ -428,10 +429,6 @@ class Assigner {
       wait *= bytes / grad_bytes_[stage] * std::max(1.0, buckets);
     }
     return {e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) + wait, wait, bucketed};
-  }
-
-  bool GradientAccumulator(const ir::Value& v) const {
-    return v.producer >= 0 && g_.node(v.producer).op == OpKind::kAccumulate;
   }
 
   double Compute(NodeId id, const NdSignature& s) const {

@@ -34,7 +34,7 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
     StageTime& st = t.stages[static_cast<size_t>(e.dst_stage)];
     double seconds = e.seconds;
     const ir::Value& val = g.value(e.value);
-    const bool gradient = val.producer >= 0 && g.node(val.producer).op == OpKind::kAccumulate && !e.bucketed;
+    const bool gradient = g.ProducedBy(e.value, OpKind::kAccumulate) && !e.bucketed;
     if (val.kind == ir::ValueKind::kParam || gradient) {
       double& wait = together[static_cast<size_t>(e.dst_stage)][gradient ? 2 : e.per_step ? 1 : 0];
       seconds -= e.latency - std::max(0.0, e.latency - wait);

@@ -59,6 +59,22 @@ void MaskRow(float* row, int64_t n, const uint8_t* mask, int64_t col, bool when,
   }
 }
 
+// The optional bool mask of input `i`, broadcast to a tensor of shape `s` row by row (MaskRows).
+struct RowMask {
+  const uint8_t* cond = nullptr;
+  std::vector<int64_t> rows;
+  int64_t col = 0;
+  RowMask(const KernelCtx& c, size_t i, const fr::Shape& s) {
+    if (c.in.size() <= i || !c.in[i].defined()) return;
+    cond = static_cast<const uint8_t*>(c.in[i].raw());
+    rows = MaskRows(s, c.in[i].shape(), col);
+  }
+  // Sets row r's masked elements (mask == when) to v.
+  void Apply(int64_t r, float* row, int64_t n, bool when, float v) const {
+    if (cond) MaskRow(row, n, cond + rows[static_cast<size_t>(r)], col, when, v);
+  }
+};
+
 struct SoftmaxConsts {
   float scale, fill;
   bool divide, fill_if;
@@ -143,10 +159,7 @@ Status MaskedSoftmax(const KernelCtx& c) {
   float* y = c.out[0].data<float>();
   const fr::Shape& s = c.in[0].shape();
   const int64_t n = s[s.rank() - 1], rows = c.in[0].numel() / n;
-  const bool masked = c.in.size() > 1 && c.in[1].defined();
-  int64_t col = 0;
-  const std::vector<int64_t> at = masked ? MaskRows(s, c.in[1].shape(), col) : std::vector<int64_t>();
-  const uint8_t* cond = masked ? static_cast<const uint8_t*>(c.in[1].raw()) : nullptr;
+  const RowMask mask(c, 1, s);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
@@ -155,7 +168,7 @@ Status MaskedSoftmax(const KernelCtx& c) {
     } else {
       for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] * k.scale;
     }
-    if (masked) MaskRow(yr, n, cond + at[static_cast<size_t>(r)], col, k.fill_if, k.fill);
+    mask.Apply(r, yr, n, k.fill_if, k.fill);
     const float m = MaxOf(yr, n);
     for (int64_t j = 0; j < n; ++j) yr[j] = Exp(yr[j] - m);
     const float inv = 1.f / SumOf(n, [&](int64_t j) { return yr[j]; });
@@ -171,16 +184,13 @@ Status MaskedSoftmaxGrad(const KernelCtx& c) {
   float* dx = c.out[0].data<float>();
   const fr::Shape& s = c.in[1].shape();
   const int64_t n = s[s.rank() - 1], rows = c.in[1].numel() / n;
-  const bool masked = c.in.size() > 2 && c.in[2].defined();
-  int64_t col = 0;
-  const std::vector<int64_t> at = masked ? MaskRows(s, c.in[2].shape(), col) : std::vector<int64_t>();
-  const uint8_t* cond = masked ? static_cast<const uint8_t*>(c.in[2].raw()) : nullptr;
+  const RowMask mask(c, 2, s);
   for (int64_t r = 0; r < rows; ++r) {
     const float *dyr = dy + r * n, *yr = y + r * n;
     float* dxr = dx + r * n;
     const float dot = SumOf(n, [&](int64_t j) { return dyr[j] * yr[j]; });
     for (int64_t j = 0; j < n; ++j) dxr[j] = yr[j] * (dyr[j] - dot);
-    if (masked) MaskRow(dxr, n, cond + at[static_cast<size_t>(r)], col, k.fill_if, 0.f);
+    mask.Apply(r, dxr, n, k.fill_if, 0.f);
     if (k.divide) {
       for (int64_t j = 0; j < n; ++j) dxr[j] /= k.scale;
     } else {
