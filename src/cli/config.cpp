@@ -293,9 +293,30 @@ Status ReadPair(const Section& s, const std::string& key, double* intra, double*
   return p.Check("inter", *inter > 0, what);
 }
 
+// cluster.busy_speedup: a number >= 1 per busy-rank count 1..devices_per_node, not increasing,
+// ending at 1 (all busy is what `flops` measured); [] for a device per rank.
+Status ReadBusySpeedup(const Val& v, ClusterConfig* c) {
+  const std::string what = "a list of devices_per_node numbers >= 1, one per count of busy ranks, not increasing, "
+                           "the last 1 (flowrun env writes it), or [] for a device per rank";
+  ASSIGN_OR_RETURN(std::vector<Val> items, v.Items());
+  c->busy_speedup.clear();
+  if (items.empty()) return Status::Ok();  // []: a device per rank
+  if (c->devices_per_node < 1 || items.size() != static_cast<size_t>(c->devices_per_node)) {
+    return v.Expected(what + (c->devices_per_node < 1 ? std::string("; it needs cluster.devices_per_node")
+                                                      : ": cluster.devices_per_node is " + std::to_string(c->devices_per_node)));
+  }
+  for (const Val& item : items) {
+    ASSIGN_OR_RETURN(double x, item.Number());
+    if (x < 1 || (!c->busy_speedup.empty() && x > c->busy_speedup.back())) return item.Expected(what);
+    c->busy_speedup.push_back(x);
+  }
+  if (c->busy_speedup.back() != 1) return items.back().Expected(what);
+  return Status::Ok();
+}
+
 Status ReadCluster(const Val& v, ClusterConfig* c) {
   ASSIGN_OR_RETURN(Section s, Section::Open(v, {"nodes", "devices_per_node", "memory_gib", "flops", "bandwidth",
-                                                "latency", "p2p_latency", "op_overhead", "cores", "measured"}));
+                                                "latency", "p2p_latency", "op_overhead", "busy_speedup", "measured"}));
   c->given = true;
   RETURN_IF_ERROR(s.Read("nodes", &c->nodes, Need::kOptional));
   RETURN_IF_ERROR(s.Check("nodes", c->nodes >= 1, "an integer >= 1"));
@@ -311,8 +332,7 @@ Status ReadCluster(const Val& v, ClusterConfig* c) {
   RETURN_IF_ERROR(s.Check("p2p_latency", c->p2p_latency >= 0, "seconds per message >= 0 (0 = latency.intra)"));
   RETURN_IF_ERROR(s.Read("op_overhead", &c->op_overhead, Need::kOptional));
   RETURN_IF_ERROR(s.Check("op_overhead", c->op_overhead >= 0, "seconds per op >= 0"));
-  RETURN_IF_ERROR(s.Read("cores", &c->cores, Need::kOptional));
-  RETURN_IF_ERROR(s.Check("cores", c->cores >= 0, "CPU cores per node >= 0 (0: a device per rank)"));
+  if (const Val* v = s.Find("busy_speedup")) RETURN_IF_ERROR(ReadBusySpeedup(*v, c));
   return s.Read("measured", &c->measured, Need::kOptional);
 }
 
@@ -460,7 +480,11 @@ std::string ConfigToYaml(const Config& c) {
     line("  latency: {intra: " + Exact(k.latency_intra) + ", inter: " + Exact(k.latency_inter) + "}");
     line("  p2p_latency: " + Exact(k.p2p_latency));
     line("  op_overhead: " + Exact(k.op_overhead));
-    if (k.cores > 0) line("  cores: " + std::to_string(k.cores));
+    if (!k.busy_speedup.empty()) {
+      std::string list;
+      for (double x : k.busy_speedup) list += (list.empty() ? "" : ", ") + Exact(x);
+      line("  busy_speedup: [" + list + "]");
+    }
     if (!k.measured.empty()) line("  measured: " + Quote(k.measured));
   }
   line("log:");

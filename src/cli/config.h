@@ -101,10 +101,11 @@ struct ClusterConfig {
   double latency_intra = 5e-6, latency_inter = 5e-6;    // seconds per collective or message
   double p2p_latency = 0;             // seconds per point-to-point message within a node; 0 = latency.intra
   double op_overhead = 0;             // seconds per op run on a rank, besides its kernel
-  // CPU ranks: the cores a node's ranks share (0: each rank has its own device). When a node runs
-  // more ranks than cores, `flops` (measured with every rank busy) is a share of a core, and a
-  // rank computing while the node's others wait gets more.
-  int64_t cores = 0;
+  // Ranks that share a node's cores (CPU ranks, more than cores): `flops` was measured with every
+  // rank busy, and a rank computing while others wait gets more. Element b-1 is how much faster
+  // each of b busy ranks computes than when all devices_per_node are (the last is 1); `flowrun env`
+  // measures it. Empty: a device per rank, no sharing.
+  std::vector<double> busy_speedup;
   std::string measured;               // free text: how the figures were obtained
 };
 

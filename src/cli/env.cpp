@@ -40,6 +40,8 @@ constexpr int kGemmsPerBlock = 4;
 constexpr int kLatencyReps = 200;
 constexpr int kBandwidthReps = 10;
 constexpr int kRuntimeReps = 100;
+constexpr int kIdleReps = 40;
+constexpr int kBusyGemms = 8;  // per block: several scheduler time slices with every rank busy
 constexpr int64_t kBandwidthFloats = int64_t{1} << 20;  // 4 MiB
 
 // ---- Re-launching under mpirun -------------------------------------------------------------
@@ -253,6 +255,74 @@ double RuntimeMessageSeconds(int rank, int ranks) {
   return t.empty() ? 0 : Median(t);
 }
 
+// Seconds per n x n x n sgemm on each of ranks 0..busy-1 while the others wait as the runtime's
+// idle ranks do: the median over kGemmReps blocks of kBusyGemms each, a block lasting from the
+// first rank's start to the last busy rank's finish (steady_clock is one clock on one machine),
+// so ranks the scheduler ran in turn count as sharing. Every block ends with all ranks waiting
+// as the runtime does.
+double BusyGemmSeconds(int n, int rank, int busy, int ranks) {
+  const size_t nn = static_cast<size_t>(n) * static_cast<size_t>(n);
+  std::vector<float> a(nn, 0.01f), b(nn, -0.02f), c(nn);
+  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  std::vector<double> t;
+  for (int r = -1; r < kGemmReps; ++r) {  // one warm-up block
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now();
+    for (int i = 0; i < kBusyGemms && rank < busy; ++i)
+      dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    const double t1 = rank < busy ? now() : t0;
+    MPI_Request req;
+    MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    WaitAsRuntime(req, ranks);
+    const double first = AllReduce(t0, MPI_MIN), last = AllReduce(t1, MPI_MAX);
+    if (r >= 0) t.push_back((last - first) / kBusyGemms);
+  }
+  return Median(t);
+}
+
+// cluster.busy_speedup: for b = 1..ranks, how much faster each of b busy ranks computes than when
+// all are busy (the slowest busy rank's median), made not increasing and at least 1, since noise
+// must not tell the cost model that fewer busy ranks compute slower.
+std::vector<double> BusySpeedup(int n, int rank, int ranks) {
+  std::vector<double> seconds(static_cast<size_t>(ranks));
+  for (int b = 1; b <= ranks; ++b) seconds[static_cast<size_t>(b - 1)] = BusyGemmSeconds(n, rank, b, ranks);
+  std::vector<double> s(static_cast<size_t>(ranks), 1.0);
+  for (int b = ranks - 1; b >= 1; --b) {
+    const double x = seconds.back() / seconds[static_cast<size_t>(b - 1)];
+    s[static_cast<size_t>(b - 1)] = std::max(s[static_cast<size_t>(b)], x);
+  }
+  return s;
+}
+
+// A point-to-point message to a rank that has waited a while, as a pipeline stage waits for the
+// one before it: ranks pair up (0-1, 2-3, ...); the even rank computes for about a millisecond
+// and sends its clock, the odd one waits with the runtime's back-off and takes the difference
+// (one machine: steady_clock is the same for every process). The odd rank's median.
+double IdleMessageSeconds(int rank, int ranks) {
+  const int peer = rank % 2 == 0 ? rank + 1 : rank - 1;
+  constexpr int n = 192;  // about 14 MFLOP: a millisecond or less of work
+  std::vector<float> a(static_cast<size_t>(n * n), 0.01f), b(a.size(), -0.02f), c(a.size());
+  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  std::vector<double> t;
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int r = -3; r < kIdleReps && peer < ranks; ++r) {
+    double stamp = 0;
+    MPI_Request req;
+    if (rank % 2 == 0) {
+      for (int i = 0; i < 4; ++i) dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      stamp = now();
+      MPI_Isend(&stamp, 1, MPI_DOUBLE, peer, 9, MPI_COMM_WORLD, &req);
+      WaitAsRuntime(req, ranks);
+    } else {
+      MPI_Irecv(&stamp, 1, MPI_DOUBLE, peer, 9, MPI_COMM_WORLD, &req);
+      WaitAsRuntime(req, ranks);
+      if (r >= 0) t.push_back(now() - stamp);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  return t.empty() ? 0 : Median(t);
+}
+
 // What the runtime spends to run one op besides its kernel: a message to another stream thread
 // and its wake-up (actor/stream.cpp: a queue under a mutex and a condition variable), measured as
 // half a ping-pong between two threads, while every rank does the same.
@@ -300,6 +370,9 @@ struct Figures {
   double latency = 0;        // s, blocking MPI_Allreduce
   double runtime_latency = 0;  // s, as the runtime waits for a collective
   double runtime_message = 0;  // s, as the runtime waits for a point-to-point message
+  double idle_message = 0;     // s, the same to a rank that has waited a while
+  int busy_n = 0;              // the GEMM size busy_speedup was measured at
+  std::vector<double> busy_speedup;
   double dispatch = 0;       // s per op, the runtime's hand-off between threads
   double allreduce_s = 0;    // the 4 MiB all-reduce
   double wire_bytes = 0;     // what boxing::Price charges each rank for it
@@ -309,18 +382,21 @@ struct Figures {
 
 Result<Figures> Measure(int ranks) {
   Figures f;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   for (size_t i = 0; i < std::size(kGemmSizes); ++i) {
     const int n = kGemmSizes[i];
     ASSIGN_OR_RETURN(double s, GemmSeconds(n));
     f.gemm_flops[i] = 2.0 * n * n * n / AllReduce(s, MPI_MAX);
+    if (f.gemm_flops[i] > f.flops) f.busy_n = n;
     f.flops = std::max(f.flops, f.gemm_flops[i]);
   }
+  f.busy_speedup = BusySpeedup(f.busy_n, rank, ranks);
   f.latency = AllReduce(LatencySeconds(), MPI_MAX);
   f.runtime_latency = AllReduce(RuntimeLatencySeconds(ranks), MPI_MAX);
   f.dispatch = AllReduce(DispatchSeconds(), MPI_MAX);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   f.runtime_message = AllReduce(RuntimeMessageSeconds(rank, ranks), MPI_MAX);
+  f.idle_message = AllReduce(IdleMessageSeconds(rank, ranks), MPI_MAX);
   f.allreduce_s = AllReduce(AllReduceSeconds(), MPI_MAX);
   const sbp::Placement all = sbp::Placement::Range(DeviceType::kCpu, 0, ranks);
   boxing::Estimate e = boxing::Price(boxing::Request{Shape{kBandwidthFloats}, DType::kF32, all,
@@ -370,9 +446,15 @@ std::string Section(const Host& h, const Figures& f, int ranks, int threads) {
   line("  bandwidth: {intra: " + Num(f.bandwidth) + ", inter: " + Num(f.bandwidth) + "}", "bytes/s per rank");
   line("  latency: {intra: " + Num(f.runtime_latency) + ", inter: " + Num(f.runtime_latency) + "}",
        "seconds per collective, as the runtime waits for one");
-  line("  p2p_latency: " + Num(f.runtime_message), "seconds per point-to-point message, as the runtime waits");
+  line("  p2p_latency: " + Num(f.idle_message), "seconds per point-to-point message to a waiting rank");
   line("  op_overhead: " + Num(f.dispatch), "seconds per op run, besides its kernel");
-  line("  cores: " + std::to_string(h.cores), "CPU cores the node's ranks share");
+  std::string speedup;
+  for (double x : f.busy_speedup) {
+    char b[16];
+    std::snprintf(b, sizeof b, "%.2f", x);
+    speedup += (speedup.empty() ? "" : ", ") + std::string(b);
+  }
+  line("  busy_speedup: [" + speedup + "]", "per-rank GEMM speed, 1.." + std::to_string(ranks) + " ranks busy");
   line("  measured: " + Quoted("flowrun env: " + std::to_string(ranks) + " ranks on " + h.name + " (" +
                               std::to_string(h.cores) + " cores, " + h.cpu + "), " + h.date),
        "");
@@ -392,8 +474,15 @@ void Summary(const Host& h, const Figures& f, int ranks, int threads) {
   std::snprintf(b, sizeof b, "[env] all-reduce of 8 B: %.2f us blocking, %.2f us as the runtime waits (slowest rank's median)\n",
                 f.latency * 1e6, f.runtime_latency * 1e6);
   std::cerr << b;
-  std::snprintf(b, sizeof b, "[env] point-to-point message as the runtime waits: %.2f us\n", f.runtime_message * 1e6);
+  std::snprintf(b, sizeof b, "[env] point-to-point message as the runtime waits: %.2f us ping-pong, %.2f us to a rank that waited\n",
+                f.runtime_message * 1e6, f.idle_message * 1e6);
   std::cerr << b;
+  std::cerr << "[env] " << f.busy_n << "^3 GEMM speed per busy rank against all " << ranks << " busy, 1.." << ranks << " busy:";
+  for (double x : f.busy_speedup) {
+    std::snprintf(b, sizeof b, " %.2f", x);
+    std::cerr << b;
+  }
+  std::cerr << "\n";
   std::snprintf(b, sizeof b, "[env] op dispatch between threads: %.2f us\n", f.dispatch * 1e6);
   std::cerr << b;
   std::snprintf(b, sizeof b,

@@ -112,7 +112,7 @@ Result<sbp::AssignOptions> Layout(const Config& cfg, const ir::TrainingGraph& tg
   o.cluster.latency_inter = cl.latency_inter;
   o.cluster.devices_per_node = static_cast<int>(cl.devices_per_node);
   o.cluster.op_overhead = cl.op_overhead;
-  o.cluster.cores = static_cast<int>(cl.cores);
+  o.cluster.busy_speedup = cl.busy_speedup;
   o.cluster.p2p_latency = cl.p2p_latency;
   o.cluster.memory = cl.memory_gib * static_cast<double>(1LL << 30);
   o.micro_batches = cfg.accumulation();

@@ -71,7 +71,7 @@ struct Cluster {
   int devices_per_node = 0;     // global rank r sits on node r / devices_per_node; 0 = one node
   double p2p_latency = 0;       // seconds per point-to-point message within a node; 0 = latency
   double op_overhead = 0;       // seconds per op run (and per boxing message), besides its kernel
-  int cores = 0;                // CPU cores a node's ranks share; 0: a device per rank (sbp/step.h)
+  std::vector<double> busy_speedup;  // [b-1]: per-rank compute speed with b of a node's ranks busy (sbp/step.h)
   double memory = 16.0 * (1 << 30);  // bytes per device
 };
 

@@ -13,11 +13,11 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
   std::vector<double> speedup(static_cast<size_t>(S), 1.0);
   const Cluster& cl = o.cluster;
   const int per_node = cl.devices_per_node > 0 ? cl.devices_per_node : ranks;
-  if (S > 1 && cl.cores > 0 && cl.cores < per_node) {
-    auto share = [&](int busy) { return std::min(1.0, static_cast<double>(cl.cores) / busy); };
+  if (S > 1 && !cl.busy_speedup.empty()) {
     for (int s = 0; s < S; ++s) {
-      const int busy = std::min(o.stages[static_cast<size_t>(s)].size(), per_node);
-      speedup[static_cast<size_t>(s)] = share(busy) / share(per_node);
+      const int busy = std::clamp(std::min(o.stages[static_cast<size_t>(s)].size(), per_node), 1,
+                                  static_cast<int>(cl.busy_speedup.size()));
+      speedup[static_cast<size_t>(s)] = cl.busy_speedup[static_cast<size_t>(busy - 1)];
     }
   }
   for (size_t n = 0; n < g.nodes.size(); ++n) {

@@ -15,10 +15,10 @@
 //     gathers, tensor-parallel slices) pay their bytes and the latency of one, per stage;
 //   - the step's gradient reductions (all-reduces in buckets, ZeRO's reduce-scatters) start as
 //     their accumulators finish and complete together: the same.
-// On CPU ranks that share a node's cores (Cluster::cores), `flops` was measured with every rank
-// busy; a stage computing while the others wait gets their cores, so its compute in W runs
-// min(1, cores / its ranks) / min(1, cores / ranks per node) times faster (once-a-step work runs
-// with every rank busy).
+// On CPU ranks that share a node's cores, `flops` was measured with every rank busy; a stage
+// computing while the others wait gets more of the cores, so its compute in W runs
+// Cluster::busy_speedup[its ranks on the node - 1] times faster, as `flowrun env` measured it
+// (once-a-step work runs with every rank busy).
 #pragma once
 
 #include <vector>

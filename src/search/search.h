@@ -20,9 +20,9 @@
 // waits for the later stages: micro-batches pass through the stages in turn, and pipelines pay
 // off only in memory until the runtime schedules 1F1B. Measured, this ranks candidates far better
 // than the GPipe formula (M + pp - 1) x max W + max U (README, Searching for a strategy). On CPU
-// ranks that share a node's cores (cluster.cores), a stage computing while the others wait gets
-// their cores: its compute in W runs min(1, cores / its ranks) / min(1, cores / ranks per node)
-// times faster (once-a-step work runs with every rank busy). Parameters are ready when the step
+// ranks that share a node's cores, a stage computing while the others wait gets
+// their cores: its compute in W runs cluster.busy_speedup[its ranks on the node - 1] times faster
+// (once-a-step work runs with every rank busy). Parameters are ready when the step
 // starts, so their movements to their readers (ZeRO's gathers) are in flight together and pay
 // one latency per stage, not one each. With one stage and no parameter movement, the step is
 // the assignment's own total, the figure `flowrun plan` prints.

@@ -57,7 +57,11 @@ TEST(Env, WritesClusterSection_1n2d) {
   EXPECT_GT(c.latency_intra, 0) << section;
   EXPECT_LT(c.latency_intra, 1) << section;
   EXPECT_EQ(c.latency_inter, c.latency_intra);
-  EXPECT_EQ(c.cores, static_cast<int64_t>(::sysconf(_SC_NPROCESSORS_ONLN))) << section;
+  EXPECT_GT(c.p2p_latency, 0) << section;
+  // One figure per count of busy ranks, the last (all busy, what `flops` measured) 1; the config
+  // reader checks the rest (>= 1, not increasing).
+  ASSERT_EQ(c.busy_speedup.size(), 2u) << section;
+  EXPECT_EQ(c.busy_speedup[1], 1.0) << section;
   EXPECT_EQ(c.measured.rfind("flowrun env: 2 ranks on ", 0), 0u) << c.measured;
 }
 
