@@ -115,7 +115,13 @@ struct Estimate {
   double bytes_per_rank = 0;
   int collectives = 0;  // on the busiest rank
   int messages = 0;     // point-to-point sends or receives on the busiest rank
+  // Latency rounds of those collectives on the busiest rank: one over p ranks takes ceil(log2 p),
+  // as tree and recursive-doubling algorithms do, and the cost model charges a latency per round.
+  int rounds = 0;
 };
+
+// Latency rounds of one collective over p ranks: ceil(log2 p) (Estimate::rounds).
+int CollectiveRounds(int p);
 Estimate Price(const Request& r);
 
 // The lowering fuses the per-step all-reduces of gradient accumulators into buckets of at most

@@ -119,7 +119,7 @@ std::vector<int> Builder::Collective(const CollectiveSpec& spec, const std::vect
     FR_CHECK(buffer(ins[k]).rank == group[k], "input on its member's rank");
     int out = NewBuffer(group[k], outs[k]);
     out_ids.push_back(out);
-    traffic_.Member(group[k], per_rank);
+    traffic_.Member(group[k], per_rank, static_cast<int>(group.size()));
     Add(Task{.op = spec.op, .rank = group[k], .in = {ins[k]}, .out = out, .reduce = spec.reduce,
              .group = group, .concat_axis = spec.concat_axis, .split_axis = spec.split_axis, .collective = id});
   }
@@ -139,10 +139,17 @@ void Traffic::Message(int from, int to, double bytes) {
   recvs[to] += 1;
 }
 
-void Traffic::Member(int rank, double bytes) {
+void Traffic::Member(int rank, double bytes, int group_size) {
   sent[rank] += bytes;
   received[rank] += bytes;
   collectives[rank] += 1;
+  rounds[rank] += CollectiveRounds(group_size);
+}
+
+int CollectiveRounds(int p) {
+  int r = 0;
+  while ((1 << r) < p) ++r;
+  return r;
 }
 
 double Traffic::bytes_max() const {
@@ -155,6 +162,12 @@ double Traffic::bytes_max() const {
 int Traffic::collectives_max() const {
   int m = 0;
   for (const auto& [rank, n] : collectives) m = std::max(m, n);
+  return m;
+}
+
+int Traffic::rounds_max() const {
+  int m = 0;
+  for (const auto& [rank, n] : rounds) m = std::max(m, n);
   return m;
 }
 

@@ -35,11 +35,12 @@ double CollectiveBytes(Op op, double p, double size);
 // receives; the plan's figures are the busiest rank's. Sums follow the order of the calls.
 struct Traffic {
   std::map<int, double> sent, received;
-  std::map<int, int> collectives, sends, recvs;
+  std::map<int, int> collectives, rounds, sends, recvs;
   void Message(int from, int to, double bytes);
-  void Member(int rank, double bytes);  // one collective's member
+  void Member(int rank, double bytes, int group_size);  // one collective's member
   double bytes_max() const;
   int collectives_max() const;
+  int rounds_max() const;
   int messages_max() const;
 };
 

@@ -109,7 +109,7 @@ std::vector<int> Build(Builder& b, NdSbp cur, const std::vector<int>& order, con
 // the Builder sums them. nullopt when some pieces are uneven.
 struct Count {
   double bytes = 0;
-  int collectives = 0;
+  int collectives = 0, rounds = 0;
 };
 std::optional<Count> EvenCount(const Request& r, NdSbp cur, const std::vector<int>& order, const std::vector<Step>& steps) {
   const sbp::Placement& pl = r.src_place;
@@ -129,6 +129,7 @@ std::optional<Count> EvenCount(const Request& r, NdSbp cur, const std::vector<in
     if (std::optional<Op> op = CollectiveOf(steps[s])) {
       n.bytes += CollectiveBytes(*op, static_cast<double>(pl.hierarchy()[a]), size);
       n.collectives += 1;
+      n.rounds += CollectiveRounds(static_cast<int>(pl.hierarchy()[a]));
     }
     cur[a] = r.dst[a];
   }
@@ -214,7 +215,7 @@ std::optional<Estimate> PriceOnePlacement(const Request& r) {
   if (!route) return CountScatter(r);
   std::optional<Count> n = EvenCount(r, route->start, route->order, route->steps);
   if (!n) return std::nullopt;
-  return Estimate{StepNames(r.src_place, route->order, route->steps), n->bytes, n->collectives, 0};
+  return Estimate{StepNames(r.src_place, route->order, route->steps), n->bytes, n->collectives, 0, n->rounds};
 }
 
 }  // namespace fr::boxing

@@ -48,7 +48,8 @@ Estimate Price(const Request& r) {
   for (StrategyFn strategy : kChain) {
     Builder b(r, /*dry=*/true);
     if (std::optional<Built> got = strategy(b))
-      return Estimate{std::move(got->strategy), b.traffic().bytes_max(), b.traffic().collectives_max(), b.traffic().messages_max()};
+      return Estimate{std::move(got->strategy), b.traffic().bytes_max(), b.traffic().collectives_max(), b.traffic().messages_max(),
+                      b.traffic().rounds_max()};
   }
   Fatal(__FILE__, __LINE__, "boxing:", "the fallback declined");
 }

@@ -98,7 +98,7 @@ struct ClusterConfig {
   double memory_gib = 16;             // per device
   double flops = 5e10;                // per device (rank), dense f32 GEMM FLOP/s
   double bandwidth_intra = 4e9, bandwidth_inter = 4e9;  // bytes/s per rank
-  double latency_intra = 5e-6, latency_inter = 5e-6;    // seconds per collective or message
+  double latency_intra = 5e-6, latency_inter = 5e-6;    // seconds per collective round (ceil(log2 p) for p ranks)
   double p2p_latency = 0;             // seconds per point-to-point message within a node; 0 = latency.intra
   double op_overhead = 0;             // seconds per op run on a rank, besides its kernel
   // Ranks that share a node's cores (CPU ranks, more than cores): `flops` was measured with every

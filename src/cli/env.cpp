@@ -41,6 +41,8 @@ constexpr int kLatencyReps = 200;
 constexpr int kBandwidthReps = 10;
 constexpr int kRuntimeReps = 100;
 constexpr int kIdleReps = 40;
+constexpr size_t kIdleMessageBytes = 64 << 10;
+constexpr int kBusyReps = 25;  // blocks: this VM's speed drifts
 constexpr int kBusyGemms = 8;  // per block: several scheduler time slices with every rank busy
 constexpr int64_t kBandwidthFloats = int64_t{1} << 20;  // 4 MiB
 
@@ -256,7 +258,7 @@ double RuntimeMessageSeconds(int rank, int ranks) {
 }
 
 // Seconds per n x n x n sgemm on each of ranks 0..busy-1 while the others wait as the runtime's
-// idle ranks do: the median over kGemmReps blocks of kBusyGemms each, a block lasting from the
+// idle ranks do: the median over kBusyReps blocks of kBusyGemms each, a block lasting from the
 // first rank's start to the last busy rank's finish (steady_clock is one clock on one machine),
 // so ranks the scheduler ran in turn count as sharing. Every block ends with all ranks waiting
 // as the runtime does.
@@ -265,7 +267,7 @@ double BusyGemmSeconds(int n, int rank, int busy, int ranks) {
   std::vector<float> a(nn, 0.01f), b(nn, -0.02f), c(nn);
   auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
   std::vector<double> t;
-  for (int r = -1; r < kGemmReps; ++r) {  // one warm-up block
+  for (int r = -1; r < kBusyReps; ++r) {  // one warm-up block
     MPI_Barrier(MPI_COMM_WORLD);
     const double t0 = now();
     for (int i = 0; i < kBusyGemms && rank < busy; ++i)
@@ -294,27 +296,31 @@ std::vector<double> BusySpeedup(int n, int rank, int ranks) {
   return s;
 }
 
-// A point-to-point message to a rank that has waited a while, as a pipeline stage waits for the
-// one before it: ranks pair up (0-1, 2-3, ...); the even rank computes for about a millisecond
-// and sends its clock, the odd one waits with the runtime's back-off and takes the difference
-// (one machine: steady_clock is the same for every process). The odd rank's median.
+// A point-to-point message of kIdleMessageBytes (an activation's size: past MPI's eager limit, so
+// the rendezvous needs both ranks to poll) to a rank that has waited a while, as a pipeline stage
+// waits for the one before it: ranks pair up (0-1, 2-3, ...); the even rank computes for about a
+// millisecond and sends its clock first in the message, the odd one waits with the runtime's
+// back-off and takes the difference (one machine: steady_clock is the same for every process).
+// The odd rank's median.
 double IdleMessageSeconds(int rank, int ranks) {
   const int peer = rank % 2 == 0 ? rank + 1 : rank - 1;
   constexpr int n = 192;  // about 14 MFLOP: a millisecond or less of work
   std::vector<float> a(static_cast<size_t>(n * n), 0.01f), b(a.size(), -0.02f), c(a.size());
   auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
-  std::vector<double> t;
+  std::vector<double> t, message(kIdleMessageBytes / sizeof(double));
   MPI_Barrier(MPI_COMM_WORLD);
-  for (int r = -3; r < kIdleReps && peer < ranks; ++r) {
-    double stamp = 0;
+  for (int r = -3; r < kIdleReps; ++r) {  // every rank, for the barrier; an odd one out waits there
+    double& stamp = message[0];
+    const int count = static_cast<int>(message.size());
     MPI_Request req;
-    if (rank % 2 == 0) {
+    if (peer >= ranks) {
+    } else if (rank % 2 == 0) {
       for (int i = 0; i < 4; ++i) dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
       stamp = now();
-      MPI_Isend(&stamp, 1, MPI_DOUBLE, peer, 9, MPI_COMM_WORLD, &req);
+      MPI_Isend(message.data(), count, MPI_DOUBLE, peer, 9, MPI_COMM_WORLD, &req);
       WaitAsRuntime(req, ranks);
     } else {
-      MPI_Irecv(&stamp, 1, MPI_DOUBLE, peer, 9, MPI_COMM_WORLD, &req);
+      MPI_Irecv(message.data(), count, MPI_DOUBLE, peer, 9, MPI_COMM_WORLD, &req);
       WaitAsRuntime(req, ranks);
       if (r >= 0) t.push_back(now() - stamp);
     }
@@ -370,7 +376,8 @@ struct Figures {
   double latency = 0;        // s, blocking MPI_Allreduce
   double runtime_latency = 0;  // s, as the runtime waits for a collective
   double runtime_message = 0;  // s, as the runtime waits for a point-to-point message
-  double idle_message = 0;     // s, the same to a rank that has waited a while
+  double idle_message = 0;     // s, a 64 KiB one to a rank that has waited a while
+  double p2p_latency = 0;      // s, idle_message less its bytes at `bandwidth`
   int busy_n = 0;              // the GEMM size busy_speedup was measured at
   std::vector<double> busy_speedup;
   double dispatch = 0;       // s per op, the runtime's hand-off between threads
@@ -409,6 +416,8 @@ Result<Figures> Measure(int ranks) {
   f.collectives = std::max(1, e.collectives);
   double moving = f.allreduce_s - f.collectives * f.latency;
   f.bandwidth = f.wire_bytes / (moving > 0 ? moving : f.allreduce_s);
+  // p2p_latency: what the message took beyond its bytes at that bandwidth.
+  f.p2p_latency = std::max(0.1 * f.idle_message, f.idle_message - kIdleMessageBytes / f.bandwidth);
   return f;
 }
 
@@ -444,9 +453,10 @@ std::string Section(const Host& h, const Figures& f, int ranks, int threads) {
   line("  flops: " + Num(f.flops), "dense f32 GEMM FLOP/s per rank, all ranks at once");
   line("  # One machine: inter = intra (no second node to measure).", "");
   line("  bandwidth: {intra: " + Num(f.bandwidth) + ", inter: " + Num(f.bandwidth) + "}", "bytes/s per rank");
-  line("  latency: {intra: " + Num(f.runtime_latency) + ", inter: " + Num(f.runtime_latency) + "}",
-       "seconds per collective, as the runtime waits for one");
-  line("  p2p_latency: " + Num(f.idle_message), "seconds per point-to-point message to a waiting rank");
+  const double round = f.runtime_latency / boxing::CollectiveRounds(ranks);
+  line("  latency: {intra: " + Num(round) + ", inter: " + Num(round) + "}",
+       "seconds per collective round (log2 of its ranks), as the runtime waits");
+  line("  p2p_latency: " + Num(f.p2p_latency), "seconds per point-to-point message to a waiting rank");
   line("  op_overhead: " + Num(f.dispatch), "seconds per op run, besides its kernel");
   std::string speedup;
   for (double x : f.busy_speedup) {
@@ -474,7 +484,7 @@ void Summary(const Host& h, const Figures& f, int ranks, int threads) {
   std::snprintf(b, sizeof b, "[env] all-reduce of 8 B: %.2f us blocking, %.2f us as the runtime waits (slowest rank's median)\n",
                 f.latency * 1e6, f.runtime_latency * 1e6);
   std::cerr << b;
-  std::snprintf(b, sizeof b, "[env] point-to-point message as the runtime waits: %.2f us ping-pong, %.2f us to a rank that waited\n",
+  std::snprintf(b, sizeof b, "[env] point-to-point message as the runtime waits: %.2f us ping-pong (8 B), %.2f us for 64 KiB to a rank that waited\n",
                 f.runtime_message * 1e6, f.idle_message * 1e6);
   std::cerr << b;
   std::cerr << "[env] " << f.busy_n << "^3 GEMM speed per busy rank against all " << ranks << " busy, 1.." << ranks << " busy:";

@@ -402,9 +402,9 @@ class Assigner {
   }
 
   // One movement's seconds (rate 1), and the part of them that is latency and per-task overhead:
-  // collectives pay the collective latency, point-to-point messages (send-recv, the fallback) a
-  // message's (within a node), each also the runtime's overhead per task; local plans (slice,
-  // zero-fill, assemble) pay nothing.
+  // collectives pay a latency per round (ceil(log2 p) for p ranks, boxing::Estimate::rounds),
+  // point-to-point messages (send-recv, the fallback) a message's (within a node), each also the
+  // runtime's overhead per task; local plans (slice, zero-fill, assemble) pay nothing.
   struct Price {
     double seconds = 0, latency = 0;
     bool bucketed = false;
@@ -415,7 +415,7 @@ class Assigner {
     const bool inter = CrossesNodes(a_.value_stage[static_cast<size_t>(v)], dst, e.strategy);
     const double latency = inter ? o_.cluster.latency_inter : o_.cluster.latency;
     const double message = inter || o_.cluster.p2p_latency <= 0 ? latency : o_.cluster.p2p_latency;
-    double wait = e.collectives * (latency + o_.cluster.op_overhead) + e.messages * (message + o_.cluster.op_overhead);
+    double wait = e.rounds * latency + e.collectives * o_.cluster.op_overhead + e.messages * (message + o_.cluster.op_overhead);
     // A gradient accumulator reduced by one all-reduce rides in a bucket (boxing/lower.h): the
     // stage's gradients fill ceil(their bytes / kGradientBucketBytes) buckets of one collective
     // each, and each gradient pays its bytes' share of those.

@@ -10,7 +10,7 @@
 //            shares the work when the op's signature on that axis splits or partials anything,
 //            plus the runtime's overhead per op run (cluster.op_overhead);
 //   boxing   for every tensor and every distinct (placement, nd-SBP) its consumers want that
-//            differs from what it is: boxing::Price's bytes / bandwidth + collectives x latency.
+//            differs from what it is: boxing::Price's bytes / bandwidth + collective rounds x latency.
 // Micro-batch ops and their tensors count M times a step, per-step ones once.
 //
 // Algorithm (deterministic):
@@ -65,7 +65,7 @@ namespace fr::sbp {
 struct Cluster {
   double flops = 5e10;          // per device, FLOP/s
   double bandwidth = 4e9;       // bytes/s per rank, collectives and point-to-point, within a node
-  double latency = 5e-6;        // seconds per collective or message, within a node
+  double latency = 5e-6;        // seconds per collective round (ceil(log2 p) per collective) or message, within a node
   double bandwidth_inter = 4e9; // the same across nodes
   double latency_inter = 5e-6;
   int devices_per_node = 0;     // global rank r sits on node r / devices_per_node; 0 = one node

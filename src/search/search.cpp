@@ -66,7 +66,7 @@ CutModel ModelCuts(const ir::TrainingGraph& tg, const ClusterConfig& cl) {
       for (NodeId u : consumers[static_cast<size_t>(v)])
         if (pos[static_cast<size_t>(u)] >= 0) last = std::max(last, pos[static_cast<size_t>(u)]);
       double bytes = static_cast<double>(g.type(v).shape.numel() * static_cast<int64_t>(SizeOf(g.type(v).dtype)));
-      double t = 2 * (bytes / cl.bandwidth_intra + cl.latency_intra);
+      double t = 2 * (bytes / cl.bandwidth_intra + (cl.p2p_latency > 0 ? cl.p2p_latency : cl.latency_intra));
       for (int c = static_cast<int>(i) + 1; c <= last; ++c) m.cross[static_cast<size_t>(c)] += t;
     }
   }

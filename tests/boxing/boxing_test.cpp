@@ -264,6 +264,12 @@ TEST(Boxing, TwoDStrategies_2x2) {
   EXPECT_EQ(r.strategy, "all-reduce@1 > all-gather@0");  // resolve P first: it is then half the size
   EXPECT_EQ(r.collectives, 2);
   EXPECT_EQ(r.bytes_per_rank_max, 64 + 64);
+  // Latency rounds: one per collective over 2 ranks; the same all-reduce over all 4 takes 2.
+  EXPECT_EQ(Price(Req(k84, Mesh({2, 2}), {kS0, kP}, Mesh({2, 2}), {kB, kB})).rounds, 2);
+  EXPECT_EQ(Price(Req(k84, Mesh({4}), {kP}, Mesh({4}), {kB})).rounds, 2);
+  EXPECT_EQ(Price(Req(k84, Mesh({2}), {kP}, Mesh({2}), {kB})).rounds, 1);
+  EXPECT_EQ(Price(Req(k84, Mesh({8}), {kS0}, Mesh({8}), {kB})).rounds, 3);
+  EXPECT_EQ(CollectiveRounds(3), 2);
 }
 
 TEST(Boxing, CrossPlacement) {
@@ -333,11 +339,17 @@ TEST(Boxing, PriceAgrees) {
     int messages = 0;
     for (const auto& [rank, n] : sends) messages = std::max(messages, n);
     for (const auto& [rank, n] : recvs) messages = std::max(messages, n);
+    std::map<int, int> rounds;  // per rank, over its collectives' tasks (one task per member)
+    for (const Task& t : p->tasks)
+      if (!t.group.empty()) rounds[t.rank] += CollectiveRounds(static_cast<int>(t.group.size()));
+    int rounds_max = 0;
+    for (const auto& [rank, n] : rounds) rounds_max = std::max(rounds_max, n);
     Estimate e = Price(r);
     EXPECT_EQ(e.strategy, p->strategy) << Describe(r);
     EXPECT_EQ(std::llround(e.bytes_per_rank), p->bytes_per_rank_max) << Describe(r);
     EXPECT_EQ(e.collectives, p->collectives) << Describe(r);
     EXPECT_EQ(e.messages, messages) << Describe(r);
+    EXPECT_EQ(e.rounds, rounds_max) << Describe(r);
     strategies.insert(e.strategy.substr(0, e.strategy.find('@')));
     ++checked;
   }

@@ -65,6 +65,20 @@ TEST(Env, WritesClusterSection_1n2d) {
   EXPECT_EQ(c.measured.rfind("flowrun env: 2 ranks on ", 0), 0u) << c.measured;
 }
 
+// An odd rank count: the message figures pair ranks up, and the one left over must still take
+// part in every barrier (it once waited at one the others never reached).
+TEST(Env, OddRankCount_1n3d) {
+  const std::string out = TempPath("cluster3.yaml");
+  Output r = Flowrun({"env", "--ranks", "3", "--out", out});
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string section = Read(out);
+  fs::remove(out);
+  auto cfg = fr::ParseConfig(Read("configs/mlp_ln_gelu.yaml") + section, "env --ranks 3");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message() << "\n" << section;
+  EXPECT_EQ(cfg->cluster.devices_per_node, 3);
+  EXPECT_EQ(cfg->cluster.busy_speedup.size(), 3u) << section;
+}
+
 TEST(Env, OneRankIsRefused) {
   Output r = Flowrun({"env", "--ranks", "1"});
   EXPECT_EQ(r.code, 2) << r.out;
