@@ -257,6 +257,11 @@ double RuntimeMessageSeconds(int rank, int ranks) {
   return t.empty() ? 0 : Median(t);
 }
 
+// steady_clock in seconds: one clock for every process on a machine, so ranks can compare stamps.
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 // Seconds per n x n x n sgemm on each of ranks 0..busy-1 while the others wait as the runtime's
 // idle ranks do: the median over kBusyReps blocks of kBusyGemms each, a block lasting from the
 // first rank's start to the last busy rank's finish (steady_clock is one clock on one machine),
@@ -265,14 +270,13 @@ double RuntimeMessageSeconds(int rank, int ranks) {
 double BusyGemmSeconds(int n, int rank, int busy, int ranks) {
   const size_t nn = static_cast<size_t>(n) * static_cast<size_t>(n);
   std::vector<float> a(nn, 0.01f), b(nn, -0.02f), c(nn);
-  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
   std::vector<double> t;
   for (int r = -1; r < kBusyReps; ++r) {  // one warm-up block
     MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = now();
+    const double t0 = SteadySeconds();
     for (int i = 0; i < kBusyGemms && rank < busy; ++i)
       dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    const double t1 = rank < busy ? now() : t0;
+    const double t1 = rank < busy ? SteadySeconds() : t0;
     MPI_Request req;
     MPI_Ibarrier(MPI_COMM_WORLD, &req);
     WaitAsRuntime(req, ranks);
@@ -306,7 +310,6 @@ double IdleMessageSeconds(int rank, int ranks) {
   const int peer = rank % 2 == 0 ? rank + 1 : rank - 1;
   constexpr int n = 192;  // about 14 MFLOP: a millisecond or less of work
   std::vector<float> a(static_cast<size_t>(n * n), 0.01f), b(a.size(), -0.02f), c(a.size());
-  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
   std::vector<double> t, message(kIdleMessageBytes / sizeof(double));
   MPI_Barrier(MPI_COMM_WORLD);
   for (int r = -3; r < kIdleReps; ++r) {  // every rank, for the barrier; an odd one out waits there
@@ -316,13 +319,13 @@ double IdleMessageSeconds(int rank, int ranks) {
     if (peer >= ranks) {
     } else if (rank % 2 == 0) {
       for (int i = 0; i < 4; ++i) dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-      stamp = now();
+      stamp = SteadySeconds();
       MPI_Isend(message.data(), count, MPI_DOUBLE, peer, 9, MPI_COMM_WORLD, &req);
       WaitAsRuntime(req, ranks);
     } else {
       MPI_Irecv(message.data(), count, MPI_DOUBLE, peer, 9, MPI_COMM_WORLD, &req);
       WaitAsRuntime(req, ranks);
-      if (r >= 0) t.push_back(now() - stamp);
+      if (r >= 0) t.push_back(SteadySeconds() - stamp);
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
