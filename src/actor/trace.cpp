@@ -2,20 +2,35 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 
 namespace fr::actor {
 
 Tracer::Tracer(const ir::Plan& plan, int rank)
-    : plan_(plan), rank_(rank), start_(std::chrono::steady_clock::now()), open_(plan.tasks.size(), 0) {}
+    : plan_(plan), rank_(rank), open_(plan.tasks.size()) {}
+
+namespace {
+
+// CPU time of the calling thread: an act's CPU time below its wall time means the OS ran something
+// else on its core meanwhile (ranks sharing cores) or it waited (page faults, locks).
+double ThreadCpuMicros() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) * 1e-3;
+}
+
+}  // namespace
 
 void Tracer::Record(const ir::TaskDesc& t, int64_t act, bool begin) {
-  double now = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_).count();
+  double now = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  double cpu = ThreadCpuMicros();
   std::lock_guard<std::mutex> lock(mu_);
+  Open& o = open_[static_cast<size_t>(t.id)];
   if (begin) {
-    open_[static_cast<size_t>(t.id)] = now;
+    o = {now, cpu};
   } else {
-    events_.push_back({t.id, act, open_[static_cast<size_t>(t.id)], now});
+    events_.push_back({t.id, act, o.wall_us, now, cpu - o.cpu_us});
   }
 }
 
@@ -50,12 +65,14 @@ Status Tracer::Write(const std::string& path) const {
   for (const Event& e : events()) {
     const ir::TaskDesc& t = plan_.tasks[static_cast<size_t>(e.task)];
     int64_t step = t.kind == ir::TaskKind::kVariable ? e.act : t.per_step ? e.act : e.act / m;
-    char buf[160];
+    char buf[200];
     std::snprintf(buf, sizeof buf, "\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f", rank_, t.stream,
                   e.begin_us, e.end_us - e.begin_us);
+    char cpu[48];
+    std::snprintf(cpu, sizeof cpu, ", \"cpu_us\": %.3f", e.cpu_us);
     f << ",\n{\"name\": \"" << Escape(t.name) << "\", \"cat\": \"" << ir::Name(t.kind) << "\", " << buf
       << ", \"args\": {\"step\": " << step << ", \"micro\": " << (t.per_step || t.kind == ir::TaskKind::kVariable ? 0 : e.act % m)
-      << "}}";
+      << cpu << "}}";
   }
   f << "\n]}\n";
   if (!f) return Status::Runtime("[actor] --trace: writing '" + path + "' failed");

@@ -1,6 +1,9 @@
 // Tracer: records every act of every actor on this rank and writes them as a Chrome trace (JSON
 // "traceEvents", opened by Perfetto or chrome://tracing). Each stream is a track (compute, data,
 // comm), so the overlap of compute and communication and the pipeline schedule are visible.
+// Times are the steady clock's (CLOCK_MONOTONIC on Linux, shared by the processes of a node), so
+// the files of a node's ranks line up when opened together. Each act also carries its thread's
+// CPU time (args.cpu_us): below the act's duration, the core was taken away meanwhile.
 //
 // Thread-safety: Record may be called from any stream thread; Write after the run.
 #pragma once
@@ -25,15 +28,18 @@ class Tracer {
     int task;
     int64_t act;
     double begin_us, end_us;
+    double cpu_us;  // the recording thread's CPU time over the act (args.cpu_us in the file)
   };
   std::vector<Event> events() const;
 
  private:
   const ir::Plan& plan_;
   int rank_;
-  std::chrono::steady_clock::time_point start_;
   mutable std::mutex mu_;
-  std::vector<double> open_;    // guarded by mu_: begin time of each task's current act
+  struct Open {
+    double wall_us = 0, cpu_us = 0;
+  };
+  std::vector<Open> open_;      // guarded by mu_: when each task's current act began
   std::vector<Event> events_;   // guarded by mu_
 };
 

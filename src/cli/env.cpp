@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "actor/stream.h"
+#include "base/affinity.h"
 #include "base/report.h"
 #include "actor/world.h"
 #include "base/process.h"
@@ -507,9 +508,11 @@ void Summary(const Host& h, const Figures& f, int ranks, int threads) {
 }
 
 int Measured(const EnvArgs& a, int* argc, char*** argv) {
+  const std::string pinned = PinUnboundRank();  // as `flowrun train` runs its ranks
   auto world = actor::JoinWorld(argc, argv);
   if (!world.ok()) return Fail(world.status());
   const bool lead = world->rank == 0;
+  if (lead && !pinned.empty()) std::cerr << "[env] " << pinned << "\n";
   const int p = world->size;
   if (a.ranks_given && p != a.ranks) {
     if (lead) {

@@ -13,6 +13,7 @@
 #include "actor/runtime.h"
 #include "actor/trace.h"
 #include "actor/world.h"
+#include "base/affinity.h"
 #include "base/report.h"
 #include "cli/config.h"
 #include "cli/env.h"
@@ -63,8 +64,10 @@ int KernelThreads() {
 }
 
 int Train(const Args& a) {
+  const std::string pinned = PinUnboundRank();
   auto world = actor::JoinWorld(nullptr, nullptr);
   if (!world.ok()) return Fail(world.status());
+  if (world->rank == 0 && !pinned.empty()) std::cerr << "[train] " << pinned << "\n";
   const int kernel_threads = KernelThreads();
   if (kernel_threads > 0) omp_set_num_threads(kernel_threads);
   const bool lead = world->rank == 0;

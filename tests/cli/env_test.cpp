@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/affinity.h"
 #include "cli/config.h"
 #include "flowrun_cmd.h"
 
@@ -32,6 +33,29 @@ std::string Read(const std::string& path) {
 
 std::string TempPath(const std::string& name) {
   return (fs::temp_directory_path() / ("flowrun_env_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+// Which CPUs each local rank of an unbound job takes (flowrun train and env pin them so).
+TEST(Affinity, RankCores) {
+  using fr::RankCores;
+  using V = std::vector<int>;
+  // More ranks than cores: one each, round-robin, so neighbouring ranks land on different cores.
+  EXPECT_EQ(RankCores(0, 4, {0, 1}), V({0}));
+  EXPECT_EQ(RankCores(1, 4, {0, 1}), V({1}));
+  EXPECT_EQ(RankCores(2, 4, {0, 1}), V({0}));
+  EXPECT_EQ(RankCores(3, 4, {0, 1}), V({1}));
+  EXPECT_EQ(RankCores(4, 5, {2, 5}), V({2}));
+  // At least as many cores: a run each, the remainder spread, every core used once.
+  EXPECT_EQ(RankCores(0, 2, {0, 1, 2, 3}), V({0, 1}));
+  EXPECT_EQ(RankCores(1, 2, {0, 1, 2, 3}), V({2, 3}));
+  V all;
+  for (int r = 0; r < 3; ++r)
+    for (int c : RankCores(r, 3, {4, 5, 6, 7})) all.push_back(c);
+  EXPECT_EQ(all, V({4, 5, 6, 7}));
+  EXPECT_EQ(RankCores(1, 3, {4, 5, 6, 7}).size(), 1u);
+  // Nothing sensible to do.
+  EXPECT_TRUE(RankCores(0, 2, {}).empty());
+  EXPECT_TRUE(RankCores(2, 2, {0, 1}).empty());
 }
 
 TEST(Env, WritesClusterSection_1n2d) {
