@@ -14,7 +14,10 @@
 //   - parameters are ready when the step starts, so their movements to their readers (ZeRO's
 //     gathers, tensor-parallel slices) pay their bytes and the latency of one, per stage;
 //   - the step's gradient reductions (all-reduces in buckets, ZeRO's reduce-scatters) start as
-//     their accumulators finish and complete together: the same.
+//     their accumulators finish and complete together: the same;
+//   - a micro-batch's gradients moving into their accumulators (all-reduced over one mesh axis
+//     per micro-batch) start as their backward ops finish, and only the accumulators wait for
+//     them: the same, per micro-batch.
 // On CPU ranks that share a node's cores, `flops` was measured with every rank busy; a stage
 // computing while the others wait gets more of the cores, so its compute in W runs
 // Cluster::busy_speedup[its ranks on the node - 1] times faster, as `flowrun env` measured it

@@ -305,6 +305,31 @@ TEST(Plan, Hybrid_2x2) {
   }
 }
 
+// gpt_mini on a 2x2 mesh with only the batch hinted on axis 0: the assignment splits the batch on
+// both axes, and each weight's gradient is all-reduced over axis 0 every micro-batch on its way to
+// its accumulator (then over axis 1 in the step's bucket). The runtime starts each such
+// all-reduce when its backward op finishes and only the accumulator waits for it, so the step
+// model counts them in flight together: their latencies, one after another, would be more than
+// all the predicted communication.
+TEST(Plan, GradientsIntoAccumulatorsOverlap_2x2) {
+  auto c = Build("configs/gpt.yaml", 4,
+                 {"parallel.mesh=[2, 2]", "parallel.sbp={idx: [\"S(0)\", B]}", "train.micro_batch=16"});
+  ASSERT_BUILT(c);
+  const Plan& p = c->plan;
+  int into_accumulators = 0;
+  for (const BoxingEdge& e : p.edges) {
+    if (e.per_step || e.strategy != "all-reduce@0" || e.consumers.size() != 1) continue;
+    if (e.consumers[0].size() > 9 && e.consumers[0].substr(e.consumers[0].size() - 9) == "/grad_acc") ++into_accumulators;
+  }
+  ASSERT_GE(into_accumulators, 10) << "the plan no longer reduces gradients per micro-batch; pick another case";
+  auto cfg = fr::LoadConfig("configs/gpt.yaml", {});
+  ASSERT_TRUE(cfg.ok());
+  const double latency = cfg->cluster.latency_intra;  // one round for a pair
+  EXPECT_LT(p.predicted.comm_s, into_accumulators * latency / 2)
+      << into_accumulators << " all-reduces into accumulators, " << latency << " s latency each";
+  EXPECT_GT(p.predicted.comm_s, latency);  // the last one's latency is still paid
+}
+
 // ---------------------------------------------------------------------------------------------
 // Two pipeline stages of one rank each.
 
