@@ -45,6 +45,7 @@ constexpr int kIdleReps = 40;
 constexpr size_t kIdleMessageBytes = 64 << 10;
 constexpr int kBusyReps = 25;  // blocks: this VM's speed drifts
 constexpr int kBusyGemms = 8;  // per block: several scheduler time slices with every rank busy
+constexpr int kBurstN = 128, kBurstGemms = 4;  // a burst before a collective: 0.1-0.5 ms
 constexpr int64_t kBandwidthFloats = int64_t{1} << 20;  // 4 MiB
 
 // ---- Re-launching under mpirun -------------------------------------------------------------
@@ -205,29 +206,12 @@ void WaitAsRuntime(MPI_Request& req, int ranks) {
   auto wait = actor::Stream::kPollMin;
   for (int done = 0;;) {
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) MPI_Test(&req, &done, MPI_STATUS_IGNORE);  // twice, as the runtime's poll looks
     if (done) return;
     std::unique_lock<std::mutex> lock(mu);
     cv.wait_for(lock, wait);
     wait = std::min(wait * 2, most);
   }
-}
-
-// A collective as flowrun's runtime waits for it: MPI_Iallreduce of 8 bytes, tested with the
-// runtime's back-off (WaitAsRuntime), while every rank does the same. Under oversubscription this
-// is mostly the time a sleeping rank takes to be scheduled again, which the blocking figure above
-// hides.
-double RuntimeLatencySeconds(int ranks) {
-  double one = 1, sum = 0;
-  std::vector<double> t;
-  MPI_Barrier(MPI_COMM_WORLD);
-  for (int r = -10; r < kRuntimeReps; ++r) {
-    double t0 = MPI_Wtime();
-    MPI_Request req;
-    MPI_Iallreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
-    WaitAsRuntime(req, ranks);
-    if (r >= 0) t.push_back(MPI_Wtime() - t0);
-  }
-  return Median(t);
 }
 
 // A point-to-point message as the runtime waits for it: ranks pair up (0-1, 2-3, ...) and
@@ -285,6 +269,38 @@ double BusyGemmSeconds(int n, int rank, int busy, int ranks) {
     if (r >= 0) t.push_back((last - first) / kBusyGemms);
   }
   return Median(t);
+}
+
+// A collective as a training step meets it: every rank computes a short burst (kBurstGemms
+// sgemms of kBurstN, about an op's worth, with the ranks sharing the cores as in a step), then
+// all-reduces 8 bytes and waits as the runtime does. Its latency is what burst and collective
+// took beyond the burst alone, each from the first rank's start to the last rank's finish, the
+// two interleaved rep by rep: the waiting ranks' wake-ups, and the wait for the rank the
+// scheduler ran last. Ranks that only wait for a collective (no burst) finish it 3-4x sooner,
+// which priced gpt_mini's and the MLP's collectives at half what their traces show.
+double BusyCollectiveSeconds(int ranks) {
+  constexpr int n = kBurstN;
+  const size_t nn = static_cast<size_t>(n) * static_cast<size_t>(n);
+  std::vector<float> a(nn, 0.01f), b(nn, -0.02f), c(nn);
+  std::vector<double> alone, with;
+  double one = 1, sum = 0;
+  for (int r = -3; r < kRuntimeReps; ++r) {
+    for (int collective = 0; collective < 2; ++collective) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t0 = SteadySeconds();
+      for (int i = 0; i < kBurstGemms; ++i)
+        dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      if (collective) {
+        MPI_Request req;
+        MPI_Iallreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
+        WaitAsRuntime(req, ranks);
+      }
+      const double t1 = SteadySeconds();
+      const double first = AllReduce(t0, MPI_MIN), last = AllReduce(t1, MPI_MAX);
+      if (r >= 0) (collective ? with : alone).push_back(last - first);
+    }
+  }
+  return std::max(0.0, Median(with) - Median(alone));
 }
 
 // cluster.busy_speedup: for b = 1..ranks, how much faster each of b busy ranks computes than when
@@ -378,7 +394,7 @@ struct Figures {
   double gemm_flops[std::size(kGemmSizes)] = {};  // per rank, the slowest rank's median
   double flops = 0;
   double latency = 0;        // s, blocking MPI_Allreduce
-  double runtime_latency = 0;  // s, as the runtime waits for a collective
+  double runtime_latency = 0;  // s, a collective after a burst of compute, as the runtime waits
   double runtime_message = 0;  // s, as the runtime waits for a point-to-point message
   double idle_message = 0;     // s, a 64 KiB one to a rank that has waited a while
   double p2p_latency = 0;      // s, idle_message less its bytes at `bandwidth`
@@ -404,7 +420,7 @@ Result<Figures> Measure(int ranks) {
   }
   f.busy_speedup = BusySpeedup(f.busy_n, rank, ranks);
   f.latency = AllReduce(LatencySeconds(), MPI_MAX);
-  f.runtime_latency = AllReduce(RuntimeLatencySeconds(ranks), MPI_MAX);
+  f.runtime_latency = BusyCollectiveSeconds(ranks);  // the same on every rank
   f.dispatch = AllReduce(DispatchSeconds(), MPI_MAX);
   f.runtime_message = AllReduce(RuntimeMessageSeconds(rank, ranks), MPI_MAX);
   f.idle_message = AllReduce(IdleMessageSeconds(rank, ranks), MPI_MAX);
@@ -459,7 +475,7 @@ std::string Section(const Host& h, const Figures& f, int ranks, int threads) {
   line("  bandwidth: {intra: " + Num(f.bandwidth) + ", inter: " + Num(f.bandwidth) + "}", "bytes/s per rank");
   const double round = f.runtime_latency / boxing::CollectiveRounds(ranks);
   line("  latency: {intra: " + Num(round) + ", inter: " + Num(round) + "}",
-       "seconds per collective round (log2 of its ranks), as the runtime waits");
+       "seconds per collective round (log2 of its ranks), amid compute, as the runtime waits");
   line("  p2p_latency: " + Num(f.p2p_latency), "seconds per point-to-point message to a waiting rank");
   line("  op_overhead: " + Num(f.dispatch), "seconds per op run, besides its kernel");
   std::string speedup;
@@ -485,7 +501,7 @@ void Summary(const Host& h, const Figures& f, int ranks, int threads) {
     std::snprintf(b, sizeof b, " %d^3 %.2f GFLOP/s", kGemmSizes[i], f.gemm_flops[i] / 1e9);
     std::cerr << b << (i + 1 < std::size(kGemmSizes) ? "," : "\n");
   }
-  std::snprintf(b, sizeof b, "[env] all-reduce of 8 B: %.2f us blocking, %.2f us as the runtime waits (slowest rank's median)\n",
+  std::snprintf(b, sizeof b, "[env] all-reduce of 8 B: %.2f us blocking, %.2f us after a burst of compute as the runtime waits (beyond the burst)\n",
                 f.latency * 1e6, f.runtime_latency * 1e6);
   std::cerr << b;
   std::snprintf(b, sizeof b, "[env] point-to-point message as the runtime waits: %.2f us ping-pong (8 B), %.2f us for 64 KiB to a rank that waited\n",
