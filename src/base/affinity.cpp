@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace fr {
@@ -14,6 +15,13 @@ std::vector<int> RankCores(int local_rank, int local_size, const std::vector<int
   std::vector<int> cores;
   for (int i = local_rank * n / local_size; i < (local_rank + 1) * n / local_size; ++i) cores.push_back(allowed[static_cast<size_t>(i)]);
   return cores;
+}
+
+int AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
 }
 
 std::string PinUnboundRank() {

@@ -16,6 +16,9 @@ namespace fr {
 // to each other, which the layouts put in one stage or group, land on different cores.
 std::vector<int> RankCores(int local_rank, int local_size, const std::vector<int>& allowed);
 
+// How many CPUs this process may run on (its affinity mask; at least 1).
+int AllowedCpus();
+
 // Pins this process to RankCores when it is one of several ranks on the node that Open MPI left
 // unbound: its CPU set is every online CPU and no binding was asked for (`mpirun --bind-to X`
 // sets OMPI_MCA_hwloc_base_binding_policy; that choice, `none` included, is kept). Call before
