@@ -65,7 +65,7 @@ Status Tracer::Write(const std::string& path) const {
   for (const Event& e : events()) {
     const ir::TaskDesc& t = plan_.tasks[static_cast<size_t>(e.task)];
     int64_t step = t.kind == ir::TaskKind::kVariable ? e.act : t.per_step ? e.act : e.act / m;
-    char buf[200];
+    char buf[160];
     std::snprintf(buf, sizeof buf, "\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f", rank_, t.stream,
                   e.begin_us, e.end_us - e.begin_us);
     char cpu[48];

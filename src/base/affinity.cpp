@@ -17,12 +17,22 @@ std::vector<int> RankCores(int local_rank, int local_size, const std::vector<int
   return cores;
 }
 
-int AllowedCpus() {
+namespace {
+
+// The CPUs this process may run on, in order; empty when the mask cannot be read.
+std::vector<int> AllowedCpuList() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return {};
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
 }
+
+}  // namespace
+
+int AllowedCpus() { return std::max(1, static_cast<int>(AllowedCpuList().size())); }
 
 std::string PinUnboundRank() {
   const char* rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
@@ -30,13 +40,8 @@ std::string PinUnboundRank() {
   if (!rank || !size || std::getenv("OMPI_MCA_hwloc_base_binding_policy")) return "";
   const int local_rank = std::atoi(rank), local_size = std::atoi(size);
   if (local_size < 2) return "";
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return "";
-  std::vector<int> allowed;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) allowed.push_back(c);
-  if (static_cast<long>(allowed.size()) < ::sysconf(_SC_NPROCESSORS_ONLN)) return "";  // bound already
+  const std::vector<int> allowed = AllowedCpuList();
+  if (allowed.empty() || static_cast<long>(allowed.size()) < ::sysconf(_SC_NPROCESSORS_ONLN)) return "";  // bound already
   const std::vector<int> cores = RankCores(local_rank, local_size, allowed);
   if (cores.empty()) return "";
   cpu_set_t mine;
