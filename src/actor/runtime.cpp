@@ -78,7 +78,7 @@ Status Runtime::StartComm(Actor* actor, const boxing::Task& t, std::vector<Tenso
     std::lock_guard<std::mutex> lock(progress_mu_);
     ASSIGN_OR_RETURN(CommHandle h, comm_->Start(t, std::move(in), std::move(out)));
     in_flight_[h.id] = actor->task().id;
-    if (in_flight_count_.fetch_add(1, std::memory_order_relaxed) == 0) progress_->Poke();
+    if (in_flight_count_.fetch_add(1, std::memory_order_relaxed) == 0 && progress_) progress_->Poke();
   }
   std::string with;
   if (t.op == boxing::Op::kSend || t.op == boxing::Op::kRecv) {
@@ -197,7 +197,7 @@ Status Runtime::Run(const RunOptions& opt) {
   }
   for (size_t i = 0; i < plan_.streams.size(); ++i)
     if (thread_of[i] < 0) thread_of[i] = thread_of[static_cast<size_t>(compute)];
-  if (comm_) {  // the safety net: polls while a kernel runs long with movements in flight
+  if (comm_ && opt.progress_thread) {  // the safety net: polls while a kernel runs long with movements in flight
     Stream::Hooks hooks;
     hooks.handle = [](const Msg&) {};
     hooks.poll = [this] { return Progress() == Stream::Poll::kIdle ? Stream::Poll::kIdle : Stream::Poll::kCovered; };

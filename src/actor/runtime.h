@@ -10,8 +10,9 @@
 // Progress: movements across ranks run in the background (actor/comm.h) and someone must poll the
 // communicator while any is in flight. The compute thread does, after every message it handles,
 // and, when it runs out of work, on wake-ups that back off from kPollMin to kPollMax. A
-// "progress" thread polls every kPollCovered as a safety net for kernels that run long. A finished
-// movement reaches its actor as a kCommDone message.
+// "progress" thread, where RunOptions::progress_thread asks for one, polls every kPollCovered as a
+// safety net for kernels that run long. A finished movement reaches its actor as a kCommDone
+// message.
 //
 // Failure: an act that fails stops every stream and Run returns its Status. If no actor makes
 // progress for `stall_timeout` seconds, Run fails naming the tasks still waiting, instead of
@@ -61,6 +62,12 @@ struct RunOptions {
   std::function<void()> on_thread_start;
   // The longest an idle thread waits between polls of movements in flight (Stream::PollMaxFor).
   std::chrono::microseconds poll_max = Stream::kPollMax;
+  // Whether a "progress" thread polls every Stream::kPollCovered while movements are in flight, so
+  // that they go on while a kernel runs long. Worth it only where a CPU is left over: on a rank whose
+  // kernels fill the CPUs it is bound to, each wake-up takes the core from a kernel (gpt_mini's
+  // 2-rank data-parallel step ran 10% faster without it, and its rank 0, whose loss receive is in
+  // flight all step, no longer ran its kernels up to 20% slower than rank 1).
+  bool progress_thread = true;
 };
 
 class Communicator;
@@ -118,7 +125,7 @@ class Runtime {
   std::vector<std::unique_ptr<Actor>> actors_;   // by task id; null for other ranks' tasks
   std::vector<std::unique_ptr<Stream>> streams_;  // threads
   std::vector<int> stream_of_;                   // by task id: index into streams_
-  std::unique_ptr<Stream> progress_;             // with a communicator
+  std::unique_ptr<Stream> progress_;             // with a communicator and RunOptions::progress_thread
   std::chrono::steady_clock::time_point start_;
 
   std::mutex mu_;

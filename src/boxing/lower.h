@@ -9,9 +9,11 @@
 //
 // Gradient buckets: the per-step all-reduces of gradient accumulators over the same group are not
 // one task each: they are fused, in the order backward produces them, into buckets of at most
-// 1 MiB per device, one all-reduce task per device and bucket with one input and one output
-// regst per gradient (Plan::edges records each gradient's bucket). A bucket pays one latency and
-// one collective call; gpt_mini's 29 gradients (550 KiB) are one bucket.
+// kGradientBucketBytes per device, one all-reduce task per device and bucket with one input and
+// one output regst per gradient (Plan::edges records each gradient's bucket). A bucket pays one
+// latency and one collective call, and starts when its last gradient is accumulated: gpt_mini's
+// 29 gradients (550 KiB) are 3 buckets, two of which reduce while the last micro-batch's backward
+// still runs.
 //
 // Streams: "compute" for ops and variables, "data" for the loader (it prefetches: its regsts get
 // two slots), "comm" for boxing. Other regsts get one slot, except those of a per-micro-batch edge

@@ -415,10 +415,14 @@ class Assigner {
     const bool inter = CrossesNodes(a_.value_stage[static_cast<size_t>(v)], dst, e.strategy);
     const double latency = inter ? o_.cluster.latency_inter : o_.cluster.latency;
     const double message = inter || o_.cluster.p2p_latency <= 0 ? latency : o_.cluster.p2p_latency;
-    double wait = e.rounds * latency + e.collectives * o_.cluster.op_overhead + e.messages * (message + o_.cluster.op_overhead);
+    const double waits = e.rounds * latency + e.messages * message;
+    const double overhead = (e.collectives + e.messages) * o_.cluster.op_overhead;
+    double wait = waits + overhead;
     // A gradient accumulator reduced by one all-reduce rides in a bucket (boxing/lower.h): the
     // stage's gradients fill ceil(their bytes / kGradientBucketBytes) buckets of one collective
-    // each, and each gradient pays its bytes' share of those.
+    // each. Each bucket starts as its last accumulator finishes, so all but the last reduce while
+    // backward still computes: the stage pays the runtime's overhead per bucket but the latency of
+    // one, and each gradient its bytes' share of those.
     const ir::Value& val = g_.value(v);
     const size_t stage = static_cast<size_t>(a_.value_stage[static_cast<size_t>(v)]);
     const bool bucketed = g_.ProducedBy(v, OpKind::kAccumulate) && e.strategy.starts_with("all-reduce") &&
@@ -426,7 +430,7 @@ class Assigner {
     if (bucketed) {
       const double bytes = static_cast<double>(val.type.shape.numel() * static_cast<int64_t>(SizeOf(val.type.dtype)));
       const double buckets = std::ceil(grad_bytes_[stage] / static_cast<double>(boxing::kGradientBucketBytes));
-      wait *= bytes / grad_bytes_[stage] * std::max(1.0, buckets);
+      wait = bytes / grad_bytes_[stage] * (waits + overhead * std::max(1.0, buckets));
     }
     return {e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) + wait, wait, bucketed};
   }
