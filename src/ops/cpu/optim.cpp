@@ -30,8 +30,18 @@ Status Accumulate(const KernelCtx& c) {
 }
 
 Status SquareSum(const KernelCtx& c) {
+  // In double, over kLanes partial sums so that the loop vectorises (one running sum is a chain
+  // of dependent adds: 170 us a step on gpt_mini's 137k parameters).
+  constexpr int64_t kLanes = 8;
+  const float* x = c.in[0].data<float>();
+  const int64_t n = c.in[0].numel();
+  double lane[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] += static_cast<double>(x[i + l]) * x[i + l];
   double s = 0;
-  for (float v : c.in[0].span<float>()) s += static_cast<double>(v) * v;
+  for (double v : lane) s += v;
+  for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
   c.out[0].data<float>()[0] = static_cast<float>(s);
   return Status::Ok();
 }
