@@ -201,10 +201,10 @@ TEST(Plan, DataParallel_1n4d) {
       int reductions = 0;
       for (const TaskDesc& t : p.tasks) reductions += Moves(p, t, pg.grad);
       EXPECT_EQ(reductions, 4) << "one all-reduce task per rank";
-      EXPECT_EQ(edges[0]->bucket, 0) << "every gradient fits the one bucket";
+      EXPECT_EQ(edges[0]->bucket, 0) << "every gradient fits the one bucket (< 256 KiB in all)";
     }
     EXPECT_EQ(param_bytes, tc.param_bytes) << "the model changed: redo the arithmetic above";
-    // The gradients (< 1 MiB in all) are reduced by one bucket's all-reduce per rank.
+    // The gradients (< 256 KiB in all) are reduced by one bucket's all-reduce per rank.
     for (int r = 0; r < 4; ++r) {
       int collectives = 0;
       for (const TaskDesc& t : p.tasks) collectives += t.rank == r && t.kind == TaskKind::kBoxing && !t.move.group.empty();
@@ -328,6 +328,42 @@ TEST(Plan, GradientsIntoAccumulatorsOverlap_2x2) {
   EXPECT_LT(p.predicted.comm_s, into_accumulators * latency / 2)
       << into_accumulators << " all-reduces into accumulators, " << latency << " s latency each";
   EXPECT_GT(p.predicted.comm_s, latency);  // the last one's latency is still paid
+}
+
+// gpt_mini's 29 gradients (550 KiB) on 2 data-parallel ranks fill several buckets, packed in the
+// order the accumulators are produced, none over kGradientBucketBytes: the runtime starts each
+// when its last gradient is accumulated, so all but the last reduce while backward still runs.
+TEST(Plan, GradientBuckets_1n2d) {
+  auto c = Build("configs/gpt.yaml", 2, {"parallel.sbp={idx: [\"S(0)\"]}"});
+  ASSERT_BUILT(c);
+  const Plan& p = c->plan;
+  std::map<int, int64_t> bucket_bytes;  // each bucket's gradients, whole (data parallel: on every rank)
+  int64_t grads = 0, bucketed = 0;
+  for (const BoxingEdge& e : p.edges) {
+    if (e.strategy != "all-reduce" || !e.per_step) continue;
+    ++grads;
+    if (e.bucket < 0) continue;
+    ++bucketed;
+    const auto& type = c->training.graph.type(e.value);
+    bucket_bytes[e.bucket] += type.shape.numel() * static_cast<int64_t>(fr::SizeOf(type.dtype));
+  }
+  EXPECT_EQ(grads, 29);
+  EXPECT_EQ(bucketed, grads) << "every gradient all-reduce rides in a bucket";
+  int64_t total = 0;
+  for (const auto& [b, bytes] : bucket_bytes) {
+    EXPECT_LE(bytes, fr::boxing::kGradientBucketBytes) << "bucket " << b;
+    total += bytes;
+  }
+  EXPECT_EQ(bucket_bytes.size(), static_cast<size_t>((total + fr::boxing::kGradientBucketBytes - 1) /
+                                                     fr::boxing::kGradientBucketBytes))
+      << "the buckets are packed: " << total << " B";
+  EXPECT_GE(bucket_bytes.size(), 2u);
+  for (int r = 0; r < 2; ++r) {  // one collective task per bucket and rank
+    int collectives = 0;
+    for (const TaskDesc& t : p.tasks)
+      collectives += t.rank == r && t.kind == TaskKind::kBoxing && t.move.op == fr::boxing::Op::kAllReduce && t.name.starts_with("bucket");
+    EXPECT_EQ(collectives, static_cast<int>(bucket_bytes.size())) << "rank " << r;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
