@@ -330,9 +330,9 @@ TEST(Plan, GradientsIntoAccumulatorsOverlap_2x2) {
   EXPECT_GT(p.predicted.comm_s, latency);  // the last one's latency is still paid
 }
 
-// gpt_mini's 29 gradients (550 KiB) on 2 data-parallel ranks fill several buckets, packed in the
-// order the accumulators are produced, none over kGradientBucketBytes: the runtime starts each
-// when its last gradient is accumulated, so all but the last reduce while backward still runs.
+// gpt_mini's 29 gradients (550 KiB) on 2 data-parallel ranks fill several buckets, none over
+// kGradientBucketBytes: the runtime starts each when its last gradient is accumulated, so all but
+// the last reduce while backward still runs.
 TEST(Plan, GradientBuckets_1n2d) {
   auto c = Build("configs/gpt.yaml", 2, {"parallel.sbp={idx: [\"S(0)\"]}"});
   ASSERT_BUILT(c);
@@ -358,6 +358,14 @@ TEST(Plan, GradientBuckets_1n2d) {
                                                      fr::boxing::kGradientBucketBytes))
       << "the buckets are packed: " << total << " B";
   EXPECT_GE(bucket_bytes.size(), 2u);
+  // Packed in the order backward makes the gradients: the last bucket holds the last gradients
+  // (the embeddings', made by the first op's backward) and only the remainder, so what is left to
+  // reduce after backward is small.
+  int wte = -1;
+  for (const BoxingEdge& e : p.edges)
+    if (e.bucket >= 0 && c->training.graph.value(e.value).name.starts_with("wte.weight")) wte = e.bucket;
+  EXPECT_EQ(wte, bucket_bytes.rbegin()->first) << "the token embedding's gradient is made last";
+  EXPECT_LT(bucket_bytes.rbegin()->second, fr::boxing::kGradientBucketBytes / 2);
   for (int r = 0; r < 2; ++r) {  // one collective task per bucket and rank
     int collectives = 0;
     for (const TaskDesc& t : p.tasks)
