@@ -315,8 +315,8 @@ class Lowering {
   }
 
   // Gradient buckets. A gradient accumulator whose boxing is one all-reduce per device, within one
-  // placement, is not emitted on its own: EmitBuckets fuses such all-reduces, in the order their
-  // accumulators are produced (node order: backward order), into buckets of at most
+  // placement, is not emitted on its own: EmitBuckets fuses such all-reduces, in the order backward
+  // makes their gradients (the node order of the ops that make them), into buckets of at most
   // kGradientBucketBytes per device, one fused all-reduce task per device and bucket. As with
   // PyTorch DDP's buckets, a bucket pays one latency and one collective call for all its
   // gradients, and the first buckets reduce while backward still computes the rest. Only
