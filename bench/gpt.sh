@@ -4,6 +4,8 @@
 #   - single process: tokens/s and peak memory, flowrun vs PyTorch eager;
 #   - two ranks, data parallel: flowrun under mpirun vs PyTorch DDP over gloo, and the scaling
 #     efficiency of each (2-rank tokens/s over 2x the single-process tokens/s);
+#   - the ceiling the machine puts on 2-rank scaling: two independent processes with one rank's
+#     work each, at once, no communication (a synchronous step waits for the slower);
 #   - model FLOP utilisation: flowrun's matmul FLOP/s over this machine's single-core SGEMM peak.
 # The four runs are repeated REPEATS times, interleaved, and each figure is the median: a shared
 # VM's speed drifts by 10-30% within a minute, which one run of each would mistake for a ratio.
@@ -34,9 +36,23 @@ run_fr() {  # ranks, extra sets...
   if [ "$n" -gt 1 ]; then cmd=(mpirun --oversubscribe -n "$n" "${cmd[@]}"); fi
   timeout 900 /usr/bin/time -f "peak_rss_kb %M" "${cmd[@]}" 2>&1
 }
+# The ceiling on 2-rank scaling that the machine sets: two independent processes, each with one
+# rank's half of every micro-batch and no communication, at once on cores 0 and 1 (as mpirun binds
+# two ranks). A synchronous step waits for the slower of them.
+gb=$(grep -E '^\s*global_batch:' "$config" | grep -oE '[0-9]+' | head -1)
+mb=$(grep -E '^\s*micro_batch:' "$config" | grep -oE '[0-9]+' | head -1)
+run_pair() {
+  local half=(--set train.global_batch=$((gb / 2)) --set train.micro_batch=$((mb / 2)))
+  taskset -c 0 "$fr" train "$config" --set train.steps=$((steps + 1)) --set log.every=$((steps + 1)) \
+    --set schedule.warmup=1 --set log.jsonl="$work/pa.jsonl" "${half[@]}" > "$work/pa.$1" 2>&1 &
+  taskset -c 1 "$fr" train "$config" --set train.steps=$((steps + 1)) --set log.every=$((steps + 1)) \
+    --set schedule.warmup=1 --set log.jsonl="$work/pb.jsonl" "${half[@]}" > "$work/pb.$1" 2>&1
+  wait
+}
 for r in $(seq "$repeats"); do
   run_fr 1 > "$work/fr1.$r"
   run_fr 2 --set 'parallel.sbp={idx: ["S(0)"]}' > "$work/fr2.$r"
+  run_pair "$r"
   timeout 900 /usr/bin/python3 bench/torch_gpt.py "$config" --steps "$steps" --threads 1 > "$work/pt1.$r"
   timeout 900 /usr/bin/python3 bench/torch_gpt.py "$config" --steps "$steps" --threads 1 --ddp > "$work/pt2.$r"
 done
@@ -70,6 +86,10 @@ p1 = med([p["tokens_per_s"] for p in pt1])
 p2 = med([p["tokens_per_s"] for p in pt2])
 eff_f = med([tok / (ms(b) / 1e3) / (2 * tok / (ms(a) / 1e3)) for a, b in zip(fr1, fr2)])
 eff_p = med([b["tokens_per_s"] / (2 * a["tokens_per_s"]) for a, b in zip(pt1, pt2)])
+pa, pb = read("pa"), read("pb")
+ceiling = med([ms(a) / (2 * max(ms(x), ms(y))) for a, x, y in zip(fr1, pa, pb)])
+pair = med([max(ms(x), ms(y)) for x, y in zip(pa, pb)])
+faster = med([min(ms(x), ms(y)) for x, y in zip(pa, pb)])
 gf = med([gflops(o) for o in fr1])
 flops_per_token = gf * 1e9 / f1
 peak = max(r["onednn_gflops"] for r in json.load(open(f"{work}/gemm.json"))["results"])
@@ -82,5 +102,8 @@ print(f"single process : flowrun {f1:9.0f} tok/s ({med([rss(o) for o in fr1]):.0
       f"  pytorch {p1:9.0f} tok/s ({med([p['peak_rss_mb'] for p in pt1]):.0f} MiB)  ratio {f1 / p1:.2f}x")
 print(f"2 ranks (dp)   : flowrun {f2:9.0f} tok/s  pytorch ddp {p2:9.0f} tok/s  ratio {f2 / p2:.2f}x")
 print(f"scaling eff.   : flowrun {eff_f:.2f}  pytorch {eff_p:.2f}")
+print(f"machine ceiling: {ceiling:.2f} (two independent flowrun processes, each with half of every micro-batch and "
+      f"no communication, at once on cores 0 and 1: {faster:.2f} and {pair:.2f} ms/step against "
+      f"{med([ms(o) for o in fr1]):.2f} for one on the whole batch)")
 print(f"MFU            : {gf:.1f} GFLOP/s (matmul) over {peak:.1f} GFLOP/s single-core SGEMM peak = {gf / peak:.0%}")
 PY
