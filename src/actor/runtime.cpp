@@ -192,6 +192,7 @@ Status Runtime::Run(const RunOptions& opt) {
     hooks.init = opt.on_thread_start;
     hooks.poll_max = opt.poll_max;
     if (comm_ && (name == "compute" || name == "comm")) hooks.poll = [this] { return Progress(); };
+    hooks.poll_busy = Stream::kPollBusy;
     thread_of[i] = static_cast<int>(streams_.size());
     streams_.push_back(std::make_unique<Stream>(name, std::move(hooks)));
   }

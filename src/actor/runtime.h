@@ -8,8 +8,9 @@
 // kernels ran 15-25% slower than alone.
 //
 // Progress: movements across ranks run in the background (actor/comm.h) and someone must poll the
-// communicator while any is in flight. The compute thread does, after every message it handles,
-// and, when it runs out of work, on wake-ups that back off from kPollMin to kPollMax. A
+// communicator while any is in flight. The compute thread does between messages it handles (at
+// most every kPollBusy while more wait), and, when it runs out of work, on wake-ups that back off
+// from kPollMin to kPollMax. A
 // "progress" thread, where RunOptions::progress_thread asks for one, polls every kPollCovered as a
 // safety net for kernels that run long. A finished movement reaches its actor as a kCommDone
 // message.

@@ -51,9 +51,10 @@ void Stream::Loop() {
   // nothing completes, so waiting on a slow peer does not eat a core.
   auto wait = kPollMin;
   bool pending = false;
+  auto last_poll = std::chrono::steady_clock::time_point{};
   for (;;) {
     Msg m;
-    bool got = false;
+    bool got = false, more = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto ready = [this] { return !queue_.empty() || poked_; };
@@ -67,6 +68,7 @@ void Stream::Loop() {
         m = queue_.front();
         queue_.pop_front();
         got = true;
+        more = !queue_.empty();
       }
     }
     if (got) {
@@ -74,6 +76,13 @@ void Stream::Loop() {
       hooks_.handle(m);
     }
     if (!hooks_.poll) continue;
+    // Between messages of a busy thread, at most every Hooks::poll_busy; always before it idles.
+    const auto now = std::chrono::steady_clock::now();
+    if (got && more && now - last_poll < hooks_.poll_busy) {
+      pending = true;
+      continue;
+    }
+    last_poll = now;
     const Poll p = hooks_.poll();
     pending = p != Poll::kIdle;
     if (p == Poll::kCovered) {
