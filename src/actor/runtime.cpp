@@ -193,6 +193,7 @@ Status Runtime::Run(const RunOptions& opt) {
     hooks.poll_max = opt.poll_max;
     if (comm_ && (name == "compute" || name == "comm")) hooks.poll = [this] { return Progress(); };
     hooks.poll_busy = Stream::kPollBusy;
+    hooks.poll_spin = opt.poll_spin;
     thread_of[i] = static_cast<int>(streams_.size());
     streams_.push_back(std::make_unique<Stream>(name, std::move(hooks)));
   }

@@ -63,6 +63,8 @@ struct RunOptions {
   std::function<void()> on_thread_start;
   // The longest an idle thread waits between polls of movements in flight (Stream::PollMaxFor).
   std::chrono::microseconds poll_max = Stream::kPollMax;
+  // How long after its last work an idle thread polls without sleeping (Stream::PollSpinFor).
+  std::chrono::microseconds poll_spin{0};
   // Whether a "progress" thread polls every Stream::kPollCovered while movements are in flight, so
   // that they go on while a kernel runs long. Worth it only where a CPU is left over: on a rank whose
   // kernels fill the CPUs it is bound to, each wake-up takes the core from a kernel (gpt_mini's

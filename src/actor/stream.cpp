@@ -28,6 +28,10 @@ std::chrono::microseconds Stream::PollMaxFor(int ranks_on_node, int cores) {
   return ranks_on_node <= cores ? std::chrono::microseconds(40) : kPollMax;
 }
 
+std::chrono::microseconds Stream::PollSpinFor(int ranks_on_node, int cores) {
+  return ranks_on_node <= cores ? kPollSpin : std::chrono::microseconds(0);
+}
+
 void Stream::Poke() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -52,13 +56,18 @@ void Stream::Loop() {
   auto wait = kPollMin;
   bool pending = false;
   auto last_poll = std::chrono::steady_clock::time_point{};
+  auto last_busy = std::chrono::steady_clock::time_point{};
   for (;;) {
     Msg m;
     bool got = false, more = false;
+    // Within Hooks::poll_spin of its last work, a thread with movements in flight polls again at
+    // once instead of sleeping.
+    const bool spin = pending && std::chrono::steady_clock::now() - last_busy < hooks_.poll_spin;
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto ready = [this] { return !queue_.empty() || poked_; };
-      if (pending) {
+      if (spin) {
+      } else if (pending) {
         cv_.wait_for(lock, wait, ready);
       } else {
         cv_.wait(lock, ready);
@@ -85,6 +94,7 @@ void Stream::Loop() {
     last_poll = now;
     const Poll p = hooks_.poll();
     pending = p != Poll::kIdle;
+    if (got || p == Poll::kProgress) last_busy = now;
     if (p == Poll::kCovered) {
       wait = kPollCovered;
     } else if (p == Poll::kProgress || got || wait == kPollCovered) {

@@ -197,17 +197,21 @@ double LatencySeconds() {
   return Median(t);
 }
 
-// Waits for `req` as an idle rank of the runtime does: test, then sleep kPollMin doubling to the
-// runtime's longest wait for ranks on this many cores (actor::Stream::PollMaxFor).
+// Waits for `req` as an idle rank of the runtime does: test, at once again for the runtime's spin
+// (actor::Stream::PollSpinFor), then sleep kPollMin doubling to the runtime's longest wait for
+// ranks on this many cores (actor::Stream::PollMaxFor).
 void WaitAsRuntime(MPI_Request& req, int ranks) {
   std::mutex mu;
   std::condition_variable cv;
-  const auto most = actor::Stream::PollMaxFor(ranks, static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN))));
+  const int cores = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  const auto most = actor::Stream::PollMaxFor(ranks, cores);
+  const auto spin_until = std::chrono::steady_clock::now() + actor::Stream::PollSpinFor(ranks, cores);
   auto wait = actor::Stream::kPollMin;
   for (int done = 0;;) {
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);
     if (!done) MPI_Test(&req, &done, MPI_STATUS_IGNORE);  // twice, as the runtime's poll looks
     if (done) return;
+    if (std::chrono::steady_clock::now() < spin_until) continue;
     std::unique_lock<std::mutex> lock(mu);
     cv.wait_for(lock, wait);
     wait = std::min(wait * 2, most);
