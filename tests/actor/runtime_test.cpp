@@ -2,6 +2,7 @@
 // is the one-device training plan of a tiny MLP built in memory.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -189,6 +190,55 @@ TEST(Runtime, KernelFailureStopsTheRun_1n1d) {
   Status s = rt.Run(ro);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("broken sample"), std::string::npos);
+}
+
+// A busy stream polls its hook at most every Hooks::poll_busy while more messages wait, and always
+// once its queue runs dry: 1000 messages queued before it starts are handled with a handful of
+// polls, not one per message.
+TEST(Stream, BusyThreadPollsAtMostEveryPollBusy) {
+  std::atomic<int> handled{0}, polls{0};
+  actor::Stream::Hooks hooks;
+  hooks.handle = [&](const actor::Msg&) { handled.fetch_add(1); };
+  hooks.poll = [&] {
+    polls.fetch_add(1);
+    return actor::Stream::Poll::kIdle;
+  };
+  hooks.poll_busy = std::chrono::seconds(10);
+  actor::Stream s("compute", std::move(hooks));
+  for (int i = 0; i < 1000; ++i) s.Push(actor::Msg{});
+  s.Start();
+  for (int i = 0; i < 2000 && handled.load() < 1000; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  s.Stop();
+  s.Join();
+  EXPECT_EQ(handled.load(), 1000);
+  EXPECT_GE(polls.load(), 1) << "it polls before it idles";
+  EXPECT_LE(polls.load(), 3);
+}
+
+// With work in flight, a stream with Hooks::poll_spin polls again at once instead of sleeping:
+// many more polls in the same time than one that sleeps kPollMin and more between them.
+TEST(Stream, SpinningThreadPollsWithoutSleeping) {
+  auto polls_in = [](std::chrono::microseconds spin) {
+    std::atomic<int> polls{0};
+    actor::Stream::Hooks hooks;
+    hooks.handle = [](const actor::Msg&) {};
+    hooks.poll = [&] {
+      polls.fetch_add(1);
+      return actor::Stream::Poll::kWaiting;
+    };
+    hooks.poll_spin = spin;
+    actor::Stream s("compute", std::move(hooks));
+    s.Push(actor::Msg{});  // its last work: the spin window starts here
+    s.Start();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    s.Stop();
+    s.Join();
+    return polls.load();
+  };
+  const int sleeping = polls_in(std::chrono::microseconds(0));
+  const int spinning = polls_in(std::chrono::seconds(10));
+  EXPECT_LE(sleeping, 2000) << "kPollMin is 10 us: at most one poll per 10 us in 20 ms";  // here: 75
+  EXPECT_GT(spinning, 4 * sleeping) << sleeping << " polls sleeping";  // here: 280k
 }
 
 }  // namespace
