@@ -112,13 +112,18 @@ void GeluGradRows(const GeluConsts k, const float* dy, const float* x, const flo
     const float *dyr = dy + r * n, *xr = x + r * n;
     float* dxr = dx + r * n;
     // Two passes: one loop with both erf and exp is too much for GCC's if-conversion (scalar).
-    for (int64_t j = 0; j < n; ++j) dxr[j] = Erf((kBias ? b[j] + xr[j] : xr[j]) / k.div);
+    // e^(-d^2) once, for erf and for erf's derivative.
+    for (int64_t j = 0; j < n; ++j) {
+      const float d = (kBias ? b[j] + xr[j] : xr[j]) / k.div;
+      dxr[j] = Exp(-(d * d));
+    }
     for (int64_t j = 0; j < n; ++j) {
       const float h = kBias ? b[j] + xr[j] : xr[j];
       const float d = h / k.div;
+      const float e = dxr[j];
       const float dm = dyr[j] * k.half;
-      const float through_mul = dm * (dxr[j] + k.one);
-      const float through_erf = (dm * h) * k2OverSqrtPi * Exp(-d * d) / k.div;
+      const float through_mul = dm * (ErfGivenExp(d, e) + k.one);
+      const float through_erf = (dm * h) * k2OverSqrtPi * e / k.div;
       dxr[j] = through_mul + through_erf;
     }
   }

@@ -35,7 +35,9 @@ inline float Exp(float x) {
 
 // erf: for |x| < 0.5 the Taylor series 2/sqrt(pi) * sum (-1)^k x^(2k+1) / (k! (2k+1)) to k = 6;
 // beyond, 1 - P(t) e^(-x^2) with t = 1 / (1 + p |x|) (Abramowitz and Stegun 7.1.26).
-inline float Erf(float x) {
+// ErfGivenExp: the same, given e = Exp(-x * x), for a caller that needs that too (GELU's
+// gradient), so that it is computed once.
+inline float ErfGivenExp(float x, float e) {
   const float z = x * x;
   float s = 1.f / 9360;
   s = s * z - 1.f / 1320;
@@ -52,9 +54,11 @@ inline float Erf(float x) {
   q = q * t + 1.421413741f;
   q = q * t - 0.284496736f;
   q = q * t + 0.254829592f;
-  const float big = 1.f - q * t * Exp(-z);
+  const float big = 1.f - q * t * e;
   return a < 0.5f ? small : (x < 0.f ? -big : big);
 }
+
+inline float Erf(float x) { return ErfGivenExp(x, Exp(-(x * x))); }
 
 // max of x[0..n), -inf for n = 0.
 inline float MaxOf(const float* x, int64_t n) {
