@@ -191,9 +191,11 @@ Status Runtime::Run(const RunOptions& opt) {
     hooks.handle = [this](const Msg& m) { actors_[static_cast<size_t>(m.dst)]->Handle(m); };
     hooks.init = opt.on_thread_start;
     hooks.poll_max = opt.poll_max;
-    if (comm_ && (name == "compute" || name == "comm")) hooks.poll = [this] { return Progress(); };
-    hooks.poll_busy = Stream::kPollBusy;
-    hooks.poll_spin = opt.poll_spin;
+    if (comm_ && (name == "compute" || name == "comm")) {
+      hooks.poll = [this] { return Progress(); };
+      hooks.poll_busy = Stream::kPollBusy;
+      hooks.poll_spin = opt.poll_spin;
+    }
     thread_of[i] = static_cast<int>(streams_.size());
     streams_.push_back(std::make_unique<Stream>(name, std::move(hooks)));
   }

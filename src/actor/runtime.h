@@ -9,11 +9,10 @@
 //
 // Progress: movements across ranks run in the background (actor/comm.h) and someone must poll the
 // communicator while any is in flight. The compute thread does between messages it handles (at
-// most every kPollBusy while more wait), and, when it runs out of work, on wake-ups that back off
-// from kPollMin to kPollMax. A
-// "progress" thread, where RunOptions::progress_thread asks for one, polls every kPollCovered as a
-// safety net for kernels that run long. A finished movement reaches its actor as a kCommDone
-// message.
+// most every kPollBusy while more wait), and, when it runs out of work, at once again for
+// RunOptions::poll_spin, then on wake-ups that back off from kPollMin to kPollMax. A "progress"
+// thread, where RunOptions::progress_thread asks for one, polls every kPollCovered as a safety net
+// for kernels that run long. A finished movement reaches its actor as a kCommDone message.
 //
 // Failure: an act that fails stops every stream and Run returns its Status. If no actor makes
 // progress for `stall_timeout` seconds, Run fails naming the tasks still waiting, instead of

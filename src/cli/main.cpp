@@ -124,7 +124,7 @@ int Train(const Args& a) {
   if (kernel_threads > 0) ro.on_thread_start = [kernel_threads] { omp_set_num_threads(kernel_threads); };
   ro.poll_max = actor::Stream::PollMaxFor(RanksHere(), Cores());
   ro.poll_spin = actor::Stream::PollSpinFor(RanksHere(), Cores());
-  ro.progress_thread = AllowedCpus() > (kernel_threads > 0 ? kernel_threads : omp_get_max_threads());
+  ro.progress_thread = AllowedCpus() > omp_get_max_threads();  // the kernel threads, as set above
   std::unique_ptr<actor::Tracer> tracer;
   if (!a.trace.empty()) {
     tracer = std::make_unique<actor::Tracer>(plan, world->rank);
