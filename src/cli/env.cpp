@@ -251,20 +251,33 @@ double SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Compute for a rank to do between measurements: `gemms` n x n x n sgemms on constant matrices.
+class Burst {
+ public:
+  explicit Burst(int n) : n_(n), a_(Size(n), 0.01f), b_(Size(n), -0.02f), c_(Size(n)) {}
+  void Run(int gemms) {
+    for (int i = 0; i < gemms; ++i)
+      dnnl_sgemm('N', 'N', n_, n_, n_, 1.0f, a_.data(), n_, b_.data(), n_, 0.0f, c_.data(), n_);
+  }
+
+ private:
+  static size_t Size(int n) { return static_cast<size_t>(n) * static_cast<size_t>(n); }
+  int n_;
+  std::vector<float> a_, b_, c_;
+};
+
 // Seconds per n x n x n sgemm on each of ranks 0..busy-1 while the others wait as the runtime's
 // idle ranks do: the median over kBusyReps blocks of kBusyGemms each, a block lasting from the
 // first rank's start to the last busy rank's finish (steady_clock is one clock on one machine),
 // so ranks the scheduler ran in turn count as sharing. Every block ends with all ranks waiting
 // as the runtime does.
 double BusyGemmSeconds(int n, int rank, int busy, int ranks) {
-  const size_t nn = static_cast<size_t>(n) * static_cast<size_t>(n);
-  std::vector<float> a(nn, 0.01f), b(nn, -0.02f), c(nn);
+  Burst work(n);
   std::vector<double> t;
   for (int r = -1; r < kBusyReps; ++r) {  // one warm-up block
     MPI_Barrier(MPI_COMM_WORLD);
     const double t0 = SteadySeconds();
-    for (int i = 0; i < kBusyGemms && rank < busy; ++i)
-      dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    if (rank < busy) work.Run(kBusyGemms);
     const double t1 = rank < busy ? SteadySeconds() : t0;
     MPI_Request req;
     MPI_Ibarrier(MPI_COMM_WORLD, &req);
@@ -283,17 +296,14 @@ double BusyGemmSeconds(int n, int rank, int busy, int ranks) {
 // scheduler ran last. Ranks that only wait for a collective (no burst) finish it 3-4x sooner,
 // which priced gpt_mini's and the MLP's collectives at half what their traces show.
 double BusyCollectiveSeconds(int ranks) {
-  constexpr int n = kBurstN;
-  const size_t nn = static_cast<size_t>(n) * static_cast<size_t>(n);
-  std::vector<float> a(nn, 0.01f), b(nn, -0.02f), c(nn);
+  Burst work(kBurstN);
   std::vector<double> alone, with;
   double one = 1, sum = 0;
   for (int r = -3; r < kRuntimeReps; ++r) {
     for (int collective = 0; collective < 2; ++collective) {
       MPI_Barrier(MPI_COMM_WORLD);
       const double t0 = SteadySeconds();
-      for (int i = 0; i < kBurstGemms; ++i)
-        dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      work.Run(kBurstGemms);
       if (collective) {
         MPI_Request req;
         MPI_Iallreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
@@ -329,8 +339,7 @@ std::vector<double> BusySpeedup(int n, int rank, int ranks) {
 // The odd rank's median.
 double IdleMessageSeconds(int rank, int ranks) {
   const int peer = rank % 2 == 0 ? rank + 1 : rank - 1;
-  constexpr int n = 192;  // about 14 MFLOP: a millisecond or less of work
-  std::vector<float> a(static_cast<size_t>(n * n), 0.01f), b(a.size(), -0.02f), c(a.size());
+  Burst work(192);  // about 14 MFLOP a sgemm: 4 are a millisecond or less of work
   std::vector<double> t, message(kIdleMessageBytes / sizeof(double));
   MPI_Barrier(MPI_COMM_WORLD);
   for (int r = -3; r < kIdleReps; ++r) {  // every rank, for the barrier; an odd one out waits there
@@ -339,7 +348,7 @@ double IdleMessageSeconds(int rank, int ranks) {
     MPI_Request req;
     if (peer >= ranks) {
     } else if (rank % 2 == 0) {
-      for (int i = 0; i < 4; ++i) dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      work.Run(4);
       stamp = SteadySeconds();
       MPI_Isend(message.data(), count, MPI_DOUBLE, peer, 9, MPI_COMM_WORLD, &req);
       WaitAsRuntime(req, ranks);
