@@ -316,7 +316,8 @@ Status ReadBusySpeedup(const Val& v, ClusterConfig* c) {
 
 Status ReadCluster(const Val& v, ClusterConfig* c) {
   ASSIGN_OR_RETURN(Section s, Section::Open(v, {"nodes", "devices_per_node", "memory_gib", "flops", "bandwidth",
-                                                "latency", "p2p_latency", "op_overhead", "busy_speedup", "measured"}));
+                                                "latency", "p2p_latency", "op_overhead", "element_seconds", "busy_speedup",
+                                                "measured"}));
   c->given = true;
   RETURN_IF_ERROR(s.Read("nodes", &c->nodes, Need::kOptional));
   RETURN_IF_ERROR(s.Check("nodes", c->nodes >= 1, "an integer >= 1"));
@@ -332,6 +333,13 @@ Status ReadCluster(const Val& v, ClusterConfig* c) {
   RETURN_IF_ERROR(s.Check("p2p_latency", c->p2p_latency >= 0, "seconds per message >= 0 (0 = latency.intra)"));
   RETURN_IF_ERROR(s.Read("op_overhead", &c->op_overhead, Need::kOptional));
   RETURN_IF_ERROR(s.Check("op_overhead", c->op_overhead >= 0, "seconds per op >= 0"));
+  if (const Val* v = s.Find("element_seconds")) {
+    ASSIGN_OR_RETURN(Section e, Section::Open(*v, {"stream", "special"}));
+    RETURN_IF_ERROR(e.Read("stream", &c->stream_element, Need::kRequired));
+    RETURN_IF_ERROR(e.Check("stream", c->stream_element > 0, "seconds per element > 0"));
+    RETURN_IF_ERROR(e.Read("special", &c->special_element, Need::kRequired));
+    RETURN_IF_ERROR(e.Check("special", c->special_element > 0, "seconds per element > 0"));
+  }
   if (const Val* v = s.Find("busy_speedup")) RETURN_IF_ERROR(ReadBusySpeedup(*v, c));
   return s.Read("measured", &c->measured, Need::kOptional);
 }
@@ -480,6 +488,9 @@ std::string ConfigToYaml(const Config& c) {
     line("  latency: {intra: " + Exact(k.latency_intra) + ", inter: " + Exact(k.latency_inter) + "}");
     line("  p2p_latency: " + Exact(k.p2p_latency));
     line("  op_overhead: " + Exact(k.op_overhead));
+    if (k.stream_element > 0) {
+      line("  element_seconds: {stream: " + Exact(k.stream_element) + ", special: " + Exact(k.special_element) + "}");
+    }
     if (!k.busy_speedup.empty()) {
       std::string list;
       for (double x : k.busy_speedup) list += (list.empty() ? "" : ", ") + Exact(x);

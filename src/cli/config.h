@@ -101,6 +101,10 @@ struct ClusterConfig {
   double latency_intra = 5e-6, latency_inter = 5e-6;    // seconds per collective round (ceil(log2 p) for p ranks)
   double p2p_latency = 0;             // seconds per point-to-point message within a node; 0 = latency.intra
   double op_overhead = 0;             // seconds per op run on a rank, besides its kernel
+  // element_seconds: {stream, special}, seconds per element read and written by ops that are not
+  // matrix products, per rank, all ranks at once (sbp::Cluster says which ops are which); 0 = not
+  // given.
+  double stream_element = 0, special_element = 0;
   // Ranks that share a node's cores (CPU ranks, more than cores): `flops` was measured with every
   // rank busy, and a rank computing while others wait gets more. Element b-1 is how much faster
   // each of b busy ranks computes than when all devices_per_node are (the last is 1); `flowrun env`

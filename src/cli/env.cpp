@@ -31,6 +31,8 @@
 #include "base/process.h"
 #include "base/status.h"
 #include "boxing/boxing.h"
+#include "ir/graph.h"
+#include "ops/op.h"
 
 namespace fr {
 namespace {
@@ -47,6 +49,8 @@ constexpr int kBusyReps = 25;  // blocks: this VM's speed drifts
 constexpr int kBusyGemms = 8;  // per block: several scheduler time slices with every rank busy
 constexpr int kBurstN = 128, kBurstGemms = 4;  // a burst before a collective: 0.1-0.5 ms
 constexpr int64_t kBandwidthFloats = int64_t{1} << 20;  // 4 MiB
+constexpr int64_t kElementRows = 256, kElementCols = 256;  // 256 KiB a tensor: a small model's activations
+constexpr int kElementOpsPerBlock = 16;
 
 // ---- Re-launching under mpirun -------------------------------------------------------------
 
@@ -181,6 +185,42 @@ Result<double> GemmSeconds(int n) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (r >= 0) t.push_back((MPI_Wtime() - t0) / kGemmsPerBlock);
+  }
+  return Median(t);
+}
+
+// Seconds per element read and written by one of flowrun's own CPU kernels, every rank running it
+// at once on [kElementRows, kElementCols] activations: Add (two such tensors into a third) for the
+// cost model's `stream` ops, Gelu with its bias for its `special` ones (sbp::Cluster). The median
+// over blocks, each until the slowest rank is done, as for GEMMs.
+Result<double> ElementSeconds(OpKind op) {
+  ir::Graph g;
+  Builder b(g);
+  const Shape act{kElementRows, kElementCols};
+  const bool gelu = op == OpKind::kGelu;
+  const ir::ValueId x = g.AddValue("x", {DType::kF32, act}, ir::ValueKind::kInput);
+  const ir::ValueId y = g.AddValue(gelu ? "bias" : "y", {DType::kF32, gelu ? Shape{kElementCols} : act}, ir::ValueKind::kInput);
+  ir::Attrs attrs;
+  if (gelu) {
+    attrs.Set("div", std::sqrt(2.0));
+    attrs.Set("one", 1.0);
+    attrs.Set("half", 0.5);
+  }
+  ASSIGN_OR_RETURN(std::vector<ir::ValueId> out, b.Add(op, {x, y}, attrs, "element", ir::Phase::kForward));
+  std::vector<Tensor> in = {Tensor::Full(act, 0), Tensor::Full(g.type(y).shape, 0.1f)};
+  std::span<float> xs = in[0].span<float>();
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 23) * 0.25f - 2.75f;
+  std::vector<Tensor> outs = {Tensor::Full(g.type(out[0]).shape, 0)};
+  const double elements = static_cast<double>(in[0].numel() + in[1].numel() + outs[0].numel());
+  const KernelFn kernel = Kernel(op, DeviceType::kCpu);
+  const KernelCtx ctx{g.nodes.back(), in, outs};
+  std::vector<double> t;
+  for (int r = -1; r < kGemmReps; ++r) {  // one warm-up block
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < kElementOpsPerBlock; ++i) RETURN_IF_ERROR(kernel(ctx));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (r >= 0) t.push_back((MPI_Wtime() - t0) / kElementOpsPerBlock / elements);
   }
   return Median(t);
 }
@@ -414,6 +454,7 @@ struct Figures {
   int busy_n = 0;              // the GEMM size busy_speedup was measured at
   std::vector<double> busy_speedup;
   double dispatch = 0;       // s per op, the runtime's hand-off between threads
+  double stream_element = 0, special_element = 0;  // s per element, the slowest rank's median
   double allreduce_s = 0;    // the 4 MiB all-reduce
   double wire_bytes = 0;     // what boxing::Price charges each rank for it
   int collectives = 1;
@@ -431,6 +472,10 @@ Result<Figures> Measure(int ranks) {
     if (f.gemm_flops[i] > f.flops) f.busy_n = n;
     f.flops = std::max(f.flops, f.gemm_flops[i]);
   }
+  ASSIGN_OR_RETURN(double stream, ElementSeconds(OpKind::kAdd));
+  f.stream_element = AllReduce(stream, MPI_MAX);
+  ASSIGN_OR_RETURN(double special, ElementSeconds(OpKind::kGelu));
+  f.special_element = AllReduce(special, MPI_MAX);
   f.busy_speedup = BusySpeedup(f.busy_n, rank, ranks);
   f.latency = AllReduce(LatencySeconds(), MPI_MAX);
   f.runtime_latency = BusyCollectiveSeconds(ranks);  // the same on every rank
@@ -491,6 +536,8 @@ std::string Section(const Host& h, const Figures& f, int ranks, int threads) {
        "seconds per collective round (log2 of its ranks), amid compute, as the runtime waits");
   line("  p2p_latency: " + Num(f.p2p_latency), "seconds per point-to-point message to a waiting rank");
   line("  op_overhead: " + Num(f.dispatch), "seconds per op run, besides its kernel");
+  line("  element_seconds: {stream: " + Num(f.stream_element) + ", special: " + Num(f.special_element) + "}",
+       "per element an op reads and writes: Add, Gelu");
   std::string speedup;
   for (double x : f.busy_speedup) {
     char b[16];
@@ -527,6 +574,10 @@ void Summary(const Host& h, const Figures& f, int ranks, int threads) {
   }
   std::cerr << "\n";
   std::snprintf(b, sizeof b, "[env] op dispatch between threads: %.2f us\n", f.dispatch * 1e6);
+  std::cerr << b;
+  std::snprintf(b, sizeof b, "[env] flowrun's kernels per element read and written, %lld x %lld activations: Add %.3f ns, Gelu %.3f ns\n",
+                static_cast<long long>(kElementRows), static_cast<long long>(kElementCols), f.stream_element * 1e9,
+                f.special_element * 1e9);
   std::cerr << b;
   std::snprintf(b, sizeof b,
                 "[env] all-reduce of 4 MiB: %.3f ms (median of %d); %.2f MiB per rank on the wire -> %.2f GB/s per rank\n",

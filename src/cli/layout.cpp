@@ -35,6 +35,23 @@ Result<std::vector<int64_t>> Mesh(const Config& cfg, int per_stage) {
 
 }  // namespace
 
+sbp::Cluster ClusterOf(const ClusterConfig& cl) {
+  sbp::Cluster c;
+  c.flops = cl.flops;
+  c.bandwidth = cl.bandwidth_intra;
+  c.latency = cl.latency_intra;
+  c.bandwidth_inter = cl.bandwidth_inter;
+  c.latency_inter = cl.latency_inter;
+  c.devices_per_node = static_cast<int>(cl.devices_per_node);
+  c.op_overhead = cl.op_overhead;
+  c.stream_element = cl.stream_element;
+  c.special_element = cl.special_element;
+  c.busy_speedup = cl.busy_speedup;
+  c.p2p_latency = cl.p2p_latency;
+  c.memory = cl.memory_gib * static_cast<double>(1LL << 30);
+  return c;
+}
+
 Result<sbp::AssignOptions> Layout(const Config& cfg, const ir::TrainingGraph& tg, int ranks) {
   const ir::Graph& g = tg.graph;
   const ParallelConfig& par = cfg.parallel;
@@ -104,17 +121,7 @@ Result<sbp::AssignOptions> Layout(const Config& cfg, const ir::TrainingGraph& tg
     o.hints.emplace_back(pattern, *nd);
   }
   o.zero = par.zero;
-  const ClusterConfig& cl = cfg.cluster;
-  o.cluster.flops = cl.flops;
-  o.cluster.bandwidth = cl.bandwidth_intra;
-  o.cluster.latency = cl.latency_intra;
-  o.cluster.bandwidth_inter = cl.bandwidth_inter;
-  o.cluster.latency_inter = cl.latency_inter;
-  o.cluster.devices_per_node = static_cast<int>(cl.devices_per_node);
-  o.cluster.op_overhead = cl.op_overhead;
-  o.cluster.busy_speedup = cl.busy_speedup;
-  o.cluster.p2p_latency = cl.p2p_latency;
-  o.cluster.memory = cl.memory_gib * static_cast<double>(1LL << 30);
+  o.cluster = ClusterOf(cfg.cluster);
   o.micro_batches = cfg.accumulation();
   return o;
 }

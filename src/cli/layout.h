@@ -15,6 +15,9 @@
 
 namespace fr {
 
+// The cost model's view of the config's cluster: section.
+sbp::Cluster ClusterOf(const ClusterConfig& cl);
+
 // `ranks`: the world size to plan for (parallel.ranks, or `plan --ranks`, or 1).
 Result<sbp::AssignOptions> Layout(const Config& cfg, const ir::TrainingGraph& tg, int ranks);
 

@@ -32,17 +32,31 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 }  // namespace
 
 double OpFlops(const ir::Graph& g, const ir::Node& n) {
-  if (n.op == OpKind::kMatMul || n.op == OpKind::kGemm) {
-    const Shape& a = g.type(n.in[0]).shape;
-    int64_t k = n.attrs.Int("transA") ? a[a.rank() - 2] : a[a.rank() - 1];
-    if (n.attrs.Int("contract_batch")) k = a.numel() / a[a.rank() - 1];
-    return 2.0 * static_cast<double>(g.type(n.out[0]).shape.numel()) * static_cast<double>(k);
-  }
-  double f = 0;
-  for (ValueId v : n.out) f += static_cast<double>(g.type(v).shape.numel());
+  if (n.op != OpKind::kMatMul && n.op != OpKind::kGemm) return 0;
+  const Shape& a = g.type(n.in[0]).shape;
+  int64_t k = n.attrs.Int("transA") ? a[a.rank() - 2] : a[a.rank() - 1];
+  if (n.attrs.Int("contract_batch")) k = a.numel() / a[a.rank() - 1];
+  return 2.0 * static_cast<double>(g.type(n.out[0]).shape.numel()) * static_cast<double>(k);
+}
+
+double OpSeconds(const ir::Graph& g, const ir::Node& n, const Cluster& c) {
+  if (n.op == OpKind::kMatMul || n.op == OpKind::kGemm) return OpFlops(g, n) / c.flops;
+  double elements = 0;
+  for (ValueId v : n.out) elements += static_cast<double>(g.type(v).shape.numel());
   for (ValueId v : n.in)
-    if (v != ir::kNoValue) f += static_cast<double>(g.type(v).shape.numel());
-  return 4.0 * f;  // elementwise-like ops are memory bound: count a few FLOPs per element touched
+    if (v != ir::kNoValue) elements += static_cast<double>(g.type(v).shape.numel());
+  bool special = false;
+  switch (n.op) {
+    case OpKind::kTanh: case OpKind::kSigmoid: case OpKind::kErf: case OpKind::kSoftmax: case OpKind::kLogSoftmax:
+    case OpKind::kLayerNormalization: case OpKind::kErfGrad: case OpKind::kGelu: case OpKind::kGeluGrad:
+    case OpKind::kMaskedSoftmax: case OpKind::kCrossEntropy: case OpKind::kCrossEntropyGrad:
+      special = true;
+      break;
+    default:
+      break;
+  }
+  const double per = special ? c.special_element : c.stream_element;
+  return elements * (per > 0 ? per : (special ? 80.0 : 16.0) / c.flops);
 }
 
 namespace {
@@ -70,7 +84,7 @@ class Assigner {
     if (o_.prices)
       for (const Placement& p : o_.stages) shared_place_.push_back(o_.prices->PlaceId(p));
     price_memo_.resize(classes.size() * o_.stages.size() * o_.stages.size());
-    for (const ir::Node& node : g_.nodes) flops_.push_back(OpFlops(g_, node));
+    for (const ir::Node& node : g_.nodes) work_.push_back(OpSeconds(g_, node, o_.cluster));
     MapNodes();
     for (const Placement& a : o_.stages)
       for (const Placement& b : o_.stages) same_place_.push_back(a == b);
@@ -442,7 +456,7 @@ class Assigner {
     for (int a = 0; a < p.ndim(); ++a)
       if (s.work_axes >> a & 1) share *= static_cast<double>(p.hierarchy()[a]);
     bool micro = n.phase != ir::Phase::kOptimizer;
-    return Rate(!micro) * (flops_[static_cast<size_t>(id)] / share / o_.cluster.flops + o_.cluster.op_overhead);
+    return Rate(!micro) * (work_[static_cast<size_t>(id)] / share + o_.cluster.op_overhead);
   }
 
   // Update ops read their parameter in place: their signature must take it as it is.
@@ -1153,7 +1167,7 @@ class Assigner {
   std::vector<std::vector<NodeId>> backward_of_;    // per forward node: the backward nodes derived from it
   std::unordered_map<ValueId, NodeId> update_of_;   // parameter -> its update node
   std::vector<int> type_class_;                     // per value: one id per (shape, dtype)
-  std::vector<double> flops_;                       // per node: OpFlops
+  std::vector<double> work_;                        // per node: OpSeconds
   std::vector<bool> same_place_;                    // per (stage, stage): the same placement
   std::vector<bool> spans_pair_;                    // per (stage, stage): their ranks sit on several nodes
   std::vector<std::vector<bool>> spans_axis_;       // per stage, per mesh axis: its groups span nodes

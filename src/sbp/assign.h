@@ -71,6 +71,11 @@ struct Cluster {
   int devices_per_node = 0;     // global rank r sits on node r / devices_per_node; 0 = one node
   double p2p_latency = 0;       // seconds per point-to-point message within a node; 0 = latency
   double op_overhead = 0;       // seconds per op run (and per boxing message), besides its kernel
+  // Seconds per element an op that is not a matrix product reads and writes, per device: `stream`
+  // for ops that move data with little arithmetic (Add, Transpose, Accumulate, ...), `special` for
+  // ops that evaluate exp, erf or a square root per element (Gelu, Softmax, LayerNormalization,
+  // ...). 0: 16 and 80 times a FLOP at `flops` (what they were on the machine flowrun was built on).
+  double stream_element = 0, special_element = 0;
   std::vector<double> busy_speedup;  // [b-1]: per-rank compute speed with b of a node's ranks busy (sbp/step.h)
   double memory = 16.0 * (1 << 30);  // bytes per device
 };
@@ -136,9 +141,12 @@ struct Assignment {
   std::vector<PricedEdge> edges;      // every boxing edge with a cost or a change of SBP
 };
 
-// The FLOPs the cost model counts for one op: 2 x output x K for MatMul and Gemm; elementwise-like
-// ops are memory bound and count 4 per element touched.
+// A matrix product's FLOPs: 2 x output x K for MatMul and Gemm; 0 for other ops.
 double OpFlops(const ir::Graph& g, const ir::Node& n);
+// What one op takes on one device of `c` with the whole op to itself (all ranks busy, as `flops`
+// was measured), besides op_overhead: a matrix product its FLOPs at `flops`, any other op the
+// elements it reads and writes at stream_element or special_element.
+double OpSeconds(const ir::Graph& g, const ir::Node& n, const Cluster& c);
 
 // Errors ("[sbp] ...") name the hint, tensor and op: a hint that matches nothing, a hint that
 // does not fit its tensor, a hint that the producing op cannot honour (with what it accepts).

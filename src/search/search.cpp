@@ -50,11 +50,12 @@ CutModel ModelCuts(const ir::TrainingGraph& tg, const ClusterConfig& cl) {
     m.ops.push_back(static_cast<NodeId>(n));
     m.work.push_back(0);
   }
+  const sbp::Cluster cost = ClusterOf(cl);
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const ir::Node& node = g.nodes[n];
     NodeId owner = node.phase == ir::Phase::kForward ? static_cast<NodeId>(n) : node.origin;
     if (owner < 0 || pos[static_cast<size_t>(owner)] < 0) continue;
-    m.work[static_cast<size_t>(pos[static_cast<size_t>(owner)])] += sbp::OpFlops(g, node) / cl.flops;
+    m.work[static_cast<size_t>(pos[static_cast<size_t>(owner)])] += sbp::OpSeconds(g, node, cost);
   }
   // A forward value produced at position p and last read (forward) at q crosses every cut in
   // (p, q]: its bytes forward and its gradient's back.

@@ -22,6 +22,7 @@
 #include "cli/pipeline.h"
 #include "ir/plan_serialize.h"
 #include "ops/op.h"
+#include "sbp/assign.h"
 #include "flowrun_cmd.h"
 
 namespace {
@@ -695,6 +696,46 @@ TEST(Plan, Serialize_1n4d) {
   ASSERT_NE(boxing, p.tasks.rend());
   boxing->move.tag += 1;
   EXPECT_NE(fr::ir::PlanHash(p), fr::ir::PlanHash(a->plan)) << "a boxing task's field";
+}
+
+// The cost model's price of one op (sbp::OpSeconds): a matrix product its FLOPs at `flops`; any
+// other op the elements it reads and writes, at the stream price, or the special one for ops
+// with exp or erf per element; without measured prices, 16 and 80 FLOPs' time per element.
+TEST(Plan, OpSecondsByKind) {
+  auto c = Build("configs/gpt.yaml", 1, {});
+  ASSERT_BUILT(c);
+  const Graph& g = c->training.graph;
+  fr::sbp::Cluster cl;
+  cl.flops = 1e10;
+  cl.stream_element = 3e-10;
+  cl.special_element = 2e-9;
+  auto elements = [&](const fr::ir::Node& n) {
+    double e = 0;
+    for (ValueId v : n.in)
+      if (v != fr::ir::kNoValue) e += static_cast<double>(g.type(v).shape.numel());
+    for (ValueId v : n.out) e += static_cast<double>(g.type(v).shape.numel());
+    return e;
+  };
+  fr::sbp::Cluster unmeasured = cl;
+  unmeasured.stream_element = unmeasured.special_element = 0;
+  std::set<fr::OpKind> seen;
+  for (const fr::ir::Node& n : g.nodes) {
+    const double s = fr::sbp::OpSeconds(g, n, cl);
+    if (n.op == fr::OpKind::kMatMul) {
+      EXPECT_GT(fr::sbp::OpFlops(g, n), 0) << n.name;
+      EXPECT_DOUBLE_EQ(s, fr::sbp::OpFlops(g, n) / cl.flops) << n.name;
+      seen.insert(n.op);
+      continue;
+    }
+    bool special = n.op == fr::OpKind::kGelu || n.op == fr::OpKind::kMaskedSoftmax || n.op == fr::OpKind::kLayerNormalization;
+    bool stream = n.op == fr::OpKind::kAdd || n.op == fr::OpKind::kTranspose || n.op == fr::OpKind::kAccumulate;
+    if (!special && !stream) continue;
+    seen.insert(n.op);
+    EXPECT_EQ(fr::sbp::OpFlops(g, n), 0) << n.name;
+    EXPECT_DOUBLE_EQ(s, elements(n) * (special ? cl.special_element : cl.stream_element)) << n.name;
+    EXPECT_DOUBLE_EQ(fr::sbp::OpSeconds(g, n, unmeasured), elements(n) * (special ? 80 : 16) / cl.flops) << n.name;
+  }
+  EXPECT_EQ(seen.size(), 7u);
 }
 
 }  // namespace

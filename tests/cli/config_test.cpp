@@ -179,6 +179,24 @@ TEST(Config, OverridesApply) {
   EXPECT_EQ(r->parallel.sbp[1].first, "w");
 }
 
+// The cost model's per-element prices: read from cluster.element_seconds, written back by
+// ConfigToYaml (what `flowrun search` writes) as they were.
+TEST(Config, ClusterElementSecondsRoundTrip) {
+  Result<Config> r = ParseConfig(kBase, "t.yaml", {"cluster.element_seconds={stream: 2.5e-10, special: 1.75e-9}"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_DOUBLE_EQ(r->cluster.stream_element, 2.5e-10);
+  EXPECT_DOUBLE_EQ(r->cluster.special_element, 1.75e-9);
+  Result<Config> back = ParseConfig(ConfigToYaml(*r), "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.status().message() << "\n" << ConfigToYaml(*r);
+  EXPECT_DOUBLE_EQ(back->cluster.stream_element, 2.5e-10);
+  EXPECT_DOUBLE_EQ(back->cluster.special_element, 1.75e-9);
+  // Not given: 0, and the cost model derives them from flops (sbp::Cluster).
+  Result<Config> none = ParseConfig(kBase, "t.yaml", {"cluster.flops=1.0e+10"});
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  EXPECT_EQ(none->cluster.stream_element, 0);
+  EXPECT_EQ(ConfigToYaml(*none).find("element_seconds"), std::string::npos);
+}
+
 TEST(Config, OverrideCreatesSections) {
   std::string text = kBase;
   text = text.substr(0, text.find("schedule:"));  // no schedule, parallel or log
@@ -329,6 +347,13 @@ const BadCase kBadCases[] = {
      "data.fields.y.classes is required"},
     {"", "", {"data={format: synthetic, samples: 4, fields: {}}"},
      "data.fields: expected a non-empty map of field name -> {shape, dtype}, got an empty map"},
+    // cluster.element_seconds: both classes, each > 0.
+    {"", "", {"cluster.element_seconds={stream: 2.0e-10}"},
+     "[config] --set cluster.element_seconds={stream: 2.0e-10}: cluster.element_seconds.special is required"},
+    {"", "", {"cluster.element_seconds={stream: 0, special: 1.0e-9}"},
+     "cluster.element_seconds.stream: expected seconds per element > 0, got 0"},
+    {"", "", {"cluster.element_seconds={stream: 2.0e-10, special: 1.0e-9, exp: 1}"},
+     "unknown key 'exp' in cluster.element_seconds"},
     // An override that fixes the file's value is not blamed for a later, unrelated error.
     {"  micro_batch: 8", "  micro_batch: 5", {"train.steps=10"},
      "[config] t.yaml:12:16: train.micro_batch: expected a divisor"},

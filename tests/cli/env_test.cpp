@@ -82,6 +82,12 @@ TEST(Env, WritesClusterSection_1n2d) {
   EXPECT_LT(c.latency_intra, 1) << section;
   EXPECT_EQ(c.latency_inter, c.latency_intra);
   EXPECT_GT(c.p2p_latency, 0) << section;
+  // flowrun's Add and Gelu kernels per element: well under a microsecond, Gelu (erf per element)
+  // dearer than Add.
+  EXPECT_GT(c.stream_element, 0) << section;
+  EXPECT_LT(c.stream_element, 1e-6) << section;
+  EXPECT_GT(c.special_element, c.stream_element) << section;
+  EXPECT_LT(c.special_element, 1e-6) << section;
   // One figure per count of busy ranks, the last (all busy, what `flops` measured) 1; the config
   // reader checks the rest (>= 1, not increasing).
   ASSERT_EQ(c.busy_speedup.size(), 2u) << section;
