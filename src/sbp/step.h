@@ -17,7 +17,8 @@
 //     their accumulators finish and complete together: the same;
 //   - a micro-batch's gradients moving into their accumulators (all-reduced over one mesh axis
 //     per micro-batch) start as their backward ops finish, and only the accumulators wait for
-//     them: the same, per micro-batch.
+//     them: the same, per micro-batch;
+//   - the parameters' squared gradient norms crossing to the stage that sums them: the same.
 // On CPU ranks that share a node's cores, `flops` was measured with every rank busy; a stage
 // computing while the others wait gets more of the cores, so its compute in W runs
 // Cluster::busy_speedup[its ranks on the node - 1] times faster, as `flowrun env` measured it

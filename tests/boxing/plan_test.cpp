@@ -22,7 +22,9 @@
 #include "cli/pipeline.h"
 #include "ir/plan_serialize.h"
 #include "ops/op.h"
+#include "cli/layout.h"
 #include "sbp/assign.h"
+#include "sbp/step.h"
 #include "flowrun_cmd.h"
 
 namespace {
@@ -736,6 +738,36 @@ TEST(Plan, OpSecondsByKind) {
     EXPECT_DOUBLE_EQ(fr::sbp::OpSeconds(g, n, unmeasured), elements(n) * (special ? 80 : 16) / cl.flops) << n.name;
   }
   EXPECT_EQ(seen.size(), 7u);
+}
+
+// The step model charges the parameters' squared gradient norms, crossing from a later pipeline
+// stage to the one that sums them, one latency together, not one each: with their latencies
+// taken out, the step is one (the largest) latency shorter.
+TEST(Plan, PipelineNormPartsPayOneLatency_1n2d) {
+  auto cfg = fr::LoadConfig("configs/gpt.yaml", {"parallel.stages=[[\"/wte/*\", \"/wpe/*\", \"/Add\", \"/blocks.0/*\"], [\"*\"]]"});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  auto c = fr::Prepare(*cfg);
+  ASSERT_BUILT(c);
+  auto o = fr::Layout(*cfg, c->training, 2);
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  auto a = fr::sbp::Assign(c->training, *o);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  const Graph& g = c->training.graph;
+  fr::sbp::Assignment without = *a;
+  int parts = 0;
+  double most = 0;
+  for (fr::sbp::PricedEdge& e : without.edges) {
+    if (!e.per_step || !g.ProducedBy(e.value, fr::OpKind::kSquareSum)) continue;
+    ++parts;
+    most = std::max(most, e.latency);
+    e.seconds -= e.latency;
+    e.latency = 0;
+  }
+  EXPECT_GE(parts, 10);  // the second stage's parameters
+  ASSERT_GT(most, 0);
+  const fr::sbp::StepTime with_t = fr::sbp::ModelStep(g, *o, *a, 2);
+  const fr::sbp::StepTime without_t = fr::sbp::ModelStep(g, *o, without, 2);
+  EXPECT_NEAR(with_t.stages[0].step_s - without_t.stages[0].step_s, most, 1e-12);
 }
 
 }  // namespace
