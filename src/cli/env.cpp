@@ -69,7 +69,8 @@ Status CheckWritable(const std::string& file) {
 }
 
 int Relaunch(const EnvArgs& a) {
-  std::vector<std::string> args = {"env", "--ranks", std::to_string(a.ranks), "--launched"};
+  std::vector<std::string> args = {"env", "--ranks", std::to_string(a.ranks), "--repeats", std::to_string(a.repeats),
+                                   "--launched"};
   if (!a.out.empty()) {
     if (Status s = CheckWritable(a.out); !s.ok()) return Fail(s);
     std::error_code ec;
@@ -499,6 +500,34 @@ Result<Figures> Measure(int ranks) {
   return f;
 }
 
+// Each figure's median over rounds of Measure (busy_speedup element by element, then made not
+// increasing again, as BusySpeedup makes it); what rounds share (the sizes, the wire) from the first.
+Figures MedianFigures(const std::vector<Figures>& rounds) {
+  Figures m = rounds.front();
+  auto median = [&](auto field) {
+    std::vector<double> v;
+    for (const Figures& f : rounds) v.push_back(field(f));
+    return Median(v);
+  };
+  for (size_t i = 0; i < std::size(kGemmSizes); ++i) m.gemm_flops[i] = median([&](const Figures& f) { return f.gemm_flops[i]; });
+  m.flops = median([](const Figures& f) { return f.flops; });
+  m.latency = median([](const Figures& f) { return f.latency; });
+  m.runtime_latency = median([](const Figures& f) { return f.runtime_latency; });
+  m.runtime_message = median([](const Figures& f) { return f.runtime_message; });
+  m.idle_message = median([](const Figures& f) { return f.idle_message; });
+  m.p2p_latency = median([](const Figures& f) { return f.p2p_latency; });
+  m.dispatch = median([](const Figures& f) { return f.dispatch; });
+  m.stream_element = median([](const Figures& f) { return f.stream_element; });
+  m.special_element = median([](const Figures& f) { return f.special_element; });
+  m.allreduce_s = median([](const Figures& f) { return f.allreduce_s; });
+  m.bandwidth = median([](const Figures& f) { return f.bandwidth; });
+  for (size_t b = m.busy_speedup.size(); b-- > 0;) {
+    m.busy_speedup[b] = median([&](const Figures& f) { return f.busy_speedup[b]; });
+    if (b + 1 < m.busy_speedup.size()) m.busy_speedup[b] = std::max(m.busy_speedup[b], m.busy_speedup[b + 1]);
+  }
+  return m;
+}
+
 // ---- Output ---------------------------------------------------------------------------------
 
 std::string Num(double x) {
@@ -513,7 +542,7 @@ std::string Quoted(const std::string& s) {
   return q + "\"";
 }
 
-std::string Section(const Host& h, const Figures& f, int ranks, int threads) {
+std::string Section(const Host& h, const Figures& f, int ranks, int threads, int repeats) {
   char mem[32];
   std::snprintf(mem, sizeof mem, "%.1f", std::max(0.1, std::round(h.mem_total_gib / ranks * 10) / 10));
   std::ostringstream o;
@@ -522,8 +551,9 @@ std::string Section(const Host& h, const Figures& f, int ranks, int threads) {
     if (!comment.empty()) o << std::string(text.size() < 48 ? 48 - text.size() : 1, ' ') << "# " << comment;
     o << "\n";
   };
-  o << "# Measured by `flowrun env --ranks " << ranks << "`: " << ranks << " ranks at once, " << threads
-    << " kernel thread(s) each.\n";
+  o << "# Measured by `flowrun env --ranks " << ranks << (repeats > 1 ? " --repeats " + std::to_string(repeats) : "")
+    << "`: " << ranks << " ranks at once, " << threads << " kernel thread(s) each"
+    << (repeats > 1 ? ", each figure the median of " + std::to_string(repeats) + " rounds" : "") << ".\n";
   line("cluster:", "");
   line("  nodes: 1", "");
   line("  devices_per_node: " + std::to_string(ranks), "the ranks measured");
@@ -546,15 +576,17 @@ std::string Section(const Host& h, const Figures& f, int ranks, int threads) {
   }
   line("  busy_speedup: [" + speedup + "]", "per-rank GEMM speed, 1.." + std::to_string(ranks) + " ranks busy");
   line("  measured: " + Quoted("flowrun env: " + std::to_string(ranks) + " ranks on " + h.name + " (" +
-                              std::to_string(h.cores) + " cores, " + h.cpu + "), " + h.date),
+                              std::to_string(h.cores) + " cores, " + h.cpu + "), " +
+                              (repeats > 1 ? "median of " + std::to_string(repeats) + " rounds, " : "") + h.date),
        "");
   return o.str();
 }
 
-void Summary(const Host& h, const Figures& f, int ranks, int threads) {
+void Summary(const Host& h, const Figures& f, int ranks, int threads, int repeats) {
   char b[512];
   std::cerr << "[env] " << ranks << " ranks on " << h.name << " (" << h.cores << " cores, " << h.cpu << "), "
-            << threads << " kernel thread(s) per rank, all measuring at once\n";
+            << threads << " kernel thread(s) per rank, all measuring at once"
+            << (repeats > 1 ? "; each figure the median of " + std::to_string(repeats) + " rounds" : "") << "\n";
   std::cerr << "[env] f32 GEMM per rank (median of " << kGemmReps << " blocks of " << kGemmsPerBlock
             << ", each until the slowest rank is done):";
   for (size_t i = 0; i < std::size(kGemmSizes); ++i) {
@@ -625,14 +657,19 @@ int Measured(const EnvArgs& a, int* argc, char*** argv) {
   code = static_cast<int>(AllReduce(code, MPI_MAX));
   if (code) return code;
 
-  auto f = Measure(p);
-  if (!f.ok()) {
-    Fail(f.status());
-    world->comm->Abort(1);
+  std::vector<Figures> rounds;
+  for (int r = 0; r < a.repeats; ++r) {
+    auto f = Measure(p);
+    if (!f.ok()) {
+      Fail(f.status());
+      world->comm->Abort(1);
+    }
+    rounds.push_back(*f);
   }
   if (!lead) return 0;
-  Summary(*host, *f, p, threads);
-  std::string section = Section(*host, *f, p, threads);
+  const Figures f = MedianFigures(rounds);
+  Summary(*host, f, p, threads, a.repeats);
+  std::string section = Section(*host, f, p, threads, a.repeats);
   if (a.out.empty()) {
     std::cout << section << std::flush;
     return 0;

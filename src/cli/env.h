@@ -28,6 +28,7 @@ struct EnvArgs {
   int ranks = 2;
   bool ranks_given = false;  // --ranks on the command line; under mpirun without it, the world size
   std::string out;           // empty: stdout
+  int repeats = 1;           // measurement rounds; each figure written is its median over them
   bool launched = false;     // set on the re-launched ranks: never re-launch again
 };
 

@@ -109,6 +109,27 @@ TEST(Env, OddRankCount_1n3d) {
   EXPECT_EQ(cfg->cluster.busy_speedup.size(), 3u) << section;
 }
 
+// --repeats R: R rounds of every measurement, each figure written its median; the section says so.
+TEST(Env, RepeatsWriteMedians_1n2d) {
+  const std::string out = TempPath("cluster_r2.yaml");
+  Output r = Flowrun({"env", "--ranks", "2", "--repeats", "2", "--out", out});
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("each figure the median of 2 rounds"), std::string::npos) << r.out;
+  const std::string section = Read(out);
+  fs::remove(out);
+  auto cfg = fr::ParseConfig(Read("configs/mlp_ln_gelu.yaml") + section, "env --repeats 2");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message() << "\n" << section;
+  EXPECT_NE(cfg->cluster.measured.find("median of 2 rounds"), std::string::npos) << cfg->cluster.measured;
+  ASSERT_EQ(cfg->cluster.busy_speedup.size(), 2u) << section;
+  EXPECT_GE(cfg->cluster.busy_speedup[0], cfg->cluster.busy_speedup[1]) << section;
+  EXPECT_EQ(cfg->cluster.busy_speedup[1], 1.0) << section;
+  EXPECT_GT(cfg->cluster.flops, 1e8) << section;
+
+  Output bad = Flowrun({"env", "--repeats", "0"});
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--repeats: Value 0 not in range 1 to 100"), std::string::npos) << bad.out;
+}
+
 TEST(Env, OneRankIsRefused) {
   Output r = Flowrun({"env", "--ranks", "1"});
   EXPECT_EQ(r.code, 2) << r.out;
