@@ -5,7 +5,8 @@
 #   - two ranks, data parallel: flowrun under mpirun vs PyTorch DDP over gloo, and the scaling
 #     efficiency of each (2-rank tokens/s over 2x the single-process tokens/s);
 #   - the ceiling the machine puts on 2-rank scaling: two independent processes with one rank's
-#     work each, at once, no communication (a synchronous step waits for the slower);
+#     work each, at once, no communication (a synchronous step waits for the slower), by their
+#     mean step times and in lockstep (step by step, the slower of the two);
 #   - model FLOP utilisation: flowrun's matmul FLOP/s over this machine's single-core SGEMM peak.
 # The four runs are repeated REPEATS times, interleaved, and each figure is the median: a shared
 # VM's speed drifts by 10-30% within a minute, which one run of each would mistake for a ratio.
@@ -43,10 +44,10 @@ gb=$(grep -E '^\s*global_batch:' "$config" | grep -oE '[0-9]+' | head -1)
 mb=$(grep -E '^\s*micro_batch:' "$config" | grep -oE '[0-9]+' | head -1)
 run_pair() {
   local half=(--set train.global_batch=$((gb / 2)) --set train.micro_batch=$((mb / 2)))
-  taskset -c 0 "$fr" train "$config" --set train.steps=$((steps + 1)) --set log.every=$((steps + 1)) \
-    --set schedule.warmup=1 --set log.jsonl="$work/pa.jsonl" "${half[@]}" > "$work/pa.$1" 2>&1 &
-  taskset -c 1 "$fr" train "$config" --set train.steps=$((steps + 1)) --set log.every=$((steps + 1)) \
-    --set schedule.warmup=1 --set log.jsonl="$work/pb.jsonl" "${half[@]}" > "$work/pb.$1" 2>&1
+  taskset -c 0 "$fr" train "$config" --set train.steps=$((steps + 1)) --set log.every=1 \
+    --set schedule.warmup=1 --set log.jsonl="$work/pa.$1.jsonl" "${half[@]}" > "$work/pa.$1" 2>&1 &
+  taskset -c 1 "$fr" train "$config" --set train.steps=$((steps + 1)) --set log.every=1 \
+    --set schedule.warmup=1 --set log.jsonl="$work/pb.$1.jsonl" "${half[@]}" > "$work/pb.$1" 2>&1
   wait
 }
 for r in $(seq "$repeats"); do
@@ -89,6 +90,13 @@ eff_p = med([b["tokens_per_s"] / (2 * a["tokens_per_s"]) for a, b in zip(pt1, pt
 pa, pb = read("pa"), read("pb")
 ceiling = med([ms(a) / (2 * max(ms(x), ms(y))) for a, x, y in zip(fr1, pa, pb)])
 pair = med([max(ms(x), ms(y)) for x, y in zip(pa, pb)])
+# The same pair in lockstep: a synchronous step waits for the slower rank every step, and this
+# VM's cores each have slow spells of many steps (25-35% slower) that the other's do not share.
+def step_ms(path):
+    return [json.loads(line)["step_ms"] for line in open(path)][1:]  # as ms/step: past the first
+lockstep = [statistics.mean(max(x, y) for x, y in zip(step_ms(f"{work}/pa.{r}.jsonl"), step_ms(f"{work}/pb.{r}.jsonl")))
+            for r in range(1, repeats + 1)]
+ceiling_lockstep = med([ms(a) / (2 * s) for a, s in zip(fr1, lockstep)])
 faster = med([min(ms(x), ms(y)) for x, y in zip(pa, pb)])
 gf = med([gflops(o) for o in fr1])
 flops_per_token = gf * 1e9 / f1
@@ -105,5 +113,7 @@ print(f"scaling eff.   : flowrun {eff_f:.2f}  pytorch {eff_p:.2f}")
 print(f"machine ceiling: {ceiling:.2f} (two independent flowrun processes, each with half of every micro-batch and "
       f"no communication, at once on cores 0 and 1: {faster:.2f} and {pair:.2f} ms/step against "
       f"{med([ms(o) for o in fr1]):.2f} for one on the whole batch)")
+print(f"in lockstep    : {ceiling_lockstep:.2f} (the same pair, each step waiting for the slower of the two, as a "
+      f"synchronous step does: {med(lockstep):.2f} ms/step)")
 print(f"MFU            : {gf:.1f} GFLOP/s (matmul) over {peak:.1f} GFLOP/s single-core SGEMM peak = {gf / peak:.0%}")
 PY
