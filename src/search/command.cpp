@@ -35,8 +35,9 @@ Result<double> MeasuredStep(const std::string& jsonl, int warm) {
 }
 
 // Runs the top K candidates under mpirun, `validate_repeats` rounds each over all K in turn (a
-// shared machine's speed drifts within a minute: interleaving spreads the drift over all), and
-// compares each candidate's median step time with its prediction.
+// shared machine's speed drifts within a minute: interleaving spreads the drift over all), each
+// round starting one candidate further down the list so that no candidate always runs at the same
+// point of a round, and compares each candidate's median step time with its prediction.
 int Validate(const Outcome& o, const SearchArgs& a) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -50,7 +51,8 @@ int Validate(const Outcome& o, const SearchArgs& a) {
             << std::flush;
   std::vector<std::vector<double>> runs(k);
   for (int round = 0; round < a.validate_repeats; ++round) {
-    for (size_t i = 0; i < k; ++i) {
+    for (size_t j = 0; j < k; ++j) {
+      const size_t i = (j + static_cast<size_t>(round)) % k;
       Config c = o.ranked[i].config;
       c.train.steps = a.validate_steps;
       c.log.every = 1;
