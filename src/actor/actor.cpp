@@ -92,7 +92,27 @@ bool Actor::Communicates() const {
 }
 
 void Actor::TryAct() {
+  if (deferred_) {
+    if (!announced_ && next_ < total_ && !in_flight_ && Ready()) {
+      announced_ = true;
+      rt_.Announce(this);
+    }
+    return;
+  }
   while (next_ < total_ && !in_flight_ && Ready()) ActOnce();
+}
+
+std::pair<int64_t, int64_t> Actor::NextKey() const {
+  const int64_t m = plan_.micro_batches;
+  if (task_.kind == TaskKind::kVariable) return {next_, -1};
+  if (task_.per_step) return {next_, m};
+  return {next_ / m, next_ % m};
+}
+
+void Actor::RunNext() {
+  announced_ = false;
+  if (next_ < total_ && !in_flight_ && Ready()) ActOnce();
+  TryAct();
 }
 
 void Actor::ActOnce() {

@@ -28,6 +28,12 @@ class Actor {
   int64_t acts_done() const { return acts_done_.load(std::memory_order_relaxed); }
   int64_t total_acts() const { return total_; }
   const ir::TaskDesc& task() const { return task_; }
+  // On a thread that runs its ready acts oldest micro-batch first (Runtime): TryAct only announces
+  // that the next act is ready, and the thread calls RunNext when its turn comes.
+  void set_deferred(bool d) { deferred_ = d; }
+  // The next act's (step, micro-batch): what the thread orders ready acts by.
+  std::pair<int64_t, int64_t> NextKey() const;
+  void RunNext();
 
  private:
   // One regst seen from this actor. Act k uses the port iff skip <= k < skip + pieces * ratio; it
@@ -68,6 +74,8 @@ class Actor {
   int64_t next_ = 0;           // the next act
   double loss_sum_ = 0;        // loss sink
   bool in_flight_ = false;     // a data movement started and not finished
+  bool deferred_ = false;
+  bool announced_ = false;     // deferred: its next act is in the thread's ready set
   std::atomic<int64_t> acts_done_{0};
 };
 

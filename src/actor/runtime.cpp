@@ -116,6 +116,11 @@ Stream::Poll Runtime::Progress() {
   return done->empty() ? Stream::Poll::kWaiting : Stream::Poll::kProgress;
 }
 
+void Runtime::Announce(Actor* a) {
+  const auto [step, micro] = a->NextKey();
+  ready_.emplace(step, micro, a->task().id);
+}
+
 void Runtime::Fail(const Status& s) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -196,6 +201,15 @@ Status Runtime::Run(const RunOptions& opt) {
       hooks.poll_busy = Stream::kPollBusy;
       hooks.poll_spin = opt.poll_spin;
     }
+    if (name == "compute" && plan_.stages.size() > 1) {  // a pipeline: oldest micro-batch first (runtime.h)
+      hooks.work = [this] {
+        if (ready_.empty()) return false;
+        const int task = std::get<2>(*ready_.begin());
+        ready_.erase(ready_.begin());
+        actors_[static_cast<size_t>(task)]->RunNext();
+        return true;
+      };
+    }
     thread_of[i] = static_cast<int>(streams_.size());
     streams_.push_back(std::make_unique<Stream>(name, std::move(hooks)));
   }
@@ -214,6 +228,8 @@ Status Runtime::Run(const RunOptions& opt) {
     stream_of_[static_cast<size_t>(t.id)] = thread_of[static_cast<size_t>(t.stream)];
     if (t.rank != rank_) continue;
     actors_[static_cast<size_t>(t.id)] = std::make_unique<Actor>(*this, plan_, t);
+    if (plan_.stages.size() > 1 && stream_of_[static_cast<size_t>(t.id)] == thread_of[static_cast<size_t>(compute)])
+      actors_[static_cast<size_t>(t.id)]->set_deferred(true);
     ++mine;
   }
   if (progress_) progress_->Start();

@@ -63,10 +63,20 @@ void Stream::Loop() {
     // Within Hooks::poll_spin of its last work, a thread with movements in flight polls again at
     // once instead of sleeping.
     const bool spin = pending && std::chrono::steady_clock::now() - last_busy < hooks_.poll_spin;
+    // Queued work (Hooks::work) runs once every waiting message has been handled.
+    bool worked = false;
+    if (hooks_.work) {
+      bool idle = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        idle = queue_.empty() && !poked_;
+      }
+      if (idle) worked = hooks_.work();
+    }
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto ready = [this] { return !queue_.empty() || poked_; };
-      if (spin) {
+      if (worked || spin) {
       } else if (pending) {
         cv_.wait_for(lock, wait, ready);
       } else {
@@ -94,10 +104,10 @@ void Stream::Loop() {
     last_poll = now;
     const Poll p = hooks_.poll();
     pending = p != Poll::kIdle;
-    if (got || p == Poll::kProgress) last_busy = now;
+    if (got || worked || p == Poll::kProgress) last_busy = now;
     if (p == Poll::kCovered) {
       wait = kPollCovered;
-    } else if (p == Poll::kProgress || got || wait == kPollCovered) {
+    } else if (p == Poll::kProgress || got || worked || wait == kPollCovered) {
       wait = kPollMin;
     } else {
       wait = std::min(wait * 2, hooks_.poll_max);

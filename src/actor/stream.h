@@ -38,6 +38,8 @@ class Stream {
     std::function<void(const Msg&)> handle;  // each message but kStop, which ends the thread
     std::function<Poll()> poll;              // optional: after messages (see poll_busy) and on each wake-up
     std::function<void()> init;              // optional: first, on the stream's thread
+    // Optional: runs one piece of queued work when no message waits; false when there was none.
+    std::function<bool()> work;
     std::chrono::microseconds poll_max = kPollMax;
     // While more messages wait, the poll hook runs at most this often (0: after every message).
     // Each poll is a full MPI progress pass: after every act, rank 0 of gpt_mini's 2-rank data

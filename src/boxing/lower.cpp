@@ -172,6 +172,17 @@ class Lowering {
     return static_cast<int>(p_.nodes.size() - 1);
   }
 
+  // Whether forward value v is read by a backward op (an activation saved for the backward).
+  bool SavedForBackward(ValueId v) {
+    if (consumers_.empty()) consumers_ = g_.Consumers();
+    const ir::Node* prod = g_.value(v).producer >= 0 ? &g_.node(g_.value(v).producer) : nullptr;
+    if (!prod || (prod->phase != ir::Phase::kForward && prod->phase != ir::Phase::kLoss)) return false;
+    for (NodeId u : consumers_[static_cast<size_t>(v)])
+      if (g_.node(u).phase == ir::Phase::kBackward) return true;
+    return false;
+  }
+  std::vector<std::vector<NodeId>> consumers_;
+
   std::vector<int> AddCompute(NodeId id) {
     const ir::Node& n = g_.node(id);
     const sbp::Placement& pl = p_.stages[static_cast<size_t>(o_.node_stage[static_cast<size_t>(id)])];
@@ -185,7 +196,11 @@ class Lowering {
       p_.tasks[static_cast<size_t>(tid)].node = AddPhysicalNode(id, pl, d);
       p_.tasks[static_cast<size_t>(tid)].logical = id;
       for (size_t i = 0; i < n.out.size(); ++i) {
-        int r = NewRegst(n.out[i], Piece(n.out[i], s.out[i], pl, d), rank, tid, out_per_step, 1);
+        // A pipeline stage k keeps what its backward reads for up to S - k micro-batches (lower.h).
+        const int stage = o_.node_stage[static_cast<size_t>(id)];
+        const int64_t kept = std::min<int64_t>(static_cast<int64_t>(o_.stages.size()) - stage, o_.micro_batches);
+        const int slots = o_.stages.size() > 1 && SavedForBackward(n.out[i]) ? static_cast<int>(kept) : 1;
+        int r = NewRegst(n.out[i], Piece(n.out[i], s.out[i], pl, d), rank, tid, out_per_step, slots);
         p_.tasks[static_cast<size_t>(tid)].out.push_back(r);
         Placed(n.out[i]).regsts.push_back(r);
       }

@@ -16,19 +16,19 @@
 // still runs; the last, the remainder, holds the embeddings' (80 KiB).
 //
 // Streams: "compute" for ops and variables, "data" for the loader (it prefetches: its regsts get
-// two slots), "comm" for boxing. Other regsts get one slot, except those of a per-micro-batch edge
-// between two pipeline stages: the producer's regsts and every regst of the edge's boxing (the
-// send side and the received pieces) get regst_num = S, the number of stages.
+// two slots), "comm" for boxing. Other regsts get one slot, except in a pipeline of S stages:
+//   - the regsts of a per-micro-batch edge between two stages, the producer's and every regst of
+//     the edge's boxing (the send side and the received pieces), get regst_num = S;
+//   - what stage k's backward reads of its forward (the activations it saves) gets S - k slots,
+//     at most the micro-batch count.
 //
-// The pipeline schedule this gives (there is no scheduler; it follows from the slots): stage k
-// may start the forward of micro-batch m+1 while stage k+1 still holds m, and a stage runs at most
-// S micro-batches ahead of the backward that frees their slots. Within a rank, ready acts run in
-// the order their inputs arrive, so when a forward and a backward are both ready neither has
-// priority: this is GPipe-like with a bounded number of micro-batches in flight, not 1F1B (which
-// would prefer the backward to cap live activations at S - k on stage k). Slots are counted per
-// regst, so an activation that stays within stage k but is saved for its backward keeps one slot
-// and still holds stage k's forward of m+1 until the backward of m has read it; only regsts on
-// stage-crossing edges are widened.
+// The pipeline schedule this gives, with the runtime running a pipeline rank's ready acts oldest
+// micro-batch first (actor/runtime.h): stage k runs the forward of micro-batch m+1 while the
+// later stages still work on m, up to S - k micro-batches ahead of its backward, and a backward
+// that is ready goes before a newer forward: 1F1B. Within a stage the micro-batches stay in order,
+// so gradients accumulate in the same order as on one rank. Boxing regsts within a stage keep one
+// slot, so a stage that moves data for its backward (tensor parallelism inside a stage) overlaps
+// less.
 #pragma once
 
 #include "base/status.h"

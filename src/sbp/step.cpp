@@ -13,6 +13,12 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
   std::vector<double> speedup(static_cast<size_t>(S), 1.0);
   const Cluster& cl = o.cluster;
   const int per_node = cl.devices_per_node > 0 ? cl.devices_per_node : ranks;
+  // With every stage busy, every rank of the job on the node computes at once.
+  double all_busy = 1.0;
+  if (S > 1 && !cl.busy_speedup.empty()) {
+    const int busy = std::clamp(std::min(ranks, per_node), 1, static_cast<int>(cl.busy_speedup.size()));
+    all_busy = cl.busy_speedup[static_cast<size_t>(busy - 1)];
+  }
   if (S > 1 && !cl.busy_speedup.empty()) {
     for (int s = 0; s < S; ++s) {
       const int busy = std::clamp(std::min(o.stages[static_cast<size_t>(s)].size(), per_node), 1,
@@ -20,11 +26,17 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
       speedup[static_cast<size_t>(s)] = cl.busy_speedup[static_cast<size_t>(busy - 1)];
     }
   }
+  // Per stage, one micro-batch's work with every stage busy (compute without busy_speedup).
+  std::vector<double> crowded(static_cast<size_t>(S), 0.0);
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const int s = o.node_stage[n];
     StageTime& st = t.stages[static_cast<size_t>(s)];
-    if (g.nodes[n].phase == ir::Phase::kOptimizer) st.step_s += a.node_seconds[n];
-    else st.micro_s += a.node_seconds[n] / M / speedup[static_cast<size_t>(s)];
+    if (g.nodes[n].phase == ir::Phase::kOptimizer) {
+      st.step_s += a.node_seconds[n];
+    } else {
+      st.micro_s += a.node_seconds[n] / M / speedup[static_cast<size_t>(s)];
+      crowded[static_cast<size_t>(s)] += a.node_seconds[n] / M / all_busy;
+    }
   }
   // A micro-batch's gradient on its way to its accumulator (read by accumulators only): the
   // runtime starts its movement when the backward op that made it finishes, and only the
@@ -56,19 +68,28 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
       seconds -= e.latency - std::max(0.0, e.latency - wait);
       wait = std::max(wait, e.latency);
     }
-    if (e.per_step) st.step_s += seconds;
-    else st.micro_s += seconds / M;
+    if (e.per_step) {
+      st.step_s += seconds;
+    } else {
+      st.micro_s += seconds / M;
+      // Between stages in the steady state a hop's latency passes while the stage computes
+      // other micro-batches; its bytes still cost the receiver.
+      const bool hop = a.value_stage[v] != e.dst_stage;
+      crowded[static_cast<size_t>(e.dst_stage)] += (hop ? seconds - e.latency : seconds) / M;
+    }
     st.comm_s += seconds;
   }
-  double sum_w = 0, u = 0;
+  double sum_w = 0, slowest = 0, u = 0;
   auto work = [&](int s) { return t.stages[static_cast<size_t>(s)].micro_s * M + t.stages[static_cast<size_t>(s)].step_s; };
   for (int s = 0; s < S; ++s) {
     if (work(s) > work(t.busiest)) t.busiest = s;
     sum_w += t.stages[static_cast<size_t>(s)].micro_s;
+    slowest = std::max(slowest, crowded[static_cast<size_t>(s)]);
     u = std::max(u, t.stages[static_cast<size_t>(s)].step_s);
   }
-  t.step_s = M * sum_w + u;
-  t.bubble_s = M * (sum_w - t.stages[static_cast<size_t>(t.busiest)].micro_s);
+  t.step_s = sum_w + (M - 1) * slowest + u;
+  const size_t b = static_cast<size_t>(t.busiest);
+  t.bubble_s = std::max(0.0, t.step_s - u - t.stages[b].micro_s - (M - 1) * crowded[b]);
   t.comm_s = t.stages[static_cast<size_t>(t.busiest)].comm_s;
   t.compute_s = work(t.busiest) - t.comm_s;
   return t;

@@ -2,15 +2,18 @@
 // per-edge boxing (sbp::Assign), as the runtime schedules them. `flowrun plan` prints it and
 // `flowrun search` ranks candidates by it: one model for both.
 //
-// Per pipeline stage s, W_s is one micro-batch's work (forward, backward, their boxing) and U_s
-// the once-a-step work (gradient sync, norm, optimizer), and
+// Per pipeline stage s, W_s is one micro-batch's work (forward, backward, their boxing), C_s the
+// same with every stage busy at once (below), and U_s the once-a-step work (gradient sync, norm,
+// optimizer); for M micro-batches
 //
-//   step = M x sum_s W_s + max_s U_s,   bubble = the busiest stage's idle time, M x (sum W - its W).
+//   step = sum_s W_s + (M - 1) x max_s C_s + max_s U_s,
+//   bubble = the busiest stage's idle time: step - U - W_b - (M - 1) x C_b.
 //
-// This is the runtime's pipeline schedule (boxing/lower.h): an activation a stage saves for its
-// backward has one slot, so the stage starts micro-batch m+1 only after its backward of m, which
-// waits for the later stages: micro-batches pass through the stages in turn. With one stage it is
-// the assignment's total, but for movements in flight together:
+// This is the runtime's pipeline schedule (boxing/lower.h): stage s keeps what its backward reads
+// for up to S - s micro-batches and runs its ready work oldest micro-batch first, so the first
+// micro-batch fills the pipeline stage by stage and every later one costs the slowest stage's
+// work, all stages computing at once. With one stage it is M x W + U. Movements in flight
+// together pay one latency:
 //   - parameters are ready when the step starts, so their movements to their readers (ZeRO's
 //     gathers, tensor-parallel slices) pay their bytes and the latency of one, per stage;
 //   - the step's gradient reductions (all-reduces in buckets, ZeRO's reduce-scatters) start as
@@ -21,8 +24,8 @@
 //   - the parameters' squared gradient norms crossing to the stage that sums them: the same.
 // On CPU ranks that share a node's cores, `flops` was measured with every rank busy; a stage
 // computing while the others wait gets more of the cores, so its compute in W runs
-// Cluster::busy_speedup[its ranks on the node - 1] times faster, as `flowrun env` measured it
-// (once-a-step work runs with every rank busy).
+// Cluster::busy_speedup[its ranks on the node - 1] times faster, as `flowrun env` measured it;
+// in C and in the once-a-step work every rank is busy.
 #pragma once
 
 #include <vector>

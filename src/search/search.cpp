@@ -186,7 +186,8 @@ void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* pric
 
   // Memory per stage on its device 0 (uneven splits give it the most), estimated as
   // ir::Plan::MemoryOf does: parameters, optimizer state, per-step values, the loader's double
-  // buffer and pipeline edges (a slot per stage) are held all step; a per-micro-batch value holds
+  // buffer, pipeline edges (a slot per stage) and what stage s keeps for its backward (S - s
+  // slots, at most M) are held all step; a per-micro-batch value holds
   // its memory from its producer to its last consumer, in node order. The peak is the most held
   // at once, and the tensors held then are the ones reported when nothing fits.
   struct Held {
@@ -228,6 +229,15 @@ void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* pric
     } else if (val.producer >= 0) {
       const ir::Node& n = g.node(val.producer);
       whole_step = n.phase == ir::Phase::kOptimizer || n.op == OpKind::kAccumulate;
+      const int64_t kept = std::min<int64_t>(S - st, cand->micro_batches);  // slots kept for the backward
+      if (kept > 1 && n.phase == ir::Phase::kForward) {
+        for (ir::NodeId u : consumers[v]) {
+          if (g.node(u).phase != ir::Phase::kBackward) continue;
+          bytes *= static_cast<double>(kept);
+          whole_step = true;
+          break;
+        }
+      }
     }
     const auto [born, dies] = span(static_cast<ValueId>(v), whole_step);
     held[static_cast<size_t>(st)].push_back({val.name, bytes, born, dies});
@@ -309,8 +319,8 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
     }
   }
 
-  // One training graph per micro-batch size, built when a candidate first needs it (most counts
-  // are dominated and never priced), several in parallel. Pricing reads shapes only, so the
+  // One training graph per micro-batch size, built when a candidate first needs it (counts that
+  // are dominated are never priced), several in parallel. Pricing reads shapes only, so the
   // parameters' initial values are dropped (a GPT-2-sized model holds 650 MB of them per graph).
   const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 8u));
   auto since = [](std::chrono::steady_clock::time_point t) {
@@ -424,9 +434,11 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
   auto by_time = [](const Candidate* a, const Candidate* b) {
     return a->step_s != b->step_s ? a->step_s < b->step_s : a->Name() < b->Name();
   };
-  // More micro-batches compute the same and only add per-micro-batch latency and op overhead, and
-  // the runtime's schedule overlaps no stages (see the header), so under the model they never run
-  // faster: a layout's next micro-batch count is priced only when the fewer did not fit in memory.
+  // Without pipeline stages, more micro-batches compute the same and only add per-micro-batch
+  // latency and op overhead, so under the model they never run faster: such a layout's next
+  // micro-batch count is priced only when the fewer did not fit in memory. A pipeline's stages
+  // overlap more with more micro-batches (sbp/step.h) while each adds its overhead: its next count,
+  // up to 2 x pp, is priced while the counts so far ran faster each time.
   std::map<std::string, std::vector<Candidate*>> chains;  // "dp tp pp zero" -> by count
   std::vector<Candidate*> batch;
   for (Candidate& c : cands) {
@@ -438,6 +450,17 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
   std::vector<Candidate*> priced;
   const auto t_quick = std::chrono::steady_clock::now();
   const double graphs_before_quick = out.graphs_s;
+  // Pipelines usually get faster over several counts, which the chains below reach one at a
+  // time: their graphs are built up front, on every thread at once (GPT-2-sized on 64 ranks: six
+  // graphs, 20 s one after another).
+  if (std::any_of(batch.begin(), batch.end(), [](const Candidate* c) { return c->pp > 1; })) {
+    std::vector<int64_t> all;
+    for (const auto& [key, chain] : chains)
+      if (chain.front()->pp > 1)
+        for (const Candidate* c : chain)
+          if (c->micro_batches <= 2 * c->pp) all.push_back(c->micro_batches);
+    RETURN_IF_ERROR(prepare(all));
+  }
   while (!batch.empty()) {
     std::vector<int64_t> need;
     for (const Candidate* c : batch) need.push_back(c->micro_batches);
@@ -450,11 +473,17 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
         Candidate* c = chain[i];
         bool priced_now = std::find(batch.begin(), batch.end(), c) != batch.end();
         if (!priced_now) continue;
-        if (c->pruned.starts_with("memory")) {
+        // A pipeline's next count while this one ran faster than the one before (or that did not
+        // fit), up to 2 x pp micro-batches: the fill and drain are then under a third of the step.
+        const bool faster = c->pp > 1 && c->pruned.empty() && chain[i + 1]->micro_batches <= 2 * c->pp &&
+                            (i == 0 || !chain[i - 1]->pruned.empty() || c->step_s < chain[i - 1]->step_s);
+        if (c->pruned.starts_with("memory") || faster) {
           next.push_back(chain[i + 1]);
         } else {
-          for (size_t j = i + 1; j < chain.size(); ++j)
-            chain[j]->pruned = "dominated by " + c->Name() + " (more micro-batches only add per-micro-batch work)";
+          const std::string why = c->pp == 1 ? "more micro-batches only add per-micro-batch work"
+                                  : chain[i + 1]->micro_batches > 2 * c->pp ? "a pipeline takes at most 2 x pp"
+                                                                             : "more micro-batches were slower";
+          for (size_t j = i + 1; j < chain.size(); ++j) chain[j]->pruned = "dominated by " + c->Name() + " (" + why + ")";
         }
       }
     }

@@ -11,25 +11,20 @@
 // refinement); the 16 quickest are then re-priced with its group moves too, exactly as `flowrun
 // plan` plans them, and the table is ranked on those prices.
 //
-// The step time of a candidate, from the assignment's per-op compute and per-edge boxing:
-//   per stage s:  W_s  one micro-batch's work (forward, backward, their boxing),
-//                 U_s  once-a-step work (gradient sync, norm, optimizer);
-//   step = M x sum_s W_s + max_s U_s,   bubble = the busiest stage's idle time, M x (sum W - its W).
-// This is the runtime's pipeline schedule (boxing/lower.h): an activation a stage saves for its
-// backward has one slot, so the stage starts micro-batch m+1 only after its backward of m, which
-// waits for the later stages: micro-batches pass through the stages in turn, and pipelines pay
-// off only in memory until the runtime schedules 1F1B. Measured, this ranks candidates far better
-// than the GPipe formula (M + pp - 1) x max W + max U (README, Searching for a strategy). On CPU
-// ranks that share a node's cores, a stage computing while the others wait gets
-// their cores: its compute in W runs cluster.busy_speedup[its ranks on the node - 1] times faster
-// (once-a-step work runs with every rank busy). Parameters are ready when the step
-// starts, so their movements to their readers (ZeRO's gathers) are in flight together and pay
-// one latency per stage, not one each. With one stage and no parameter movement, the step is
-// the assignment's own total, the figure `flowrun plan` prints.
+// The step time of a candidate is sbp::ModelStep's (sbp/step.h), the figure `flowrun plan`
+// prints: per stage s, one micro-batch's work W_s (forward, backward, their boxing), the same C_s
+// with every stage busy at once, and the once-a-step work U_s (gradient sync, norm, optimizer);
+//   step = sum_s W_s + (M - 1) x max_s C_s + max_s U_s,
+// the runtime's 1F1B-like pipeline schedule (boxing/lower.h). On CPU ranks that share a node's
+// cores, a stage computing while the others wait gets their cores: its compute in W runs
+// cluster.busy_speedup[its ranks on the node - 1] times faster. Without stages more micro-batches
+// only add per-micro-batch work, so such a layout's next count is priced only when the fewer
+// does not fit in memory; a pipeline's next count, up to 2 x pp, while its counts so far got faster.
 // Memory per device mirrors what the Plan allocates: each parameter piece, its optimizer state,
 // and every register the stage's tasks produce (data inputs double-buffered, tensors crossing
-// stages with pp slots). Candidates whose batch does not divide, or whose fullest device exceeds
-// cluster.memory_gib, are pruned and counted.
+// stages with pp slots, what stage s keeps for its backward with min(pp - s, M)). Candidates whose
+// batch does not divide, or whose fullest device exceeds cluster.memory_gib, are pruned and
+// counted.
 #pragma once
 
 #include <string>

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -204,8 +205,8 @@ TEST(Search, BalancedPipelineCut) {
   ASSERT_EQ(pp2->stages.size(), 2u);
   double w0 = pp2->stages[0].micro_s, w1 = pp2->stages[1].micro_s;
   EXPECT_LT(std::max(w0, w1) / (w0 + w1), 0.75) << w0 << " " << w1;
-  // The runtime's schedule: micro-batches pass through the stages in turn (search.h), so a step
-  // is M x (W0 + W1) + the larger once-a-step work, and the busiest stage idles while the other works.
+  // One micro-batch passes through the stages in turn (sbp/step.h), so a step is W0 + W1 + the
+  // larger once-a-step work, and the busiest stage idles while the other works.
   double u0 = pp2->stages[0].step_s, u1 = pp2->stages[1].step_s;
   EXPECT_NEAR(pp2->step_s, w0 + w1 + std::max(u0, u1), 1e-12);
   double busiest = w0 + u0 >= w1 + u1 ? w0 : w1;
@@ -230,6 +231,49 @@ TEST(Search, BalancedPipelineCut) {
   EXPECT_LT(fast->step_s, slow->step_s);
   auto plan = fr::Compile(pp2->config, 2);
   ASSERT_OK(plan);
+}
+
+// A pipeline's stages overlap with more micro-batches (the runtime runs a stage's oldest ready
+// micro-batch first and keeps S - k of its activations, boxing/lower.h): more micro-batches, up
+// to 2 x pp, are priced while they pay, and on a device per rank 4 of them cost less than one micro-batch's work
+// four times over, more than one pass through the stages, and less than one micro-batch.
+TEST(Search, PipelineMicroBatchesOverlap) {
+  auto o = SearchFor("configs/gpt.yaml", 2, {"cluster.devices_per_node=2", "cluster.busy_speedup=[]"}, /*exact=*/1000);
+  ASSERT_OK(o);
+  const Candidate *m1 = nullptr, *m4 = nullptr;
+  for (const Candidate& c : o->ranked) {
+    if (c.pp == 2 && !c.zero && c.micro_batches == 1) m1 = &c;
+    if (c.pp == 2 && !c.zero && c.micro_batches == 4) m4 = &c;
+  }
+  ASSERT_NE(m1, nullptr);
+  ASSERT_NE(m4, nullptr) << "a pipeline's 4 micro-batches were not priced";
+  // A pipeline's counts are priced until one runs slower than the one before.
+  std::map<std::string, double> step;
+  for (const Candidate& c : o->ranked) step[c.Name()] = c.step_s;
+  for (const Candidate& c : o->pruned) {
+    if (c.pp == 1 || !c.pruned.starts_with("dominated")) continue;
+    if (Contains(c.pruned, "(a pipeline takes at most 2 x pp)")) {
+      EXPECT_GT(c.micro_batches, 2 * c.pp) << c.Name();
+      continue;
+    }
+    EXPECT_TRUE(Contains(c.pruned, "(more micro-batches were slower)")) << c.Name() << ": " << c.pruned;
+    const std::string by = c.pruned.substr(std::string("dominated by ").size(), c.pruned.find(" (") - std::string("dominated by ").size());
+    const Candidate* slower = nullptr;
+    for (const Candidate& r : o->ranked)
+      if (r.Name() == by) slower = &r;
+    ASSERT_NE(slower, nullptr) << c.Name() << ": " << c.pruned;
+    EXPECT_LT(slower->micro_batches, c.micro_batches);
+    Candidate before = *slower;
+    before.micro_batches = slower->micro_batches / 2;
+    ASSERT_TRUE(step.count(before.Name())) << c.Name() << ": " << c.pruned;
+    EXPECT_GE(slower->step_s, step[before.Name()]) << c.Name();
+  }
+  const double w0 = m4->stages[0].micro_s, w1 = m4->stages[1].micro_s;
+  const double u = std::max(m4->stages[0].step_s, m4->stages[1].step_s);
+  EXPECT_LT(m4->step_s, 4 * (w0 + w1) + u);
+  EXPECT_GT(m4->step_s, w0 + w1 + u);
+  EXPECT_LT(m4->step_s, m1->step_s);
+  EXPECT_LT(m4->bubble_s, m1->bubble_s);
 }
 
 using fr::testing::Flowrun;
