@@ -12,7 +12,9 @@
 // This is the runtime's pipeline schedule (boxing/lower.h): stage s keeps what its backward reads
 // for up to S - s micro-batches and runs its ready work oldest micro-batch first, so the first
 // micro-batch fills the pipeline stage by stage and every later one costs the slowest stage's
-// work, all stages computing at once. With one stage it is M x W + U. Movements in flight
+// work, all stages computing at once (in C a hop between stages costs its bytes but not its
+// latency, which other micro-batches' work hides, where each rank has a device of its own). With
+// one stage it is M x W + U. Movements in flight
 // together pay one latency:
 //   - parameters are ready when the step starts, so their movements to their readers (ZeRO's
 //     gathers, tensor-parallel slices) pay their bytes and the latency of one, per stage;
