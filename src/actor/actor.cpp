@@ -10,6 +10,15 @@ namespace fr::actor {
 
 using ir::TaskKind;
 
+bool MovesAcrossRanks(const ir::TaskDesc& t) {
+  if (t.kind != TaskKind::kBoxing) return false;
+  switch (t.move.op) {
+    case boxing::Op::kSend: case boxing::Op::kRecv: case boxing::Op::kAllReduce: case boxing::Op::kAllGather:
+    case boxing::Op::kReduceScatter: case boxing::Op::kAllToAll: return true;
+    default: return false;
+  }
+}
+
 Actor::Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task) : rt_(rt), plan_(plan), task_(task) {
   total_ = plan.Acts(task);
   const int64_t m = plan.micro_batches;
@@ -39,6 +48,9 @@ Actor::Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task) : rt_(
     p.pending.assign(static_cast<size_t>(rd.regst_num), 0);
     out_.push_back(std::move(p));
   }
+  for (int r : task.out)
+    for (int c : plan.regsts[static_cast<size_t>(r)].consumers)
+      if (MovesAcrossRanks(plan.tasks[static_cast<size_t>(c)])) feeds_movement_ = true;
   if (variable && task.node >= 0) {  // optimizer state has the parameter piece's shape
     const ir::TensorType& piece = plan.regsts[static_cast<size_t>(task.out[0])].type;
     for (size_t i = 0; i < plan.nodes[static_cast<size_t>(task.node)].out.size(); ++i)
@@ -82,14 +94,7 @@ bool Actor::Ready() const {
   return true;
 }
 
-bool Actor::Communicates() const {
-  if (task_.kind != TaskKind::kBoxing) return false;
-  switch (task_.move.op) {
-    case boxing::Op::kSend: case boxing::Op::kRecv: case boxing::Op::kAllReduce: case boxing::Op::kAllGather:
-    case boxing::Op::kReduceScatter: case boxing::Op::kAllToAll: return true;
-    default: return false;
-  }
-}
+bool Actor::Communicates() const { return MovesAcrossRanks(task_); }
 
 void Actor::TryAct() {
   if (deferred_) {

@@ -21,6 +21,9 @@ namespace fr::actor {
 
 class Runtime;
 
+// A boxing task that moves data across ranks through the communicator (not a local copy or slice).
+bool MovesAcrossRanks(const ir::TaskDesc& t);
+
 class Actor {
  public:
   Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task);
@@ -33,6 +36,10 @@ class Actor {
   void set_deferred(bool d) { deferred_ = d; }
   // The next act's (step, micro-batch): what the thread orders ready acts by.
   std::pair<int64_t, int64_t> NextKey() const;
+  // Whether what it writes is sent across ranks (a gradient accumulator in a bucket, the last
+  // forward op of a pipeline stage): among ready acts of one micro-batch these go first, so that
+  // the movement starts while the thread computes the rest.
+  bool feeds_movement() const { return feeds_movement_; }
   void RunNext();
 
  private:
@@ -76,6 +83,7 @@ class Actor {
   bool in_flight_ = false;     // a data movement started and not finished
   bool deferred_ = false;
   bool announced_ = false;     // deferred: its next act is in the thread's ready set
+  bool feeds_movement_ = false;
   std::atomic<int64_t> acts_done_{0};
 };
 

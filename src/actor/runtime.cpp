@@ -118,7 +118,7 @@ Stream::Poll Runtime::Progress() {
 
 void Runtime::Announce(Actor* a) {
   const auto [step, micro] = a->NextKey();
-  ready_.emplace(step, micro, a->task().id);
+  ready_.emplace(step, micro, a->feeds_movement() ? 0 : 1, a->task().id);
 }
 
 void Runtime::Fail(const Status& s) {
@@ -201,10 +201,10 @@ Status Runtime::Run(const RunOptions& opt) {
       hooks.poll_busy = Stream::kPollBusy;
       hooks.poll_spin = opt.poll_spin;
     }
-    if (name == "compute" && plan_.stages.size() > 1) {  // a pipeline: oldest micro-batch first (runtime.h)
+    if (name == "compute" && plan_.pipeline_stages > 1) {  // a pipeline: oldest micro-batch first (runtime.h)
       hooks.work = [this] {
         if (ready_.empty()) return false;
-        const int task = std::get<2>(*ready_.begin());
+        const int task = std::get<3>(*ready_.begin());
         ready_.erase(ready_.begin());
         actors_[static_cast<size_t>(task)]->RunNext();
         return true;
@@ -228,7 +228,9 @@ Status Runtime::Run(const RunOptions& opt) {
     stream_of_[static_cast<size_t>(t.id)] = thread_of[static_cast<size_t>(t.stream)];
     if (t.rank != rank_) continue;
     actors_[static_cast<size_t>(t.id)] = std::make_unique<Actor>(*this, plan_, t);
-    if (plan_.stages.size() > 1 && stream_of_[static_cast<size_t>(t.id)] == thread_of[static_cast<size_t>(compute)])
+    // A movement only starts on the thread (it runs in the background): it starts when ready.
+    if (plan_.pipeline_stages > 1 && stream_of_[static_cast<size_t>(t.id)] == thread_of[static_cast<size_t>(compute)] &&
+        !MovesAcrossRanks(t))
       actors_[static_cast<size_t>(t.id)]->set_deferred(true);
     ++mine;
   }

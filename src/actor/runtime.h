@@ -8,12 +8,15 @@
 // kernels ran 15-25% slower than alone.
 //
 // Order: an actor acts as soon as its inputs are ready and its outputs have a free slot, so acts
-// run in the order their inputs arrive; except on a pipeline rank (a plan of several stages),
-// where the compute thread first handles every message that waits and then runs the ready act of
-// the oldest (step, micro-batch), one at a time (Stream::Hooks::work). Without that, a stage whose
+// run in the order their inputs arrive; except in a pipeline (Plan::pipeline_stages > 1), where
+// the compute thread first handles every message that waits and then runs the ready act of the
+// oldest (step, micro-batch), one at a time (Stream::Hooks::work). Without that, a stage whose
 // slots let it run ahead interleaved the forwards of two micro-batches op by op and handed the
 // first to the next stage no sooner; with it, gpt_mini in 2 stages on 2 ranks with 4 micro-batches
-// ran 11.5-13.1 ms a step against 16.6-19.5 (boxing/lower.h: the schedule).
+// ran 11.5-13.1 ms a step against 16.6-19.5 (boxing/lower.h: the schedule). Within a micro-batch,
+// acts whose output moves across ranks go first: by task order alone, a stage's gradient
+// accumulators ran after its whole backward, and its gradient buckets reduced after it, not during.
+// Data parallelism alone keeps arrival order, which runs each accumulator right after its gradient.
 //
 // Progress: movements across ranks run in the background (actor/comm.h) and someone must poll the
 // communicator while any is in flight. The compute thread does between messages it handles (at
@@ -140,8 +143,9 @@ class Runtime {
   std::vector<std::unique_ptr<Stream>> streams_;  // threads
   std::vector<int> stream_of_;                   // by task id: index into streams_
   std::unique_ptr<Stream> progress_;             // with a communicator and RunOptions::progress_thread
-  // Pipelines: the compute thread's ready acts by (step, micro-batch, task), run oldest first.
-  std::set<std::tuple<int64_t, int64_t, int>> ready_;
+  // Pipelines: the compute thread's ready acts by (step, micro-batch, 0 if it feeds a movement
+  // across ranks else 1, task), run first to last.
+  std::set<std::tuple<int64_t, int64_t, int, int>> ready_;
   std::chrono::steady_clock::time_point start_;
 
   std::mutex mu_;

@@ -27,6 +27,7 @@ class Lowering {
   Status Run() {
     p_.streams = {"compute", "data", "comm"};
     p_.stages = o_.stages;
+    p_.pipeline_stages = static_cast<int>(o_.stages.size());
     std::set<int> ranks;
     for (const sbp::Placement& pl : p_.stages) ranks.insert(pl.ranks().begin(), pl.ranks().end());
     p_.ranks = ranks.empty() ? 1 : *ranks.rbegin() + 1;
@@ -376,9 +377,9 @@ class Lowering {
     std::map<std::string, std::vector<const Deferred*>> by_key;
     for (const Deferred& d : deferred_) by_key[key(d.plan)].push_back(&d);
     for (auto& [k, members] : by_key) {
-      // In the order backward makes the gradients (its ops' node order), packed from the first:
-      // the last bucket, which waits for the last gradient and so is reduced after backward, is
-      // the remainder and small (gpt_mini's: the embeddings', 80 KiB, not 256).
+      // In the order backward makes the gradients (its ops' node order), packed greedily from the
+      // first: the last bucket, which waits for the last gradient and so is reduced after
+      // backward, is the remainder (gpt_mini's: the token embedding's, 64 KiB).
       auto made = [this](const Deferred* d) { return g_.value(g_.node(d->producer).in[0]).producer; };
       std::stable_sort(members.begin(), members.end(),
                        [&](const Deferred* a, const Deferred* b) { return made(a) < made(b); });

@@ -12,8 +12,8 @@
 // kGradientBucketBytes per device, one all-reduce task per device and bucket with one input and
 // one output regst per gradient (Plan::edges records each gradient's bucket). A bucket pays one
 // latency and one collective call, and starts when its last gradient is accumulated: gpt_mini's
-// 29 gradients (550 KiB) are 3 buckets, two of which reduce while the last micro-batch's backward
-// still runs; the last, the remainder, holds the embeddings' (80 KiB).
+// 29 gradients (550 KiB) are 7 buckets, all but the last two of which reduce while the last
+// micro-batch's backward still runs; the last holds the token embedding's (64 KiB).
 //
 // Streams: "compute" for ops and variables, "data" for the loader (it prefetches: its regsts get
 // two slots), "comm" for boxing. Other regsts get one slot, except in a pipeline of S stages:

@@ -96,7 +96,10 @@ struct Plan {
   int64_t steps = 0;
   int64_t micro_batches = 1;
   std::vector<std::string> streams;       // "compute", "data", "comm"
+  // The pipeline's stages (LowerOptions::stages), then, where rank 0 alone is not one of them, the
+  // stage the loss and norm sinks live on.
   std::vector<sbp::Placement> stages;
+  int pipeline_stages = 1;                // of `stages`, the first this many hold the model
   std::vector<Node> nodes;                // physical nodes
   std::vector<Tensor> consts;             // constant pieces and initial parameter pieces
   std::vector<TaskDesc> tasks;

@@ -165,6 +165,7 @@ wire::Plan ToWire(const Plan& p) {
   w.set_micro_batches(p.micro_batches);
   for (const std::string& s : p.streams) w.add_streams(s);
   PutAll(p.stages, w.mutable_stages());
+  w.set_pipeline_stages(p.pipeline_stages);
   PutAll(p.nodes, w.mutable_nodes());
   PutAll(p.consts, w.mutable_consts());
   PutAll(p.tasks, w.mutable_tasks());

@@ -174,6 +174,7 @@ TEST(Plan, DataParallel_1n4d) {
     ASSERT_EQ(p.micro_batches, 2);
 
     int64_t param_bytes = 0;
+    std::set<int> buckets;
     for (const auto& pg : c->training.params) {
       const std::string& name = g.value(pg.param).name;
       SCOPED_TRACE(name);
@@ -204,14 +205,18 @@ TEST(Plan, DataParallel_1n4d) {
       int reductions = 0;
       for (const TaskDesc& t : p.tasks) reductions += Moves(p, t, pg.grad);
       EXPECT_EQ(reductions, 4) << "one all-reduce task per rank";
-      EXPECT_EQ(edges[0]->bucket, 0) << "every gradient fits the one bucket (< 256 KiB in all)";
+      EXPECT_GE(edges[0]->bucket, 0) << "every gradient rides in a bucket";
+      buckets.insert(edges[0]->bucket);
     }
     EXPECT_EQ(param_bytes, tc.param_bytes) << "the model changed: redo the arithmetic above";
-    // The gradients (< 256 KiB in all) are reduced by one bucket's all-reduce per rank.
+    // The gradients are reduced by one all-reduce per bucket and rank, and nothing else moves:
+    // as many buckets as the bytes need (GradientBuckets_1n2d checks the packing).
+    EXPECT_EQ(static_cast<int64_t>(buckets.size()),
+              (param_bytes + fr::boxing::kGradientBucketBytes - 1) / fr::boxing::kGradientBucketBytes);
     for (int r = 0; r < 4; ++r) {
       int collectives = 0;
       for (const TaskDesc& t : p.tasks) collectives += t.rank == r && t.kind == TaskKind::kBoxing && !t.move.group.empty();
-      EXPECT_EQ(collectives, 1) << "rank " << r;
+      EXPECT_EQ(collectives, static_cast<int>(buckets.size())) << "rank " << r;
     }
 
     // No boxing in the forward pass; the only edges are gradient all-reduces and the sinks.
@@ -352,15 +357,35 @@ TEST(Plan, GradientBuckets_1n2d) {
   }
   EXPECT_EQ(grads, 29);
   EXPECT_EQ(bucketed, grads) << "every gradient all-reduce rides in a bucket";
+  // The sinks' stage (rank 0 alone) does not make data parallelism a pipeline: the runtime keeps
+  // arrival order, so each accumulator runs right after its gradient and buckets reduce during
+  // backward (actor/runtime.h).
+  EXPECT_EQ(p.stages.size(), 2u);
+  EXPECT_EQ(p.pipeline_stages, 1);
   int64_t total = 0;
   for (const auto& [b, bytes] : bucket_bytes) {
     EXPECT_LE(bytes, fr::boxing::kGradientBucketBytes) << "bucket " << b;
     total += bytes;
   }
-  EXPECT_EQ(bucket_bytes.size(), static_cast<size_t>((total + fr::boxing::kGradientBucketBytes - 1) /
-                                                     fr::boxing::kGradientBucketBytes))
-      << "the buckets are packed: " << total << " B";
+  EXPECT_GE(bucket_bytes.size(), static_cast<size_t>((total + fr::boxing::kGradientBucketBytes - 1) /
+                                                     fr::boxing::kGradientBucketBytes));
   EXPECT_GE(bucket_bytes.size(), 2u);
+  // Packed greedily in the order backward makes the gradients (the node order of the ops that make
+  // them): a bucket closes only when the next gradient would not fit.
+  const fr::ir::Graph& g = c->training.graph;
+  auto made = [&](const BoxingEdge& e) { return g.value(g.node(g.value(e.value).producer).in[0]).producer; };
+  std::map<int, std::pair<fr::ir::NodeId, int64_t>> first;  // bucket -> its first-made gradient and its bytes
+  for (const BoxingEdge& e : p.edges) {
+    if (e.bucket < 0) continue;
+    const int64_t bytes = g.type(e.value).shape.numel() * static_cast<int64_t>(fr::SizeOf(g.type(e.value).dtype));
+    auto it = first.find(e.bucket);
+    if (it == first.end() || made(e) < it->second.first) first[e.bucket] = {made(e), bytes};
+  }
+  for (auto it = bucket_bytes.begin(); std::next(it) != bucket_bytes.end(); ++it) {
+    const int next = std::next(it)->first;
+    EXPECT_LT(first[it->first].first, first[next].first) << "bucket " << next << " holds earlier gradients";
+    EXPECT_GT(it->second + first[next].second, fr::boxing::kGradientBucketBytes) << "bucket " << it->first << " closed early";
+  }
   // Packed in the order backward makes the gradients: the last bucket holds the last gradients
   // (the embeddings', made by the first op's backward) and only the remainder, so what is left to
   // reduce after backward is small.
@@ -368,7 +393,6 @@ TEST(Plan, GradientBuckets_1n2d) {
   for (const BoxingEdge& e : p.edges)
     if (e.bucket >= 0 && c->training.graph.value(e.value).name.starts_with("wte.weight")) wte = e.bucket;
   EXPECT_EQ(wte, bucket_bytes.rbegin()->first) << "the token embedding's gradient is made last";
-  EXPECT_LT(bucket_bytes.rbegin()->second, fr::boxing::kGradientBucketBytes / 2);
   for (int r = 0; r < 2; ++r) {  // one collective task per bucket and rank
     int collectives = 0;
     for (const TaskDesc& t : p.tasks)
@@ -410,6 +434,7 @@ TEST(Plan, Pipeline_1n2d) {
     const Plan& p = c->plan;
     const Graph& g = c->training.graph;
     ASSERT_EQ(p.stages.size(), 2u);  // rank 0 alone is stage 0: the sinks need no stage of their own
+    EXPECT_EQ(p.pipeline_stages, 2);
     EXPECT_EQ(p.stages[0].ToString(), "cpu 0");
     EXPECT_EQ(p.stages[1].ToString(), "cpu 1");
 

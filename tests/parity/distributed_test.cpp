@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -177,6 +178,71 @@ TEST(Distributed, PinsUnboundRanks_1n4d) {
   out = Shell("mpirun --allow-run-as-root --oversubscribe --bind-to none -n 4 " + train, &code);
   EXPECT_EQ(code, 0) << out;
   EXPECT_EQ(out.find("pinned"), std::string::npos) << out;
+}
+
+// Gradient buckets reduce while backward computes the rest: in a step's last micro-batch, some
+// bucket's all-reduce starts before that micro-batch's last compute act on the rank. A scheduler
+// that runs the accumulators after the whole backward (as the pipeline order once did, for data
+// parallelism too: its loss sink's stage made every plan look like a pipeline) fails this.
+struct TraceEvent {
+  std::string name, cat;
+  double ts = 0;
+  int step = 0, micro = 0;
+};
+std::vector<TraceEvent> ReadTrace(const std::string& path) {
+  std::vector<TraceEvent> events;
+  std::ifstream f(path);
+  const std::regex re(R"re("name": "([^"]*)", "cat": "(\w+)", .*"ts": ([0-9.]+), .*"step": (\d+), "micro": (\d+))re");
+  for (std::string line; std::getline(f, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, re)) continue;
+    events.push_back({m[1], m[2], std::stod(m[3]), std::stoi(m[4]), std::stoi(m[5])});
+  }
+  return events;
+}
+TEST(Distributed, GptBucketsReduceDuringBackward) {
+  struct TraceCase {
+    const char* name;
+    int ranks;
+    std::vector<std::string> sets;
+  };
+  const TraceCase cases[] = {
+      {"dp2", 2, {"parallel.sbp={idx: [\"S(0)\"]}"}},
+      // Stage 0 (ranks 0 and 1) holds block 0 and the embeddings: two buckets.
+      {"dp2_pp2", 4,
+       {"parallel.mesh=[2]", "parallel.sbp={idx: [\"S(0)\"]}", "train.micro_batch=4",
+        "parallel.stages=[[\"/wte/*\", \"/wpe/*\", \"/Add\", \"/blocks.0/*\"], [\"*\"]]"}},
+  };
+  const char* bin = std::getenv("FLOWRUN_BIN");
+  for (const TraceCase& tc : cases) {
+    SCOPED_TRACE(tc.name);
+    fs::path dir = fs::temp_directory_path() / ("flowrun_trace_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string trace = (dir / tc.name).string();
+    std::string cmd = "mpirun --allow-run-as-root --oversubscribe -n " + std::to_string(tc.ranks) + " " +
+                      std::string(bin ? bin : "build/src/flowrun") + " train " + kGpt +
+                      " --set train.steps=3 --trace " + Quote(trace);
+    for (const std::string& s : tc.sets) cmd += " --set " + Quote(s);
+    int code = -1;
+    std::string out = Shell(cmd, &code);
+    ASSERT_EQ(code, 0) << out;
+    std::vector<TraceEvent> events = ReadTrace(trace + ".rank0");
+    fs::remove_all(dir);
+    ASSERT_FALSE(events.empty()) << out;
+    int last_micro = 0;
+    for (const TraceEvent& e : events) last_micro = std::max(last_micro, e.micro);
+    ASSERT_GT(last_micro, 0);
+    for (int step = 1; step < 3; ++step) {
+      double first_bucket = 1e300, last_compute = 0;
+      for (const TraceEvent& e : events) {
+        if (e.step != step) continue;
+        if (e.name.rfind("bucket", 0) == 0) first_bucket = std::min(first_bucket, e.ts);
+        if (e.cat == "compute" && e.micro == last_micro) last_compute = std::max(last_compute, e.ts);
+      }
+      ASSERT_LT(first_bucket, 1e300) << "no bucket in step " << step << "\n" << out;
+      EXPECT_LT(first_bucket, last_compute) << "step " << step << ": the buckets wait for the whole backward";
+    }
+  }
 }
 
 }  // namespace
