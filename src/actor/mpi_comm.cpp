@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "actor/comm.h"
@@ -117,14 +119,43 @@ MPI_Op OpOf(sbp::Reduce r) {
   return MPI_OP_NULL;
 }
 
+// A staging buffer: bytes left uninitialised (a pack or MPI writes them all before anything reads
+// them), kept when shrunk. The communicator reuses them across movements: with a fresh vector for
+// each gradient bucket (up to 128 KiB, zero-filled, then packed), starting one took a mean 24-29 us
+// on gpt_mini's 2 ranks, mostly in faulting in new pages; reused, 16 us.
+class Stage {
+ public:
+  Stage() = default;
+  Stage(Stage&& o) noexcept { *this = std::move(o); }
+  Stage& operator=(Stage&& o) noexcept {
+    data_ = std::move(o.data_);
+    capacity_ = std::exchange(o.capacity_, 0);
+    size_ = std::exchange(o.size_, 0);
+    return *this;
+  }
+  void resize(size_t n) {
+    if (n > capacity_) {
+      data_.reset(new char[n]);
+      capacity_ = n;
+    }
+    size_ = n;
+  }
+  char* data() { return data_.get(); }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  size_t capacity_ = 0, size_ = 0;
+};
+
 // One movement in flight: its request and everything MPI reads or writes until it completes.
 struct Pending {
   MPI_Request req = MPI_REQUEST_NULL;
   Task task;                         // for errors and the completion step
   std::vector<Tensor> in;            // kept alive: MPI reads them
   std::vector<Tensor> out;           // kept alive: MPI writes them, or unpack does
-  std::vector<char> send_stage;      // packed input parts, when they are not contiguous
-  std::vector<char> recv_stage;      // received parts, unpacked into `out` on completion
+  Stage send_stage;                  // packed input parts, when they are not contiguous
+  Stage recv_stage;                  // received parts, unpacked into `out` on completion
   AxisView unpack;                   // `out` around the concat axis, when recv_stage is used
   int parts = 0;
   bool bucket = false;               // recv_stage holds every output, one after another
@@ -173,6 +204,8 @@ class MpiCommunicator final : public Communicator {
   std::map<int, std::pair<std::vector<int>, MPI_Comm>> comms_;
   std::unordered_map<int, Pending> pending_;
   int next_id_ = 0;
+  // Staging buffers of completed movements, for the next ones (Stage).
+  std::vector<Stage> spare_stages_;
   // Poll's scratch, kept to avoid allocating per pass.
   std::vector<int> poll_ids_, poll_index_;
   std::vector<MPI_Request> poll_reqs_;
@@ -391,6 +424,12 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
 Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in, std::vector<Tensor> out) {
   RETURN_IF_ERROR(CheckTensors(t, in, out));
   Pending p;
+  for (Stage* stage : {&p.send_stage, &p.recv_stage}) {
+    if (spare_stages_.empty()) break;
+    *stage = std::move(spare_stages_.back());
+    spare_stages_.pop_back();
+    stage->resize(0);
+  }
   p.task = t;
   p.in = std::move(in);
   p.out = std::move(out);
@@ -470,6 +509,8 @@ Result<std::vector<CommHandle>> MpiCommunicator::Poll() {
     const int id = poll_ids_[static_cast<size_t>(poll_index_[i])];
     auto it = pending_.find(id);
     Status s = Complete(it->second, poll_status_[i]);
+    for (Stage* stage : {&it->second.send_stage, &it->second.recv_stage})
+      if (stage->data() != nullptr) spare_stages_.push_back(std::move(*stage));
     pending_.erase(it);
     if (!s.ok() && first.ok()) first = s;
     done.push_back(CommHandle{id});
