@@ -110,6 +110,25 @@ MPI_Datatype TypeOf(DType t) {
   return MPI_DATATYPE_NULL;
 }
 
+// Whether a bucket's inputs lie in one allocation in order, with gaps a multiple of the element
+// size, and its outputs at the same offsets in another (actor::Runtime lays buckets out so): then
+// one all-reduce over the span reads and writes them in place, the gaps included.
+bool LaidOutAlike(const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+  const auto* in0 = static_cast<const char*>(in.front().raw());
+  const auto* out0 = static_cast<const char*>(out.front().raw());
+  const size_t es = SizeOf(in.front().dtype());
+  size_t end = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].SharesStorageWith(in.front()) || !out[i].SharesStorageWith(out.front()) || in[i].SharesStorageWith(out[i]))
+      return false;
+    const auto at = static_cast<const char*>(in[i].raw()) - in0;
+    if (at < static_cast<ptrdiff_t>(end) || static_cast<const char*>(out[i].raw()) - out0 != at || at % es != 0) return false;
+    end = static_cast<size_t>(at) + in[i].bytes();
+  }
+  return in.front().storage()->bytes() >= end + (in0 - static_cast<const char*>(in.front().storage()->data())) &&
+         out.front().storage()->bytes() >= end + (out0 - static_cast<const char*>(out.front().storage()->data()));
+}
+
 MPI_Op OpOf(sbp::Reduce r) {
   switch (r) {
     case sbp::Reduce::kSum: return MPI_SUM;
@@ -351,6 +370,12 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
     return Fail(what, "no reduction for " + std::string(Name(x.dtype())));
   switch (t.op) {
     case Op::kAllReduce: {
+      if (p.in.size() > 1 && LaidOutAlike(p.in, p.out)) {  // a bucket the runtime laid out end to end
+        const char* begin = static_cast<const char*>(p.in.front().raw());
+        const size_t span = static_cast<size_t>(static_cast<const char*>(p.in.back().raw()) - begin) + p.in.back().bytes();
+        return Mpi(MPI_Iallreduce(begin, p.out.front().raw(), static_cast<int>(span / es), type, OpOf(t.reduce), comm, &p.req),
+                   "MPI_Iallreduce", what);
+      }
       if (p.in.size() > 1) {  // a bucket: one reduction over the inputs packed end to end
         size_t at = 0;
         for (const Tensor& i : p.in) at += i.bytes();

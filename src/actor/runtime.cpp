@@ -22,10 +22,43 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
     }
     for (Tensor& t : slots_[static_cast<size_t>(r.id)]) t = Tensor(r.type.dtype, r.type.shape, r.device);
   }
+  for (const ir::TaskDesc& t : plan.tasks)
+    if (t.rank == rank_) LayOutBucket(t);
   for (const ir::TaskDesc& t : plan.tasks) {  // a variable's slot starts as its initial piece
     if (t.rank == rank_ && t.kind == ir::TaskKind::kVariable) {
       Slot(t.out[0], 0).CopyFrom(plan.consts[static_cast<size_t>(t.param_piece)]);
     }
+  }
+}
+
+void Runtime::LayOutBucket(const ir::TaskDesc& t) {
+  const std::vector<int>& in = t.move.in;
+  if (t.kind != ir::TaskKind::kBoxing || t.move.op != boxing::Op::kAllReduce || in.size() < 2 || t.out.size() != in.size())
+    return;
+  const ir::RegstDesc& first = plan_.regsts[static_cast<size_t>(in[0])];
+  if (first.device.type != DeviceType::kCpu) return;
+  std::vector<size_t> offset;
+  size_t end = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const ir::RegstDesc& a = plan_.regsts[static_cast<size_t>(in[i])];
+    const ir::RegstDesc& b = plan_.regsts[static_cast<size_t>(t.out[i])];
+    // Only a gradient that nothing else reads, one slot each side, one dtype and device.
+    if (a.regst_num != 1 || b.regst_num != 1 || a.consumers != std::vector<int>{t.id} || !pooled_[static_cast<size_t>(a.id)] ||
+        !pooled_[static_cast<size_t>(b.id)] || a.type.dtype != first.type.dtype || b.type.dtype != first.type.dtype ||
+        a.bytes() != b.bytes() || a.device != first.device || b.device != first.device)
+      return;
+    end = (end + 63) / 64 * 64;  // each piece 64-byte aligned for vector kernels; the gaps stay zero
+    offset.push_back(end);
+    end += static_cast<size_t>(a.bytes());
+  }
+  for (const std::vector<int>* side : {&in, &t.out}) {
+    auto storage = std::make_shared<Storage>(end, first.device);  // zero-filled
+    for (size_t i = 0; i < side->size(); ++i) {
+      const ir::RegstDesc& r = plan_.regsts[static_cast<size_t>((*side)[i])];
+      slots_[static_cast<size_t>(r.id)][0] = Tensor(r.type.dtype, r.type.shape, storage, offset[i]);
+      pooled_[static_cast<size_t>(r.id)] = false;
+    }
+    bucket_bytes_ += static_cast<int64_t>(end);
   }
 }
 

@@ -106,8 +106,9 @@ class Runtime {
   // producer's stream thread.
   void Acquire(int regst, int slot);
   void Release(int regst, int slot);
-  // The most register memory this rank held at once (in use or kept for reuse), after Run.
-  int64_t peak_register_bytes() const { return pool_.peak_bytes(); }
+  // The most register memory this rank held at once (in use or kept for reuse, and the gradient
+  // buckets' memory), after Run.
+  int64_t peak_register_bytes() const { return pool_.peak_bytes() + bucket_bytes_; }
   void Send(const Msg& m);
   // Fills data regst `regst` (this rank's piece of a graph input) for a micro-batch.
   Status Feed(int regst, int64_t step, int64_t micro, const Tensor& out);
@@ -122,6 +123,10 @@ class Runtime {
   const RunOptions& options() const { return opt_; }
 
  private:
+  // A gradient bucket's inputs lie end to end in one allocation, and its outputs in another, for
+  // the whole run, so that its all-reduce reads and writes them where they are: packed into a
+  // staging buffer and copied back, each 128 KiB bucket cost two copies (Communicator::Start).
+  void LayOutBucket(const ir::TaskDesc& t);
   void MaybeEmit();  // requires mu_
   // Any thread: polls the communicator unless another thread is at it, and sends kCommDone for
   // what finished.
@@ -138,6 +143,7 @@ class Runtime {
   RunOptions opt_;
   std::vector<std::vector<Tensor>> slots_;  // per regst
   std::vector<bool> pooled_;                 // per regst
+  int64_t bucket_bytes_ = 0;                 // laid out by LayOutBucket
   RegstPool pool_;
   std::vector<std::unique_ptr<Actor>> actors_;   // by task id; null for other ranks' tasks
   std::vector<std::unique_ptr<Stream>> streams_;  // threads

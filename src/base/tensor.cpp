@@ -25,6 +25,13 @@ Tensor::Tensor(DType dt, Shape shape, std::shared_ptr<Storage> storage)
                                                           " bytes for a tensor of " + std::to_string(bytes()));
 }
 
+Tensor::Tensor(DType dt, Shape shape, std::shared_ptr<Storage> storage, size_t offset)
+    : dtype_(dt), shape_(std::move(shape)), storage_(std::move(storage)), offset_(offset) {
+  FR_CHECK(storage_ && storage_->bytes() >= offset_ + bytes(),
+           "storage of " + std::to_string(storage_ ? storage_->bytes() : 0) + " bytes for a tensor of " +
+               std::to_string(bytes()) + " at offset " + std::to_string(offset_));
+}
+
 Tensor Tensor::Reshaped(Shape shape) const {
   FR_CHECK(shape.numel() == numel(), shape.ToString() + " vs " + shape_.ToString());
   Tensor t = *this;

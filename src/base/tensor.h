@@ -38,6 +38,8 @@ class Tensor {
   // A tensor on existing storage, which must hold at least its bytes (a reused allocation: its
   // contents are whatever the last user left).
   Tensor(DType dt, Shape shape, std::shared_ptr<Storage> storage);
+  // The same at a byte offset into the storage (a piece of a larger allocation).
+  Tensor(DType dt, Shape shape, std::shared_ptr<Storage> storage, size_t offset);
   // A view of shared storage with another shape (same element count).
   Tensor Reshaped(Shape shape) const;
   Tensor Clone() const;

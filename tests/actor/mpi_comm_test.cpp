@@ -286,6 +286,54 @@ TEST(MpiComm, AllReduceBucket_1nNd) {
   EXPECT_NE(bad.status().message().find("3 inputs but 2 outputs"), std::string::npos) << bad.status().message();
 }
 
+// A bucket laid out as the runtime lays gradient buckets out (actor::Runtime::LayOutBucket): its
+// inputs end to end in one allocation, 64-byte aligned with zero gaps, its outputs at the same
+// offsets in another; reduced over the whole span in place of a packed copy, with the same sums,
+// and the gaps stay zero. Also with the outputs shifted, which must not take that path.
+TEST(MpiComm, AllReduceBucketLaidOut_1nNd) {
+  Communicator& comm = *g_comm;
+  const int me = comm.rank(), p = comm.size();
+  Task t{.op = Op::kAllReduce, .rank = me, .in = {0, 1, 2}, .out = -1, .group = World(), .collective = 0};
+  ASSERT_TRUE(comm.Prepare({World()}).ok());
+  const std::vector<Shape> shapes = {Shape{3, 5}, Shape{1}, Shape{5, 2, 2}};
+  const std::vector<size_t> offsets = {0, 64, 128};  // 60, 4 and 80 bytes: gaps after the first two
+  auto value = [](size_t i, int64_t e, int rank) { return static_cast<float>(100 * i + e + 1000 * rank); };
+  for (size_t shift : {size_t{0}, size_t{4}}) {
+    SCOPED_TRACE("outputs shifted by " + std::to_string(shift) + " bytes");
+    auto in_storage = std::make_shared<fr::Storage>(256, fr::Device{});
+    auto out_storage = std::make_shared<fr::Storage>(256, fr::Device{});
+    std::vector<Tensor> in, out;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Tensor x(DType::kF32, shapes[i], in_storage, offsets[i]);
+      for (int64_t e = 0; e < x.numel(); ++e) x.data<float>()[e] = value(i, e, me);
+      in.push_back(x);
+      out.emplace_back(DType::kF32, shapes[i], out_storage, offsets[i] + shift);
+    }
+    Result<CommHandle> h = comm.Start(t, in, out);
+    ASSERT_TRUE(h.ok()) << h.status().message();
+    for (bool done = false; !done;) {
+      Result<std::vector<CommHandle>> got = comm.Poll();
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      for (CommHandle c : *got) done = done || c.id == h->id;
+    }
+    std::vector<bool> used(256 / sizeof(float), false);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      for (int64_t e = 0; e < out[i].numel(); ++e) {
+        float want = 0;
+        for (int r = 0; r < p; ++r) want += value(i, e, r);
+        ASSERT_EQ(out[i].data<float>()[e], want) << "output " << i << " element " << e;
+        used[(offsets[i] + shift) / sizeof(float) + static_cast<size_t>(e)] = true;
+      }
+    }
+    const auto* all = static_cast<const float*>(out_storage->data());
+    for (size_t k = 0; k < used.size(); ++k) {
+      if (!used[k]) {
+        ASSERT_EQ(all[k], 0.0f) << "gap element " << k;
+      }
+    }
+  }
+}
+
 TEST(MpiComm, Int64_1nNd) {
   RunAll(Pairs({Shape{7, 5}}, Ranks(World()), Ranks(World()), {kS0, kS1, kB, kP, kPMax}, DType::kI64), "Int64_1nNd");
 }
