@@ -112,7 +112,8 @@ MPI_Datatype TypeOf(DType t) {
 
 // Whether a bucket's inputs lie in one allocation in order, with gaps a multiple of the element
 // size, and its outputs at the same offsets in another (actor::Runtime lays buckets out so): then
-// one all-reduce over the span reads and writes them in place, the gaps included.
+// one copy of the span and one all-reduce over it, in the outputs, the gaps included, take the
+// place of packing into a staging buffer and unpacking from it.
 bool LaidOutAlike(const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
   const auto* in0 = static_cast<const char*>(in.front().raw());
   const auto* out0 = static_cast<const char*>(out.front().raw());
@@ -371,9 +372,13 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
   switch (t.op) {
     case Op::kAllReduce: {
       if (p.in.size() > 1 && LaidOutAlike(p.in, p.out)) {  // a bucket the runtime laid out end to end
+        // One copy of the span, then in place: Open MPI's non-blocking all-reduce from one buffer
+        // into another made the MLP's 4-rank data-parallel step 2.1 ms against 1.35 in place
+        // (three interleaved 200-step runs each, 4 ranks on 2 cores).
         const char* begin = static_cast<const char*>(p.in.front().raw());
         const size_t span = static_cast<size_t>(static_cast<const char*>(p.in.back().raw()) - begin) + p.in.back().bytes();
-        return Mpi(MPI_Iallreduce(begin, p.out.front().raw(), static_cast<int>(span / es), type, OpOf(t.reduce), comm, &p.req),
+        std::memcpy(p.out.front().raw(), begin, span);
+        return Mpi(MPI_Iallreduce(MPI_IN_PLACE, p.out.front().raw(), static_cast<int>(span / es), type, OpOf(t.reduce), comm, &p.req),
                    "MPI_Iallreduce", what);
       }
       if (p.in.size() > 1) {  // a bucket: one reduction over the inputs packed end to end

@@ -124,8 +124,9 @@ class Runtime {
 
  private:
   // A gradient bucket's inputs lie end to end in one allocation, and its outputs in another, for
-  // the whole run, so that its all-reduce reads and writes them where they are: packed into a
-  // staging buffer and copied back, each 128 KiB bucket cost two copies (Communicator::Start).
+  // the whole run, so that its all-reduce copies the inputs once into the outputs and reduces them
+  // there: packed into a staging buffer and unpacked from it, each bucket cost two copies and a
+  // buffer (Communicator::Start).
   void LayOutBucket(const ir::TaskDesc& t);
   void MaybeEmit();  // requires mu_
   // Any thread: polls the communicator unless another thread is at it, and sends kCommDone for
