@@ -411,8 +411,12 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
         p.parts = parts;
         recv = p.recv_stage.data();
       }
-      return Mpi(MPI_Iallgatherv(x.raw(), c.n[static_cast<size_t>(k)], type, recv, c.n.data(), c.displ.data(), type,
-                                 comm, &p.req),
+      // In place too, this rank's part copied to where it belongs first: gpt_mini's ZeRO on 4
+      // ranks (its parameters all-gathered every step), median of 7 interleaved runs' mean step
+      // 32.2 ms against 34.5, a smaller gain than the all-reduce's and near this VM's noise.
+      std::memcpy(static_cast<char*>(recv) + static_cast<size_t>(c.displ[static_cast<size_t>(k)]) * es, x.raw(),
+                  static_cast<size_t>(c.n[static_cast<size_t>(k)]) * es);
+      return Mpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, c.n.data(), c.displ.data(), type, comm, &p.req),
                  "MPI_Iallgatherv", what);
     }
     case Op::kReduceScatter: {
