@@ -251,22 +251,11 @@ TEST(MpiComm, AllPairs_1nNd) {
   RunAll(Pairs(kShapes, Ranks(World()), Ranks(World()), {kS0, kS1, kB, kP, kPMax}), "AllPairs_1nNd");
 }
 
-// A gradient bucket: one all-reduce task with several inputs, each reduced into its own output,
-// in place or not, of different shapes; on every rank the sum over ranks, elementwise and exact.
-TEST(MpiComm, AllReduceBucket_1nNd) {
-  Communicator& comm = *g_comm;
-  const int me = comm.rank(), p = comm.size();
-  Task t{.op = Op::kAllReduce, .rank = me, .in = {0, 1, 2}, .out = -1, .group = World(), .collective = 0};
-  ASSERT_TRUE(comm.Prepare({World()}).ok());
-  const std::vector<Shape> shapes = {Shape{3, 4}, Shape{1}, Shape{5, 2, 2}};
-  auto value = [](size_t i, int64_t e, int rank) { return static_cast<float>(100 * i + e + 1000 * rank); };
-  std::vector<Tensor> in, out;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    Tensor x(DType::kF32, shapes[i]);
-    for (int64_t e = 0; e < x.numel(); ++e) x.data<float>()[e] = value(i, e, me);
-    in.push_back(x);
-    out.push_back(i == 1 ? x : Tensor(DType::kF32, shapes[i]));  // input 1 in place
-  }
+// Element e of bucket input i on `rank`.
+float BucketValue(size_t i, int64_t e, int rank) { return static_cast<float>(100 * i + e + 1000 * rank); }
+
+// Runs bucket all-reduce `t` to completion and checks every output against the sum over ranks.
+void ReduceBucket(Communicator& comm, const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
   Result<CommHandle> h = comm.Start(t, in, out);
   ASSERT_TRUE(h.ok()) << h.status().message();
   for (bool done = false; !done;) {
@@ -274,13 +263,31 @@ TEST(MpiComm, AllReduceBucket_1nNd) {
     ASSERT_TRUE(got.ok()) << got.status().message();
     for (CommHandle c : *got) done = done || c.id == h->id;
   }
-  for (size_t i = 0; i < shapes.size(); ++i) {
+  for (size_t i = 0; i < out.size(); ++i) {
     for (int64_t e = 0; e < out[i].numel(); ++e) {
       float want = 0;
-      for (int r = 0; r < p; ++r) want += value(i, e, r);
+      for (int r = 0; r < comm.size(); ++r) want += BucketValue(i, e, r);
       ASSERT_EQ(out[i].data<float>()[e], want) << "output " << i << " element " << e;
     }
   }
+}
+
+// A gradient bucket: one all-reduce task with several inputs, each reduced into its own output,
+// in place or not, of different shapes; on every rank the sum over ranks, elementwise and exact.
+TEST(MpiComm, AllReduceBucket_1nNd) {
+  Communicator& comm = *g_comm;
+  const int me = comm.rank();
+  Task t{.op = Op::kAllReduce, .rank = me, .in = {0, 1, 2}, .out = -1, .group = World(), .collective = 0};
+  ASSERT_TRUE(comm.Prepare({World()}).ok());
+  const std::vector<Shape> shapes = {Shape{3, 4}, Shape{1}, Shape{5, 2, 2}};
+  std::vector<Tensor> in, out;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    Tensor x(DType::kF32, shapes[i]);
+    for (int64_t e = 0; e < x.numel(); ++e) x.data<float>()[e] = BucketValue(i, e, me);
+    in.push_back(x);
+    out.push_back(i == 1 ? x : Tensor(DType::kF32, shapes[i]));  // input 1 in place
+  }
+  ReduceBucket(comm, t, in, out);
   Result<CommHandle> bad = comm.Start(t, in, {out[0], out[1]});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("3 inputs but 2 outputs"), std::string::npos) << bad.status().message();
@@ -292,12 +299,11 @@ TEST(MpiComm, AllReduceBucket_1nNd) {
 // and the gaps stay zero. Also with the outputs shifted, which must not take that path.
 TEST(MpiComm, AllReduceBucketLaidOut_1nNd) {
   Communicator& comm = *g_comm;
-  const int me = comm.rank(), p = comm.size();
+  const int me = comm.rank();
   Task t{.op = Op::kAllReduce, .rank = me, .in = {0, 1, 2}, .out = -1, .group = World(), .collective = 0};
   ASSERT_TRUE(comm.Prepare({World()}).ok());
   const std::vector<Shape> shapes = {Shape{3, 5}, Shape{1}, Shape{5, 2, 2}};
   const std::vector<size_t> offsets = {0, 64, 128};  // 60, 4 and 80 bytes: gaps after the first two
-  auto value = [](size_t i, int64_t e, int rank) { return static_cast<float>(100 * i + e + 1000 * rank); };
   for (size_t shift : {size_t{0}, size_t{4}}) {
     SCOPED_TRACE("outputs shifted by " + std::to_string(shift) + " bytes");
     auto in_storage = std::make_shared<fr::Storage>(256, fr::Device{});
@@ -305,26 +311,14 @@ TEST(MpiComm, AllReduceBucketLaidOut_1nNd) {
     std::vector<Tensor> in, out;
     for (size_t i = 0; i < shapes.size(); ++i) {
       Tensor x(DType::kF32, shapes[i], in_storage, offsets[i]);
-      for (int64_t e = 0; e < x.numel(); ++e) x.data<float>()[e] = value(i, e, me);
+      for (int64_t e = 0; e < x.numel(); ++e) x.data<float>()[e] = BucketValue(i, e, me);
       in.push_back(x);
       out.emplace_back(DType::kF32, shapes[i], out_storage, offsets[i] + shift);
     }
-    Result<CommHandle> h = comm.Start(t, in, out);
-    ASSERT_TRUE(h.ok()) << h.status().message();
-    for (bool done = false; !done;) {
-      Result<std::vector<CommHandle>> got = comm.Poll();
-      ASSERT_TRUE(got.ok()) << got.status().message();
-      for (CommHandle c : *got) done = done || c.id == h->id;
-    }
+    ReduceBucket(comm, t, in, out);
     std::vector<bool> used(256 / sizeof(float), false);
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      for (int64_t e = 0; e < out[i].numel(); ++e) {
-        float want = 0;
-        for (int r = 0; r < p; ++r) want += value(i, e, r);
-        ASSERT_EQ(out[i].data<float>()[e], want) << "output " << i << " element " << e;
-        used[(offsets[i] + shift) / sizeof(float) + static_cast<size_t>(e)] = true;
-      }
-    }
+    for (size_t i = 0; i < shapes.size(); ++i)
+      for (int64_t e = 0; e < out[i].numel(); ++e) used[(offsets[i] + shift) / sizeof(float) + static_cast<size_t>(e)] = true;
     const auto* all = static_cast<const float*>(out_storage->data());
     for (size_t k = 0; k < used.size(); ++k) {
       if (!used[k]) {
