@@ -22,7 +22,9 @@
 //      tensors already placed; a source not yet placed takes the SBP its first consumer wants.
 //      The second start also charges each forward op for the backward movement its choice implies
 //      (the gradients of its inputs moving back, a parameter's gradient syncing once a step) and
-//      has each backward op mirror its forward op (below) where a candidate does.
+//      has each backward op mirror its forward op (below) where a candidate does. Under ZeRO a
+//      third: the second with the parameters whole, as without ZeRO, through step 4, then sharded
+//      (each with its update) and refined and moved again (steps 3-4).
 //   3. Refinement sweeps (coordinate descent on the global cost: each op re-picks its candidate
 //      counting the boxing on both its input and its output edges; each parameter re-picks its
 //      layout with its update op) until nothing changes or 8 sweeps.
@@ -37,7 +39,9 @@
 //      keep the move if the cost of everything it touched falls. Up to 4 rounds, then refinement
 //      sweeps again. A rejected move is not tried again until something within three hops of its
 //      group changes (nothing else can change its outcome).
-//   5. The cheaper of the two starts wins (the first on a tie).
+//   5. The cheaper start wins (the first on a tie): by the cost above, or under ZeRO by the step
+//      model's time (sbp/step.h), which has a stage's parameter gathers pay one latency together
+//      where the cost above pays one per gather.
 // This finds Megatron's layout from one hint on the first layer of a pair (column split): the
 // second layer's weight is split along its input features and one all-reduce follows the pair.
 // Constraints: an optimizer update reads its parameter in place, so its signature takes the

@@ -338,6 +338,41 @@ TEST(Plan, GradientsIntoAccumulatorsOverlap_2x2) {
   EXPECT_GT(p.predicted.comm_s, latency);  // the last one's latency is still paid
 }
 
+// ZeRO on gpt_mini's 4 data-parallel ranks, with one and with two micro-batches: the plan stays
+// data-parallel with the parameters sharded. Every parameter is gathered for its readers once a
+// step, no forward activation moves between ranks, and the step costs at most 10% more than
+// without ZeRO. The assigner once settled on gathering the tokens and splitting the weights as
+// tensor parallelism does, all-reducing activations every micro-batch: predicted 18.2 and 20.1 ms
+// against 11.3 and 12.9 without ZeRO, and measured about 1.5x slower than sharded data parallelism.
+TEST(Plan, ZeroStaysDataParallel_1n4d) {
+  for (const char* micro : {"16", "8"}) {
+    SCOPED_TRACE(std::string("micro_batch ") + micro);
+    const std::vector<std::string> dp = {"parallel.sbp={idx: [\"S(0)\"]}", std::string("train.micro_batch=") + micro};
+    auto plain = Build("configs/gpt.yaml", 4, dp);
+    std::vector<std::string> with_zero = dp;
+    with_zero.push_back("parallel.zero=true");
+    auto zero = Build("configs/gpt.yaml", 4, with_zero);
+    ASSERT_BUILT(plain);
+    ASSERT_BUILT(zero);
+    const Plan& p = zero->plan;
+    const Graph& g = zero->training.graph;
+    int gathered = 0;
+    for (const BoxingEdge& e : p.edges) {
+      const fr::ir::Value& v = g.value(e.value);
+      if (v.kind == fr::ir::ValueKind::kParam) {
+        EXPECT_EQ(e.strategy, "all-gather") << v.name;
+        ++gathered;
+      }
+      if (v.producer >= 0 && g.node(v.producer).phase == fr::ir::Phase::kForward) {
+        EXPECT_EQ(e.bytes_per_rank, 0) << v.name << " moves " << e.strategy;
+      }
+    }
+    EXPECT_EQ(gathered, static_cast<int>(g.params.size()));
+    EXPECT_LT(p.predicted.step_s, 1.1 * plain->plan.predicted.step_s)
+        << "ZeRO " << p.predicted.step_s << " s, without " << plain->plan.predicted.step_s << " s";
+  }
+}
+
 // gpt_mini's 29 gradients (550 KiB) on 2 data-parallel ranks fill several buckets, none over
 // kGradientBucketBytes: the runtime starts each when its last gradient is accumulated, so all but
 // the last reduce while backward still runs.

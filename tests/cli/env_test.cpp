@@ -67,7 +67,7 @@ TEST(Env, WritesClusterSection_1n2d) {
   fs::remove(out);
   ASSERT_NE(section.find("cluster:"), std::string::npos) << section;
 
-  // A config without a cluster: section of its own (configs/mlp.yaml carries one).
+  // A config without a cluster: section of its own.
   auto cfg = fr::ParseConfig(Read("configs/mlp_ln_gelu.yaml") + section, "configs/mlp_ln_gelu.yaml + " + out);
   ASSERT_TRUE(cfg.ok()) << cfg.status().message() << "\n" << section;
   const fr::ClusterConfig& c = cfg->cluster;
