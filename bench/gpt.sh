@@ -116,4 +116,8 @@ print(f"machine ceiling: {ceiling:.2f} (two independent flowrun processes, each 
 print(f"in lockstep    : {ceiling_lockstep:.2f} (the same pair, each step waiting for the slower of the two, as a "
       f"synchronous step does: {med(lockstep):.2f} ms/step)")
 print(f"MFU            : {gf:.1f} GFLOP/s (matmul) over {peak:.1f} GFLOP/s single-core SGEMM peak = {gf / peak:.0%}")
+def runs(xs):
+    return " ".join(f"{x:.2f}" for x in xs)
+print(f"ms/step by run : flowrun 1 process {runs(ms(o) for o in fr1)}; 2 ranks {runs(ms(o) for o in fr2)}; "
+      f"pair, slower {runs(max(ms(x), ms(y)) for x, y in zip(pa, pb))}; in lockstep {runs(lockstep)}")
 PY
