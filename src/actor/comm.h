@@ -56,8 +56,10 @@ class Communicator {
   // Starts the movement of task `t` (a collective, kSend or kRecv, with t.rank == rank()) with
   // this rank's inputs (per t.in: one for collectives and kSend, none for kRecv) and outputs
   // (allocated with the task's planned shapes and the inputs' dtype; none for kSend, else one).
-  // A kAllReduce may carry several inputs, each reduced into the output of the same index (a
-  // gradient bucket): one collective call for all of them.
+  // A kAllReduce or kReduceScatter may carry several inputs (a gradient bucket), each reduced into
+  // the output of the same index (a reduce-scatter's: this member's part of it along split_axis),
+  // and a kAllGather several (a parameter bucket), each gathered into the output of the same
+  // index: one collective call for all of them.
   // Never blocks: any packing into staging buffers happens here, the transfer in the background.
   virtual Result<CommHandle> Start(const boxing::Task& t, std::vector<Tensor> in, std::vector<Tensor> out) = 0;
 

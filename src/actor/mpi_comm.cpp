@@ -41,23 +41,27 @@ AxisView Around(const Shape& s, int axis) {
   return v;
 }
 
-// Copies the p parts of a tensor along an axis into `staging`, one part after another (pack), or
-// back (unpack). Part j of the staging layout is the tensor of that part, row-major.
-void Move(char* tensor, const AxisView& v, int p, size_t es, char* staging, bool pack) {
-  size_t at = 0;
-  for (int j = 0; j < p; ++j) {
-    const sbp::Range r = sbp::SplitRange(v.dim, p, j);
-    const size_t run = static_cast<size_t>(r.size() * v.inner) * es;
-    for (int64_t o = 0; o < v.outer; ++o) {
-      char* t = tensor + static_cast<size_t>((o * v.dim + r.begin) * v.inner) * es;
-      if (pack) {
-        std::memcpy(staging + at, t, run);
-      } else {
-        std::memcpy(t, staging + at, run);
-      }
-      at += run;
+// Copies part j of the p parts of a tensor along an axis to `staging` as that part's tensor,
+// row-major (pack), or back (unpack). Returns the part's bytes.
+size_t MovePart(char* tensor, const AxisView& v, int p, int j, size_t es, char* staging, bool pack) {
+  const sbp::Range r = sbp::SplitRange(v.dim, p, j);
+  const size_t run = static_cast<size_t>(r.size() * v.inner) * es;
+  for (int64_t o = 0; o < v.outer; ++o) {
+    char* t = tensor + static_cast<size_t>((o * v.dim + r.begin) * v.inner) * es;
+    char* s = staging + static_cast<size_t>(o) * run;
+    if (pack) {
+      std::memcpy(s, t, run);
+    } else {
+      std::memcpy(t, s, run);
     }
   }
+  return run * static_cast<size_t>(v.outer);
+}
+
+// All p parts, one after another.
+void Move(char* tensor, const AxisView& v, int p, size_t es, char* staging, bool pack) {
+  size_t at = 0;
+  for (int j = 0; j < p; ++j) at += MovePart(tensor, v, p, j, es, staging + at, pack);
 }
 
 // Element counts and displacements of the p parts along an axis, as MPI wants them (int).
@@ -179,6 +183,7 @@ struct Pending {
   AxisView unpack;                   // `out` around the concat axis, when recv_stage is used
   int parts = 0;
   bool bucket = false;               // recv_stage holds every output, one after another
+  bool gathered = false;             // recv_stage holds each member's part of every output in turn
 };
 
 class MpiCommunicator final : public Communicator {
@@ -289,13 +294,29 @@ Status MpiCommunicator::CheckBucket(const Task& t, const std::vector<Tensor>& in
   if (std::find(t.group.begin(), t.group.end(), rank_) == t.group.end())
     return Fail(what, "rank " + std::to_string(rank_) + " is not in the group");
   if (out.size() != in.size()) return Fail(what, std::to_string(in.size()) + " inputs but " + std::to_string(out.size()) + " outputs");
+  const int p = static_cast<int>(t.group.size());
+  const int k = static_cast<int>(std::find(t.group.begin(), t.group.end(), rank_) - t.group.begin());
   int64_t total = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     if (!in[i].defined() || !out[i].defined()) return Fail(what, "tensor " + std::to_string(i) + " missing");
     if (in[i].device().type != DeviceType::kCpu || out[i].device().type != DeviceType::kCpu)
       return Fail(what, "the MPI communicator moves CPU tensors only");
     if (in[i].dtype() != in[0].dtype() || out[i].dtype() != in[0].dtype()) return Fail(what, "dtypes differ within a bucket");
-    if (!(in[i].shape() == out[i].shape()))
+    // An all-reduce's output is its input's shape; a reduce-scatter's part k of it along the split
+    // axis; an all-gather's input is part k of its output along the concat axis.
+    Shape want = in[i].shape();
+    if (t.op == Op::kReduceScatter) {
+      if (t.split_axis < 0 || t.split_axis >= want.rank()) return Fail(what, "bad split axis for tensor " + std::to_string(i));
+      want[t.split_axis] = sbp::SplitRange(want[t.split_axis], p, k).size();
+    }
+    if (t.op == Op::kAllGather) {
+      want = out[i].shape();
+      if (t.concat_axis < 0 || t.concat_axis >= want.rank()) return Fail(what, "bad concat axis for tensor " + std::to_string(i));
+      Shape part = want;
+      part[t.concat_axis] = sbp::SplitRange(want[t.concat_axis], p, k).size();
+      if (!(part == in[i].shape())) want = Shape{};
+    }
+    if (!(want == out[i].shape()))
       return Fail(what, "input " + in[i].shape().ToString() + " does not fit output " + out[i].shape().ToString());
     total += in[i].numel();
   }
@@ -306,7 +327,8 @@ Status MpiCommunicator::CheckBucket(const Task& t, const std::vector<Tensor>& in
 // The shapes a task's tensors must have, as boxing.h defines each op; MPI would not notice some
 // mismatches (a short message, different counts on two members) and leave `out` half written.
 Status MpiCommunicator::CheckTensors(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& outs) const {
-  if (t.op == Op::kAllReduce && in.size() > 1) return CheckBucket(t, in, outs);
+  if ((t.op == Op::kAllReduce || t.op == Op::kReduceScatter || t.op == Op::kAllGather) && in.size() > 1)
+    return CheckBucket(t, in, outs);
   const std::string what = Describe(t);
   if (t.rank != rank_) return Fail(what, "the task is for rank " + std::to_string(t.rank));
   const bool needs_in = t.op != Op::kRecv, needs_out = t.op != Op::kSend;
@@ -402,6 +424,27 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
                  "MPI_Iallreduce", what);
     }
     case Op::kAllGather: {
+      if (p.in.size() > 1) {  // a bucket: from member j, its part of every parameter, one after another
+        std::vector<int> n(static_cast<size_t>(parts), 0), displ(static_cast<size_t>(parts), 0);
+        for (int j = 0; j < parts; ++j) {
+          for (const Tensor& o : p.out) {
+            const AxisView v = Around(o.shape(), t.concat_axis);
+            n[static_cast<size_t>(j)] += static_cast<int>(v.outer * sbp::SplitRange(v.dim, parts, j).size() * v.inner);
+          }
+          if (j + 1 < parts) displ[static_cast<size_t>(j) + 1] = displ[static_cast<size_t>(j)] + n[static_cast<size_t>(j)];
+        }
+        p.recv_stage.resize(static_cast<size_t>(displ.back() + n.back()) * es);
+        size_t at = static_cast<size_t>(displ[static_cast<size_t>(k)]) * es;  // this member's parts, in place
+        for (const Tensor& i : p.in) {
+          std::memcpy(p.recv_stage.data() + at, i.raw(), i.bytes());
+          at += i.bytes();
+        }
+        p.parts = parts;
+        p.gathered = true;
+        return Mpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p.recv_stage.data(), n.data(), displ.data(), type,
+                                   comm, &p.req),
+                   "MPI_Iallgatherv", what);
+      }
       const AxisView v = Around(y.shape(), t.concat_axis);
       const Counts c = PartCounts(v, parts);
       void* recv = y.raw();
@@ -420,6 +463,25 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
                  "MPI_Iallgatherv", what);
     }
     case Op::kReduceScatter: {
+      if (p.in.size() > 1) {  // a bucket: member j gets part j of every gradient, one after another
+        std::vector<int> n(static_cast<size_t>(parts), 0);
+        size_t total = 0;
+        for (const Tensor& i : p.in) total += i.bytes();
+        p.send_stage.resize(total);
+        size_t at = 0;
+        for (int j = 0; j < parts; ++j) {
+          for (const Tensor& i : p.in) {
+            const size_t b = MovePart(static_cast<char*>(i.raw()), Around(i.shape(), t.split_axis), parts, j, es,
+                                      p.send_stage.data() + at, true);
+            at += b;
+            n[static_cast<size_t>(j)] += static_cast<int>(b / es);
+          }
+        }
+        p.recv_stage.resize(static_cast<size_t>(n[static_cast<size_t>(k)]) * es);
+        p.bucket = true;
+        return Mpi(MPI_Ireduce_scatter(p.send_stage.data(), p.recv_stage.data(), n.data(), type, OpOf(t.reduce), comm, &p.req),
+                   "MPI_Ireduce_scatter", what);
+      }
       const AxisView v = Around(x.shape(), t.split_axis);
       const Counts c = PartCounts(v, parts);
       const void* send = x.raw();
@@ -504,6 +566,12 @@ Status MpiCommunicator::Complete(Pending& p, const MPI_Status& st) {
       std::memcpy(o.raw(), p.recv_stage.data() + at, o.bytes());
       at += o.bytes();
     }
+  } else if (p.gathered) {
+    size_t at = 0;
+    for (int j = 0; j < p.parts; ++j)
+      for (const Tensor& o : p.out)
+        at += MovePart(static_cast<char*>(o.raw()), Around(o.shape(), p.task.concat_axis), p.parts, j, SizeOf(o.dtype()),
+                       p.recv_stage.data() + at, false);
   } else if (!p.recv_stage.empty()) {
     Move(static_cast<char*>(p.out[0].raw()), p.unpack, p.parts, SizeOf(p.out[0].dtype()), p.recv_stage.data(), false);
   }

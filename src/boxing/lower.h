@@ -7,10 +7,11 @@
 // pieces); each parameter becomes one variable task per device holding its piece. The loss and
 // the squared gradient norm are boxed to B on rank 0, where the sinks feed the step log.
 //
-// Gradient buckets: the per-step all-reduces of gradient accumulators over the same group are not
-// one task each: they are fused, in the order backward produces them, into buckets of at most
-// kGradientBucketBytes per device, one all-reduce task per device and bucket with one input and
-// one output regst per gradient (Plan::edges records each gradient's bucket). A bucket pays one
+// Gradient buckets: the per-step all-reduces of gradient accumulators over the same group (and
+// ZeRO's reduce-scatters, along the same axis) are not one task each: they are fused, in the order
+// backward produces them, into buckets of at most kGradientBucketBytes per device, one collective
+// task per device and bucket with one input and one output regst per gradient (Plan::edges
+// records each gradient's bucket). A bucket pays one
 // latency and one collective call, and starts when its last gradient is accumulated: gpt_mini's
 // 29 gradients (550 KiB) are 7 buckets, all but the last two of which reduce while the last
 // micro-batch's backward still runs; the last holds the token embedding's (64 KiB).

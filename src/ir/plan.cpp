@@ -35,8 +35,12 @@ int64_t Plan::BytesMoved(int rank) const {
       case boxing::Op::kAllReduce:  // several inputs: a gradient bucket
         for (int r : m.in) per += 2 * (p - 1) * bytes(r) / p;
         break;
-      case boxing::Op::kAllGather: per = (p - 1) * bytes(m.in[0]); break;
-      case boxing::Op::kReduceScatter: per = (p - 1) * bytes(m.out); break;
+      case boxing::Op::kAllGather:  // several inputs: a parameter bucket
+        for (int r : m.in) per += (p - 1) * bytes(r);
+        break;
+      case boxing::Op::kReduceScatter:  // in a gradient bucket: one output regst per gradient
+        for (int r : m.out >= 0 ? std::vector<int>{m.out} : t.out) per += (p - 1) * bytes(r);
+        break;
       case boxing::Op::kAllToAll: per = (p - 1) * bytes(m.in[0]) / p; break;
       default: break;
     }

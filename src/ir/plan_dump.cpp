@@ -46,7 +46,7 @@ std::string EdgeLine(const Plan& p, const Graph& g, const BoxingEdge& e) {
   os << g.value(e.value).name << ": " << e.src.ToString();
   if (e.src_stage != e.dst_stage) os << " on " << p.stages[static_cast<size_t>(e.src_stage)].ToString();
   os << " -> " << e.dst.ToString() << " on " << p.stages[static_cast<size_t>(e.dst_stage)].ToString() << ": " << e.strategy;
-  if (e.bucket >= 0) os << " in gradient bucket " << e.bucket;
+  if (e.bucket >= 0) os << (g.value(e.value).kind == ValueKind::kParam ? " in parameter bucket " : " in gradient bucket ") << e.bucket;
   os << ", " << HumanBytes(static_cast<double>(e.bytes_per_rank)) << " per rank" << (e.per_step ? " per step" : " per micro-batch");
   return os.str();
 }

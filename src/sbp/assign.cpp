@@ -462,14 +462,15 @@ class Assigner {
     const double waits = e.rounds * latency + e.messages * message;
     const double overhead = (e.collectives + e.messages) * o_.cluster.op_overhead;
     double wait = waits + overhead;
-    // A gradient accumulator reduced by one all-reduce rides in a bucket (boxing/lower.h): the
+    // A gradient accumulator reduced by one all-reduce (or reduce-scatter) rides in a bucket (boxing/lower.h): the
     // stage's gradients fill ceil(their bytes / kGradientBucketBytes) buckets of one collective
     // each. Each bucket starts as its last accumulator finishes, so all but the last reduce while
     // backward still computes: the stage pays the runtime's overhead per bucket but the latency of
     // one, and each gradient its bytes' share of those.
     const ir::Value& val = g_.value(v);
     const size_t stage = static_cast<size_t>(a_.value_stage[static_cast<size_t>(v)]);
-    const bool bucketed = g_.ProducedBy(v, OpKind::kAccumulate) && e.strategy.starts_with("all-reduce") &&
+    const bool bucketed = g_.ProducedBy(v, OpKind::kAccumulate) &&
+                          (e.strategy.starts_with("all-reduce") || e.strategy.starts_with("reduce-scatter")) &&
                           e.strategy.find('>') == std::string::npos && stage == static_cast<size_t>(dst);
     if (bucketed) {
       const double bytes = static_cast<double>(val.type.shape.numel() * static_cast<int64_t>(SizeOf(val.type.dtype)));

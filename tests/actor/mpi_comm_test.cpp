@@ -254,8 +254,8 @@ TEST(MpiComm, AllPairs_1nNd) {
 // Element e of bucket input i on `rank`.
 float BucketValue(size_t i, int64_t e, int rank) { return static_cast<float>(100 * i + e + 1000 * rank); }
 
-// Runs bucket all-reduce `t` to completion and checks every output against the sum over ranks.
-void ReduceBucket(Communicator& comm, const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+// Runs movement `t` to completion.
+void Complete(Communicator& comm, const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
   Result<CommHandle> h = comm.Start(t, in, out);
   ASSERT_TRUE(h.ok()) << h.status().message();
   for (bool done = false; !done;) {
@@ -263,6 +263,11 @@ void ReduceBucket(Communicator& comm, const Task& t, const std::vector<Tensor>& 
     ASSERT_TRUE(got.ok()) << got.status().message();
     for (CommHandle c : *got) done = done || c.id == h->id;
   }
+}
+
+// Runs bucket all-reduce `t` to completion and checks every output against the sum over ranks.
+void ReduceBucket(Communicator& comm, const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+  ASSERT_NO_FATAL_FAILURE(Complete(comm, t, in, out));
   for (size_t i = 0; i < out.size(); ++i) {
     for (int64_t e = 0; e < out[i].numel(); ++e) {
       float want = 0;
@@ -291,6 +296,88 @@ TEST(MpiComm, AllReduceBucket_1nNd) {
   Result<CommHandle> bad = comm.Start(t, in, {out[0], out[1]});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("3 inputs but 2 outputs"), std::string::npos) << bad.status().message();
+}
+
+// For each element of part k of p along `axis` of shape s, row-major, its index in the whole.
+std::vector<int64_t> WholeIndices(const Shape& s, int axis, int p, int k) {
+  int64_t outer = 1, inner = 1;
+  for (int a = 0; a < s.rank(); ++a) {
+    if (a < axis) outer *= s[a];
+    if (a > axis) inner *= s[a];
+  }
+  const sbp::Range r = sbp::SplitRange(s[axis], p, k);
+  std::vector<int64_t> at;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t d = r.begin; d < r.begin + r.size(); ++d)
+      for (int64_t n = 0; n < inner; ++n) at.push_back((o * s[axis] + d) * inner + n);
+  return at;
+}
+
+// ZeRO's gradient bucket: one reduce-scatter task with several inputs; output i is this rank's
+// part of the sum over ranks of input i along the split axis. Parts uneven (7 and 5 over 2-4
+// ranks) and, along axis 1, not contiguous in the input; on every rank exact.
+TEST(MpiComm, ReduceScatterBucket_1nNd) {
+  Communicator& comm = *g_comm;
+  const int me = comm.rank(), p = comm.size();
+  ASSERT_TRUE(comm.Prepare({World()}).ok());
+  for (int axis : {0, 1}) {
+    SCOPED_TRACE("split axis " + std::to_string(axis));
+    Task t{.op = Op::kReduceScatter, .rank = me, .in = {0, 1, 2}, .out = -1, .group = World(), .split_axis = axis,
+           .collective = 0};
+    const std::vector<Shape> shapes = {Shape{7, 5}, Shape{5, 7}, Shape{4, 5, 3}};
+    std::vector<Tensor> in, out;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Tensor x(DType::kF32, shapes[i]);
+      for (int64_t e = 0; e < x.numel(); ++e) x.data<float>()[e] = BucketValue(i, e, me);
+      in.push_back(x);
+      Shape part = shapes[i];
+      part[axis] = sbp::SplitRange(shapes[i][axis], p, me).size();
+      out.emplace_back(DType::kF32, part);
+    }
+    ASSERT_NO_FATAL_FAILURE(Complete(comm, t, in, out));
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const std::vector<int64_t> whole = WholeIndices(shapes[i], axis, p, me);
+      for (size_t e = 0; e < whole.size(); ++e) {
+        float want = 0;
+        for (int k = 0; k < p; ++k) want += BucketValue(i, whole[e], k);
+        ASSERT_EQ(out[i].data<float>()[e], want) << "output " << i << " element " << e;
+      }
+    }
+  }
+  Task t{.op = Op::kReduceScatter, .rank = me, .in = {0, 1}, .out = -1, .group = World(), .split_axis = 0,
+         .collective = 0};
+  Result<CommHandle> bad = comm.Start(t, {Tensor(DType::kF32, Shape{8}), Tensor(DType::kF32, Shape{8})},
+                                      {Tensor(DType::kF32, Shape{8}), Tensor(DType::kF32, Shape{8})});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("does not fit output [8]"), std::string::npos) << bad.status().message();
+}
+
+// ZeRO's parameter bucket: one all-gather task with several inputs; output i is input i's parts
+// from every rank, concatenated along the concat axis. Parts uneven and, along axis 1, not
+// contiguous in the output.
+TEST(MpiComm, AllGatherBucket_1nNd) {
+  Communicator& comm = *g_comm;
+  const int me = comm.rank(), p = comm.size();
+  ASSERT_TRUE(comm.Prepare({World()}).ok());
+  for (int axis : {0, 1}) {
+    SCOPED_TRACE("concat axis " + std::to_string(axis));
+    Task t{.op = Op::kAllGather, .rank = me, .in = {0, 1, 2}, .out = -1, .group = World(), .concat_axis = axis,
+           .collective = 0};
+    const std::vector<Shape> shapes = {Shape{7, 5}, Shape{5, 7}, Shape{4, 5, 3}};  // the outputs
+    std::vector<Tensor> in, out;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Shape part = shapes[i];
+      part[axis] = sbp::SplitRange(shapes[i][axis], p, me).size();
+      Tensor x(DType::kF32, part);  // this rank's part holds the whole's values there
+      const std::vector<int64_t> whole = WholeIndices(shapes[i], axis, p, me);
+      for (size_t e = 0; e < whole.size(); ++e) x.data<float>()[e] = BucketValue(i, whole[e], 0);
+      in.push_back(x);
+      out.emplace_back(DType::kF32, shapes[i]);
+    }
+    ASSERT_NO_FATAL_FAILURE(Complete(comm, t, in, out));
+    for (size_t i = 0; i < shapes.size(); ++i)
+      for (int64_t e = 0; e < out[i].numel(); ++e) ASSERT_EQ(out[i].data<float>()[e], BucketValue(i, e, 0)) << i << " " << e;
+  }
 }
 
 // A bucket laid out as the runtime lays gradient buckets out (actor::Runtime::LayOutBucket): its

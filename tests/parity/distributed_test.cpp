@@ -113,6 +113,11 @@ TEST(Distributed, Hybrid2D_2x2) {
 TEST(Distributed, Zero_1n2d) {
   ExpectSameLosses({"zero", kMlp, 2, {"parallel.zero=true", "parallel.sbp={x: [\"S(0)\"]}"}, {}});
 }
+// Over 4 ranks the parameters' parts are uneven (fc3's 10 biases: 3, 3, 2, 2), packed into and
+// out of the gradient and parameter buckets.
+TEST(Distributed, Zero_1n4d) {
+  ExpectSameLosses({"zero4", kMlp, 4, {"parallel.zero=true", "parallel.sbp={x: [\"S(0)\"]}"}, {}});
+}
 TEST(Distributed, Pipeline2Stages_4Micro) {
   ExpectSameLosses({"pp2", kLn, 2, {"parallel.stages=[[\"/fc1/*\", \"/ln/*\"], [\"*\"]]"},
                     {"train.micro_batch=4", "train.global_batch=16"}});
