@@ -340,8 +340,10 @@ class Lowering {
   // gradients, and the first buckets reduce while backward still computes the rest. Only
   // accumulators qualify: nothing they depend on can wait for another all-reduce in the bucket.
   //
-  // Parameter buckets: likewise ZeRO's per-step all-gathers of a stage's parameters for their
-  // readers, in the order the step first reads them, so the first bucket holds the first layers'.
+  // Parameter buckets: under ZeRO, likewise the per-step all-gathers of a stage's parameters for
+  // their readers, in the order the step first reads them, so the first bucket holds the first
+  // layers'. (Without ZeRO a gathered parameter is one that tensor parallelism left whole for a
+  // reader; those stay on their own, as the assigner prices them.)
   // A bucket starts when its last parameter is updated. Gathered one by one, gpt_mini's 29 took
   // 470 us after the last update on 2 ranks before the next forward could start (traced).
   struct Deferred {
@@ -352,7 +354,8 @@ class Lowering {
   };
 
   bool Bucketable(ValueId v, const boxing::Plan& bp, bool same_stage) const {
-    const bool gradient = g_.ProducedBy(v, OpKind::kAccumulate), param = g_.value(v).kind == ir::ValueKind::kParam;
+    const bool gradient = g_.ProducedBy(v, OpKind::kAccumulate);
+    const bool param = o_.zero && g_.value(v).kind == ir::ValueKind::kParam;
     if (!same_stage || !(gradient || param)) return false;
     if (bp.tasks.size() != bp.src.size() || bp.tasks.empty()) return false;
     for (size_t d = 0; d < bp.tasks.size(); ++d) {

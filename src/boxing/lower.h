@@ -44,6 +44,7 @@ struct LowerOptions {
   int64_t micro_batches = 1;
   std::vector<sbp::Placement> stages;  // empty: one device
   std::vector<int> node_stage;         // per node (with stages)
+  bool zero = false;                   // ZeRO: parameters' per-step gathers ride in buckets
 };
 
 Result<ir::Plan> Lower(const ir::TrainingGraph& tg, const sbp::Assignment& a, const LowerOptions& opt);

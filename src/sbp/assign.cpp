@@ -76,14 +76,17 @@ class Assigner {
     std::map<std::pair<std::vector<int64_t>, int>, int> classes;
     for (size_t id = 0; id < g_.values.size(); ++id) {
       const ir::Value& v = g_.values[id];
-      const bool gradient = g_.ProducedBy(static_cast<ValueId>(id), OpKind::kAccumulate);  // prices apart (Priced)
-      const int kind = 2 * static_cast<int>(v.type.dtype) + (gradient ? 1 : 0);
+      // Gradients and parameters price apart from other tensors of their type, and parameters
+      // under ZeRO apart from others (Priced: buckets).
+      const int role = g_.ProducedBy(static_cast<ValueId>(id), OpKind::kAccumulate) ? 1
+                       : v.kind != ir::ValueKind::kParam                             ? 0
+                       : o_.zero                                                     ? 3
+                                                                                     : 2;
+      const int kind = 4 * static_cast<int>(v.type.dtype) + role;
       auto [it, fresh] = classes.emplace(std::make_pair(v.type.shape.dims(), kind), static_cast<int>(classes.size()));
       type_class_.push_back(it->second);
-      if (fresh && o_.prices) shared_type_.push_back(o_.prices->TypeId(v.type.shape, v.type.dtype, gradient));
+      if (fresh && o_.prices) shared_type_.push_back(o_.prices->TypeId(v.type.shape, v.type.dtype, role));
     }
-    if (o_.prices)
-      for (const Placement& p : o_.stages) shared_place_.push_back(o_.prices->PlaceId(p));
     price_memo_.resize(classes.size() * o_.stages.size() * o_.stages.size());
     for (const ir::Node& node : g_.nodes) work_.push_back(OpSeconds(g_, node, o_.cluster));
     MapNodes();
@@ -102,12 +105,18 @@ class Assigner {
       }
     }
     for (ValueId p : g_.params) per_step_[static_cast<size_t>(p)] = true;
-    grad_bytes_.assign(o_.stages.size(), 0);  // each stage's gradients, whole: what its buckets carry
+    // Each stage's gradients and parameters, whole: what its buckets carry.
+    grad_bytes_.assign(o_.stages.size(), 0);
+    param_bytes_.assign(o_.stages.size(), 0);
     for (size_t v = 0; v < g_.values.size(); ++v) {
       const ir::Value& val = g_.values[v];
-      if (g_.ProducedBy(static_cast<ValueId>(v), OpKind::kAccumulate))
-        grad_bytes_[static_cast<size_t>(a_.value_stage[v])] += static_cast<double>(val.type.shape.numel() * static_cast<int64_t>(SizeOf(val.type.dtype)));
+      const auto bytes = static_cast<double>(val.type.shape.numel() * static_cast<int64_t>(SizeOf(val.type.dtype)));
+      if (g_.ProducedBy(static_cast<ValueId>(v), OpKind::kAccumulate)) grad_bytes_[static_cast<size_t>(a_.value_stage[v])] += bytes;
+      if (val.kind == ir::ValueKind::kParam) param_bytes_[static_cast<size_t>(a_.value_stage[v])] += bytes;
     }
+    if (o_.prices)
+      for (size_t s = 0; s < o_.stages.size(); ++s)
+        shared_place_.push_back(o_.prices->PlaceId(o_.stages[s], grad_bytes_[s], param_bytes_[s]));
     RETURN_IF_ERROR(ResolveHints());
     for (size_t n = 0; n < g_.nodes.size(); ++n) RETURN_IF_ERROR(Candidates(static_cast<NodeId>(n)));
     IndexSlots();
@@ -462,20 +471,26 @@ class Assigner {
     const double waits = e.rounds * latency + e.messages * message;
     const double overhead = (e.collectives + e.messages) * o_.cluster.op_overhead;
     double wait = waits + overhead;
-    // A gradient accumulator reduced by one all-reduce (or reduce-scatter) rides in a bucket (boxing/lower.h): the
-    // stage's gradients fill ceil(their bytes / kGradientBucketBytes) buckets of one collective
-    // each. Each bucket starts as its last accumulator finishes, so all but the last reduce while
-    // backward still computes: the stage pays the runtime's overhead per bucket but the latency of
-    // one, and each gradient its bytes' share of those.
+    // A gradient accumulator reduced by one all-reduce or reduce-scatter rides in a bucket
+    // (boxing/lower.h): the stage's gradients fill ceil(their bytes / kGradientBucketBytes)
+    // buckets of one collective each. Each bucket starts as its last accumulator finishes, so all
+    // but the last reduce while backward still computes: the stage pays the runtime's overhead per
+    // bucket but the latency of one, and each gradient its bytes' share of those. A parameter
+    // gathered once a step by ZeRO rides in a parameter bucket: the same over the stage's
+    // parameters, whose buckets start together as the step does (under ZeRO: lowering buckets
+    // no other parameter gathers).
     const ir::Value& val = g_.value(v);
     const size_t stage = static_cast<size_t>(a_.value_stage[static_cast<size_t>(v)]);
-    const bool bucketed = g_.ProducedBy(v, OpKind::kAccumulate) &&
-                          (e.strategy.starts_with("all-reduce") || e.strategy.starts_with("reduce-scatter")) &&
-                          e.strategy.find('>') == std::string::npos && stage == static_cast<size_t>(dst);
+    const bool one_step = e.strategy.find('>') == std::string::npos && stage == static_cast<size_t>(dst);
+    const bool gradient = g_.ProducedBy(v, OpKind::kAccumulate) &&
+                          (e.strategy.starts_with("all-reduce") || e.strategy.starts_with("reduce-scatter"));
+    const bool param = o_.zero && val.kind == ir::ValueKind::kParam && e.strategy.starts_with("all-gather");
+    const bool bucketed = one_step && (gradient || param);
     if (bucketed) {
       const double bytes = static_cast<double>(val.type.shape.numel() * static_cast<int64_t>(SizeOf(val.type.dtype)));
-      const double buckets = std::ceil(grad_bytes_[stage] / static_cast<double>(boxing::kGradientBucketBytes));
-      wait = bytes / grad_bytes_[stage] * (waits + overhead * std::max(1.0, buckets));
+      const double all = gradient ? grad_bytes_[stage] : param_bytes_[stage];
+      const double buckets = std::ceil(all / static_cast<double>(boxing::kGradientBucketBytes));
+      wait = bytes / all * (waits + overhead * std::max(1.0, buckets));
     }
     return {e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) + wait, wait, bucketed};
   }
@@ -1180,7 +1195,8 @@ class Assigner {
   Assignment a_;
   std::vector<std::vector<ir::NodeId>> consumers_;
   std::vector<bool> per_step_;
-  std::vector<double> grad_bytes_;  // per stage: its gradient accumulators' bytes
+  std::vector<double> grad_bytes_;   // per stage: its gradient accumulators' bytes
+  std::vector<double> param_bytes_;  // per stage: its parameters' bytes
   std::vector<NdSbp> hint_;
   std::vector<int> dp_axes_;
   std::vector<std::vector<NdSignature>> cands_;
@@ -1227,17 +1243,18 @@ class Assigner {
 
 Result<Assignment> Assign(const ir::TrainingGraph& tg, const AssignOptions& opt) { return Assigner(tg, opt).Run(); }
 
-int PriceCache::TypeId(const Shape& shape, DType dtype, bool gradient) {
+int PriceCache::TypeId(const Shape& shape, DType dtype, int role) {
   std::lock_guard<std::mutex> lock(mu_);
-  const int kind = 2 * static_cast<int>(dtype) + (gradient ? 1 : 0);
+  const int kind = 4 * static_cast<int>(dtype) + role;
   return types_.emplace(std::make_pair(shape.dims(), kind), static_cast<int>(types_.size())).first->second;
 }
 
-int PriceCache::PlaceId(const Placement& p) {
+int PriceCache::PlaceId(const Placement& p, double grad_bytes, double param_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < places_.size(); ++i)
-    if (places_[i] == p) return static_cast<int>(i);
-  places_.push_back(p);
+    if (places_[i].place == p && places_[i].grad_bytes == grad_bytes && places_[i].param_bytes == param_bytes)
+      return static_cast<int>(i);
+  places_.push_back({p, grad_bytes, param_bytes});
   return static_cast<int>(places_.size() - 1);
 }
 

@@ -98,17 +98,23 @@ struct NdSignature {
 class PriceCache {
  public:
   using Key = FlatMap<double>::Key;
-  // Small ids for what keys name. A gradient accumulator prices apart from other tensors of its
-  // type: it shares a bucket's latency.
-  int TypeId(const Shape& shape, DType dtype, bool gradient);
-  int PlaceId(const Placement& p);
+  // Small ids for what keys name. Gradient accumulators and parameters price apart from other
+  // tensors of their type: they share their buckets' latency, as much as their stage's gradients
+  // or parameters weigh (role: 0 another tensor, 1 a gradient, 2 a parameter, 3 a parameter
+  // under ZeRO, whose gathers ride in buckets).
+  int TypeId(const Shape& shape, DType dtype, int role);
+  int PlaceId(const Placement& p, double grad_bytes, double param_bytes);
   std::optional<double> Find(const Key& k);
   void Put(const Key& k, double seconds);
 
  private:
   std::mutex mu_;
   std::map<std::pair<std::vector<int64_t>, int>, int> types_;
-  std::vector<Placement> places_;
+  struct Place {
+    Placement place;
+    double grad_bytes = 0, param_bytes = 0;
+  };
+  std::vector<Place> places_;
   FlatMap<double> prices_{1 << 16};
 };
 
@@ -132,7 +138,7 @@ struct PricedEdge {
   double seconds = 0;      // per step (micro-batch edges count M times)
   double latency = 0;      // of which: collectives' and messages' latency and per-task overhead
   bool per_step = false;   // moves once a step, not once per micro-batch
-  bool bucketed = false;   // a gradient all-reduce in a bucket: `latency` is its share of the bucket's
+  bool bucketed = false;   // in a gradient or parameter bucket: `latency` is its share of the buckets'
 };
 
 struct Assignment {

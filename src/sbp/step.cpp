@@ -48,8 +48,8 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
     for (ir::ValueId v : n.in)
       if (v >= 0) (n.op == OpKind::kAccumulate ? to_accumulator : read_otherwise)[static_cast<size_t>(v)] = 1;
   // Per stage, the latency already paid by movements in flight together: parameters per
-  // micro-batch, parameters per step, gradient reductions per step that are not bucketed (a
-  // bucketed one pays its share of its bucket's latency already, sbp::Assign), gradients into
+  // micro-batch, parameters per step, gradient reductions per step, those not in buckets (one in
+  // a bucket pays its share of its buckets' latency already, sbp::Assign), gradients into
   // their accumulators per micro-batch, and the parameters' squared gradient norms on their way to
   // the stage that sums them (each leaves as its gradient is reduced; traced on gpt_mini in 2
   // stages, the 15 of them left within 13 us of each other and arrived together).
@@ -62,7 +62,8 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
     const auto v = static_cast<size_t>(e.value);
     const bool partial_gradient = !e.per_step && to_accumulator[v] && !read_otherwise[v];
     const bool norm_part = e.per_step && g.ProducedBy(e.value, OpKind::kSquareSum);
-    if (val.kind == ir::ValueKind::kParam || gradient || partial_gradient || norm_part) {
+    const bool param = val.kind == ir::ValueKind::kParam && !e.bucketed;
+    if (param || gradient || partial_gradient || norm_part) {
       const int kind = norm_part ? 4 : partial_gradient ? 3 : gradient ? 2 : e.per_step ? 1 : 0;
       double& wait = together[static_cast<size_t>(e.dst_stage)][static_cast<size_t>(kind)];
       seconds -= e.latency - std::max(0.0, e.latency - wait);
