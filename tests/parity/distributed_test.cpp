@@ -126,6 +126,13 @@ TEST(Distributed, PipelineTimesData_2x2) {
   ExpectSameLosses({"pp_dp", kMlp, 4, {"parallel.stages=[[\"/fc1/*\", \"/Relu\"], [\"*\"]]", "parallel.sbp={x: [\"S(0)\"]}"},
                     {"train.micro_batch=16"}});
 }
+// The same with ZeRO: each stage's parameters gathered and its gradients reduce-scattered in its
+// own buckets.
+TEST(Distributed, PipelineTimesZero_2x2) {
+  ExpectSameLosses({"pp_zero", kMlp, 4,
+                    {"parallel.stages=[[\"/fc1/*\", \"/Relu\"], [\"*\"]]", "parallel.sbp={x: [\"S(0)\"]}", "parallel.zero=true"},
+                    {"train.micro_batch=16"}});
+}
 
 // gpt_mini as PyTorch exports it: anonymous weights are hinted as NODE:i.
 const char* kGpt = "configs/gpt.yaml";
