@@ -64,6 +64,15 @@ void Move(char* tensor, const AxisView& v, int p, size_t es, char* staging, bool
   for (int j = 0; j < p; ++j) at += MovePart(tensor, v, p, j, es, staging + at, pack);
 }
 
+// A bucket's layout by member: member 0's part of every tensor (parts along `axis`, in tensor
+// order), then member 1's, and so on. Packs the tensors into `staging` or unpacks them from it.
+void MoveByMember(const std::vector<Tensor>& ts, int axis, int p, char* staging, bool pack) {
+  size_t at = 0;
+  for (int j = 0; j < p; ++j)
+    for (const Tensor& t : ts)
+      at += MovePart(static_cast<char*>(t.raw()), Around(t.shape(), axis), p, j, SizeOf(t.dtype()), staging + at, pack);
+}
+
 // Element counts and displacements of the p parts along an axis, as MPI wants them (int).
 struct Counts {
   std::vector<int> n, displ;
@@ -76,6 +85,21 @@ Counts PartCounts(const AxisView& v, int p) {
     c.n.push_back(static_cast<int>(v.outer * sbp::SplitRange(v.dim, p, j).size() * v.inner));
     c.displ.push_back(at);
     at += c.n.back();
+  }
+  return c;
+}
+
+// The same for a bucket laid out by member (MoveByMember): member j's parts of every tensor.
+Counts MemberCounts(const std::vector<Tensor>& ts, int axis, int p) {
+  Counts c{std::vector<int>(static_cast<size_t>(p), 0), {}};
+  for (const Tensor& t : ts) {
+    const Counts one = PartCounts(Around(t.shape(), axis), p);
+    for (int j = 0; j < p; ++j) c.n[static_cast<size_t>(j)] += one.n[static_cast<size_t>(j)];
+  }
+  int at = 0;
+  for (int n : c.n) {
+    c.displ.push_back(at);
+    at += n;
   }
   return c;
 }
@@ -424,24 +448,17 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
                  "MPI_Iallreduce", what);
     }
     case Op::kAllGather: {
-      if (p.in.size() > 1) {  // a bucket: from member j, its part of every parameter, one after another
-        std::vector<int> n(static_cast<size_t>(parts), 0), displ(static_cast<size_t>(parts), 0);
-        for (int j = 0; j < parts; ++j) {
-          for (const Tensor& o : p.out) {
-            const AxisView v = Around(o.shape(), t.concat_axis);
-            n[static_cast<size_t>(j)] += static_cast<int>(v.outer * sbp::SplitRange(v.dim, parts, j).size() * v.inner);
-          }
-          if (j + 1 < parts) displ[static_cast<size_t>(j) + 1] = displ[static_cast<size_t>(j)] + n[static_cast<size_t>(j)];
-        }
-        p.recv_stage.resize(static_cast<size_t>(displ.back() + n.back()) * es);
-        size_t at = static_cast<size_t>(displ[static_cast<size_t>(k)]) * es;  // this member's parts, in place
+      if (p.in.size() > 1) {  // a bucket laid out by member (MoveByMember), unpacked on completion
+        const Counts c = MemberCounts(p.out, t.concat_axis, parts);
+        p.recv_stage.resize(static_cast<size_t>(c.displ.back() + c.n.back()) * es);
+        size_t at = static_cast<size_t>(c.displ[static_cast<size_t>(k)]) * es;  // this member's parts, in place
         for (const Tensor& i : p.in) {
           std::memcpy(p.recv_stage.data() + at, i.raw(), i.bytes());
           at += i.bytes();
         }
         p.parts = parts;
         p.gathered = true;
-        return Mpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p.recv_stage.data(), n.data(), displ.data(), type,
+        return Mpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p.recv_stage.data(), c.n.data(), c.displ.data(), type,
                                    comm, &p.req),
                    "MPI_Iallgatherv", what);
       }
@@ -463,23 +480,14 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
                  "MPI_Iallgatherv", what);
     }
     case Op::kReduceScatter: {
-      if (p.in.size() > 1) {  // a bucket: member j gets part j of every gradient, one after another
-        std::vector<int> n(static_cast<size_t>(parts), 0);
-        size_t total = 0;
-        for (const Tensor& i : p.in) total += i.bytes();
-        p.send_stage.resize(total);
-        size_t at = 0;
-        for (int j = 0; j < parts; ++j) {
-          for (const Tensor& i : p.in) {
-            const size_t b = MovePart(static_cast<char*>(i.raw()), Around(i.shape(), t.split_axis), parts, j, es,
-                                      p.send_stage.data() + at, true);
-            at += b;
-            n[static_cast<size_t>(j)] += static_cast<int>(b / es);
-          }
-        }
-        p.recv_stage.resize(static_cast<size_t>(n[static_cast<size_t>(k)]) * es);
-        p.bucket = true;
-        return Mpi(MPI_Ireduce_scatter(p.send_stage.data(), p.recv_stage.data(), n.data(), type, OpOf(t.reduce), comm, &p.req),
+      if (p.in.size() > 1) {  // a bucket: packed by member, so member j gets part j of every gradient
+        const Counts c = MemberCounts(p.in, t.split_axis, parts);
+        p.send_stage.resize(static_cast<size_t>(c.displ.back() + c.n.back()) * es);
+        MoveByMember(p.in, t.split_axis, parts, p.send_stage.data(), true);
+        p.recv_stage.resize(static_cast<size_t>(c.n[static_cast<size_t>(k)]) * es);
+        p.bucket = true;  // this member's parts, one after another: the outputs end to end
+        return Mpi(MPI_Ireduce_scatter(p.send_stage.data(), p.recv_stage.data(), c.n.data(), type, OpOf(t.reduce), comm,
+                                       &p.req),
                    "MPI_Ireduce_scatter", what);
       }
       const AxisView v = Around(x.shape(), t.split_axis);
@@ -567,11 +575,7 @@ Status MpiCommunicator::Complete(Pending& p, const MPI_Status& st) {
       at += o.bytes();
     }
   } else if (p.gathered) {
-    size_t at = 0;
-    for (int j = 0; j < p.parts; ++j)
-      for (const Tensor& o : p.out)
-        at += MovePart(static_cast<char*>(o.raw()), Around(o.shape(), p.task.concat_axis), p.parts, j, SizeOf(o.dtype()),
-                       p.recv_stage.data() + at, false);
+    MoveByMember(p.out, p.task.concat_axis, p.parts, p.recv_stage.data(), false);
   } else if (!p.recv_stage.empty()) {
     Move(static_cast<char*>(p.out[0].raw()), p.unpack, p.parts, SizeOf(p.out[0].dtype()), p.recv_stage.data(), false);
   }

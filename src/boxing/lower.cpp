@@ -1,7 +1,6 @@
 #include "boxing/lower.h"
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <set>
 
@@ -174,12 +173,17 @@ class Lowering {
     return static_cast<int>(p_.nodes.size() - 1);
   }
 
+  // The nodes that read v, in node order (the graph's table, made on first use).
+  const std::vector<NodeId>& Consumers(ValueId v) {
+    if (consumers_.empty()) consumers_ = g_.Consumers();
+    return consumers_[static_cast<size_t>(v)];
+  }
+
   // Whether forward value v is read by a backward op (an activation saved for the backward).
   bool SavedForBackward(ValueId v) {
-    if (consumers_.empty()) consumers_ = g_.Consumers();
     const ir::Node* prod = g_.value(v).producer >= 0 ? &g_.node(g_.value(v).producer) : nullptr;
     if (!prod || (prod->phase != ir::Phase::kForward && prod->phase != ir::Phase::kLoss)) return false;
-    for (NodeId u : consumers_[static_cast<size_t>(v)])
+    for (NodeId u : Consumers(v))
       if (g_.node(u).phase == ir::Phase::kBackward) return true;
     return false;
   }
@@ -335,17 +339,17 @@ class Lowering {
   // reduce-scatter) per device, within one placement, is not emitted on its own: EmitBuckets fuses
   // such collectives, in the order backward makes their gradients (the node order of the ops that
   // make them), into buckets of at most kGradientBucketBytes per device, one fused task per device
-  // and bucket. As with
-  // PyTorch DDP's buckets, a bucket pays one latency and one collective call for all its
-  // gradients, and the first buckets reduce while backward still computes the rest. Only
-  // accumulators qualify: nothing they depend on can wait for another all-reduce in the bucket.
+  // and bucket. As with PyTorch DDP's buckets, a bucket pays one latency and one collective call
+  // for all its gradients, and the first buckets reduce while backward still computes the rest.
+  // Only accumulators qualify: nothing they depend on can wait for another collective in the
+  // bucket.
   //
   // Parameter buckets: under ZeRO, likewise the per-step all-gathers of a stage's parameters for
   // their readers, in the order the step first reads them, so the first bucket holds the first
-  // layers'. (Without ZeRO a gathered parameter is one that tensor parallelism left whole for a
-  // reader; those stay on their own, as the assigner prices them.)
-  // A bucket starts when its last parameter is updated. Gathered one by one, gpt_mini's 29 took
-  // 470 us after the last update on 2 ranks before the next forward could start (traced).
+  // layers'. A bucket starts when its last parameter is updated. Gathered one by one, gpt_mini's
+  // 29 took 470 us after the last update on 2 ranks before the next forward could start (traced).
+  // Without ZeRO a gathered parameter is one that tensor parallelism left whole for a reader;
+  // those stay on their own, as the assigner prices them.
   struct Deferred {
     NodeId order;  // what orders the bucket: the op that made the gradient, or first reads the parameter
     boxing::Plan plan;
@@ -367,14 +371,8 @@ class Lowering {
   }
 
   std::vector<int> Defer(ValueId v, const boxing::Plan& bp, const std::vector<int>& srcs) {
-    NodeId order = std::numeric_limits<NodeId>::max();
-    if (g_.value(v).kind == ir::ValueKind::kParam) {
-      for (size_t n = 0; n < g_.nodes.size() && order == std::numeric_limits<NodeId>::max(); ++n)
-        for (ValueId in : g_.nodes[n].in)
-          if (in == v) order = static_cast<NodeId>(n);
-    } else {
-      order = g_.value(g_.node(g_.value(v).producer).in[0]).producer;
-    }
+    NodeId order = g_.value(v).kind == ir::ValueKind::kParam ? Consumers(v).front()  // in node order
+                                                             : g_.value(g_.node(g_.value(v).producer).in[0]).producer;
     Deferred d{order, bp, srcs, {}};
     for (size_t i = 0; i < srcs.size(); ++i) {
       const RegstDesc& src = p_.regsts[static_cast<size_t>(srcs[i])];

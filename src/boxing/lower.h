@@ -11,10 +11,11 @@
 // ZeRO's reduce-scatters, along the same axis) are not one task each: they are fused, in the order
 // backward produces them, into buckets of at most kGradientBucketBytes per device, one collective
 // task per device and bucket with one input and one output regst per gradient (Plan::edges
-// records each gradient's bucket). A bucket pays one
-// latency and one collective call, and starts when its last gradient is accumulated: gpt_mini's
-// 29 gradients (550 KiB) are 7 buckets, all but the last two of which reduce while the last
-// micro-batch's backward still runs; the last holds the token embedding's (64 KiB).
+// records each gradient's bucket). A bucket pays one latency and one collective call, and starts
+// when its last gradient is accumulated: gpt_mini's 29 gradients (550 KiB) are 7 buckets, all but
+// the last two of which reduce while the last micro-batch's backward still runs; the last holds
+// the token embedding's (64 KiB). Under ZeRO the parameters' per-step all-gathers ride in
+// parameter buckets the same way, in the order the step first reads them.
 //
 // Streams: "compute" for ops and variables, "data" for the loader (it prefetches: its regsts get
 // two slots), "comm" for boxing. Other regsts get one slot, except in a pipeline of S stages:
