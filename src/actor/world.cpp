@@ -2,7 +2,9 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 namespace fr::actor {
@@ -20,9 +22,15 @@ Status AgreeOnPlan(const World& w, uint64_t plan_hash) {
   if (w.size == 1) return Status::Ok();
   std::vector<unsigned long long> all(static_cast<size_t>(w.size));
   unsigned long long mine = plan_hash;
-  if (MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD) != MPI_SUCCESS) {
-    return Status::Runtime("[actor] rank " + std::to_string(w.rank) + ": could not exchange plan hashes");
+  // Waits asleep between tests: ranks finish compiling at different times, and one spinning in a
+  // blocking call would take half the core from a rank that shares it and is still compiling.
+  MPI_Request req;
+  int rc = MPI_Iallgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD, &req);
+  for (int done = 0; rc == MPI_SUCCESS && !done;) {
+    rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS && !done) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+  if (rc != MPI_SUCCESS) return Status::Runtime("[actor] rank " + std::to_string(w.rank) + ": could not exchange plan hashes");
   std::string differ;
   for (int r = 1; r < w.size; ++r)
     if (all[static_cast<size_t>(r)] != all[0]) differ += " " + std::to_string(r);
