@@ -3,6 +3,7 @@
 #include <dnnl.h>
 #include <mpi.h>
 #include <omp.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -157,10 +158,60 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// Waits for `req` as an idle rank of the runtime does: test, at once again for the runtime's spin
+// (actor::Stream::PollSpinFor), then sleep kPollMin doubling to the runtime's longest wait for
+// ranks on this many cores (actor::Stream::PollMaxFor).
+void WaitAsRuntime(MPI_Request& req, int ranks) {
+  std::mutex mu;
+  std::condition_variable cv;
+  const int cores = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  const auto most = actor::Stream::PollMaxFor(ranks, cores);
+  const auto spin_until = std::chrono::steady_clock::now() + actor::Stream::PollSpinFor(ranks, cores);
+  auto wait = actor::Stream::kPollMin;
+  for (int done = 0;;) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) MPI_Test(&req, &done, MPI_STATUS_IGNORE);  // twice, as the runtime's poll looks
+    if (done) return;
+    if (std::chrono::steady_clock::now() < spin_until) continue;
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, wait);
+    wait = std::min(wait * 2, most);
+  }
+}
+
+// Env's own barriers and reductions wait as the runtime does too: flowrun turns Open MPI's yield
+// when idle off (actor::MpiWorld), and a rank spinning in a blocking call took the core from a rank
+// that shared it and was still timing its work (4 ranks on 2 cores: a blocking 8-byte all-reduce
+// measured 8 ms, and the 512^3 GEMM 27 GFLOP/s a rank against 37).
+int WorldSize() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+void Barrier() {
+  MPI_Request req;
+  MPI_Ibarrier(MPI_COMM_WORLD, &req);
+  WaitAsRuntime(req, WorldSize());
+}
+
 double AllReduce(double x, MPI_Op op) {
   double r = 0;
-  MPI_Allreduce(&x, &r, 1, MPI_DOUBLE, op, MPI_COMM_WORLD);
+  MPI_Request req;
+  MPI_Iallreduce(&x, &r, 1, MPI_DOUBLE, op, MPI_COMM_WORLD, &req);
+  WaitAsRuntime(req, WorldSize());
   return r;
+}
+
+// Waits for `req` testing without a pause and yielding the core between tests, as Open MPI's
+// blocking calls do when ranks oversubscribe the cores: for the transport's own figures (an 8-byte
+// and a 4 MiB all-reduce, which give `bandwidth`), with no wait between polls in them; the
+// runtime's waits are in the latency figures (BusyCollectiveSeconds, IdleMessageSeconds).
+void WaitDriving(MPI_Request& req) {
+  for (int done = 0; !done;) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) sched_yield();
+  }
 }
 
 // Seconds per n x n x n sgemm: the median over blocks of kGemmsPerBlock back to back, each block
@@ -175,7 +226,7 @@ Result<double> GemmSeconds(int n) {
   }
   std::vector<double> t;
   for (int r = -1; r < kGemmReps; ++r) {  // one warm-up block
-    MPI_Barrier(MPI_COMM_WORLD);
+    Barrier();
     double t0 = MPI_Wtime();
     for (int i = 0; i < kGemmsPerBlock; ++i) {
       dnnl_status_t s = dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
@@ -184,7 +235,7 @@ Result<double> GemmSeconds(int n) {
                                std::to_string(static_cast<int>(s)));
       }
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    Barrier();
     if (r >= 0) t.push_back((MPI_Wtime() - t0) / kGemmsPerBlock);
   }
   return Median(t);
@@ -217,10 +268,10 @@ Result<double> ElementSeconds(OpKind op) {
   const KernelCtx ctx{g.nodes.back(), in, outs};
   std::vector<double> t;
   for (int r = -1; r < kGemmReps; ++r) {  // one warm-up block
-    MPI_Barrier(MPI_COMM_WORLD);
+    Barrier();
     double t0 = MPI_Wtime();
     for (int i = 0; i < kElementOpsPerBlock; ++i) RETURN_IF_ERROR(kernel(ctx));
-    MPI_Barrier(MPI_COMM_WORLD);
+    Barrier();
     if (r >= 0) t.push_back((MPI_Wtime() - t0) / kElementOpsPerBlock / elements);
   }
   return Median(t);
@@ -229,35 +280,17 @@ Result<double> ElementSeconds(OpKind op) {
 double LatencySeconds() {
   double one = 1, sum = 0;
   std::vector<double> t;
-  MPI_Barrier(MPI_COMM_WORLD);
+  Barrier();
   for (int r = -20; r < kLatencyReps; ++r) {
     double t0 = MPI_Wtime();
-    MPI_Allreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Request req;
+    MPI_Iallreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
+    WaitDriving(req);
     if (r >= 0) t.push_back(MPI_Wtime() - t0);
   }
   return Median(t);
 }
 
-// Waits for `req` as an idle rank of the runtime does: test, at once again for the runtime's spin
-// (actor::Stream::PollSpinFor), then sleep kPollMin doubling to the runtime's longest wait for
-// ranks on this many cores (actor::Stream::PollMaxFor).
-void WaitAsRuntime(MPI_Request& req, int ranks) {
-  std::mutex mu;
-  std::condition_variable cv;
-  const int cores = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
-  const auto most = actor::Stream::PollMaxFor(ranks, cores);
-  const auto spin_until = std::chrono::steady_clock::now() + actor::Stream::PollSpinFor(ranks, cores);
-  auto wait = actor::Stream::kPollMin;
-  for (int done = 0;;) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (!done) MPI_Test(&req, &done, MPI_STATUS_IGNORE);  // twice, as the runtime's poll looks
-    if (done) return;
-    if (std::chrono::steady_clock::now() < spin_until) continue;
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, wait);
-    wait = std::min(wait * 2, most);
-  }
-}
 
 // A point-to-point message as the runtime waits for it: ranks pair up (0-1, 2-3, ...) and
 // ping-pong 8 bytes with MPI_Isend/MPI_Irecv tested with the comm stream's back-off; half the
@@ -266,7 +299,7 @@ double RuntimeMessageSeconds(int rank, int ranks) {
   const int peer = rank % 2 == 0 ? rank + 1 : rank - 1;
   double x = 1, y = 0;
   std::vector<double> t;
-  MPI_Barrier(MPI_COMM_WORLD);
+  Barrier();
   for (int r = -10; r < kRuntimeReps && peer < ranks; ++r) {
     double t0 = MPI_Wtime();
     MPI_Request req;
@@ -283,7 +316,7 @@ double RuntimeMessageSeconds(int rank, int ranks) {
     }
     if (r >= 0) t.push_back((MPI_Wtime() - t0) / 2);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
+  Barrier();
   return t.empty() ? 0 : Median(t);
 }
 
@@ -316,7 +349,7 @@ double BusyGemmSeconds(int n, int rank, int busy, int ranks) {
   Burst work(n);
   std::vector<double> t;
   for (int r = -1; r < kBusyReps; ++r) {  // one warm-up block
-    MPI_Barrier(MPI_COMM_WORLD);
+    Barrier();
     const double t0 = SteadySeconds();
     if (rank < busy) work.Run(kBusyGemms);
     const double t1 = rank < busy ? SteadySeconds() : t0;
@@ -342,7 +375,7 @@ double BusyCollectiveSeconds(int ranks) {
   double one = 1, sum = 0;
   for (int r = -3; r < kRuntimeReps; ++r) {
     for (int collective = 0; collective < 2; ++collective) {
-      MPI_Barrier(MPI_COMM_WORLD);
+      Barrier();
       const double t0 = SteadySeconds();
       work.Run(kBurstGemms);
       if (collective) {
@@ -382,7 +415,7 @@ double IdleMessageSeconds(int rank, int ranks) {
   const int peer = rank % 2 == 0 ? rank + 1 : rank - 1;
   Burst work(192);  // about 14 MFLOP a sgemm: 4 are a millisecond or less of work
   std::vector<double> t, message(kIdleMessageBytes / sizeof(double));
-  MPI_Barrier(MPI_COMM_WORLD);
+  Barrier();
   for (int r = -3; r < kIdleReps; ++r) {  // every rank, for the barrier; an odd one out waits there
     double& stamp = message[0];
     const int count = static_cast<int>(message.size());
@@ -398,7 +431,7 @@ double IdleMessageSeconds(int rank, int ranks) {
       WaitAsRuntime(req, ranks);
       if (r >= 0) t.push_back(SteadySeconds() - stamp);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    Barrier();
   }
   return t.empty() ? 0 : Median(t);
 }
@@ -419,7 +452,7 @@ double DispatchSeconds() {
       cv.notify_all();
     }
   });
-  MPI_Barrier(MPI_COMM_WORLD);
+  Barrier();
   double t0 = MPI_Wtime();
   for (int i = 0; i < kHops; ++i) {
     std::unique_lock<std::mutex> lock(mu);
@@ -436,9 +469,11 @@ double AllReduceSeconds() {
   std::vector<float> in(static_cast<size_t>(kBandwidthFloats), 1.0f), out(in.size());
   std::vector<double> t;
   for (int r = -2; r < kBandwidthReps; ++r) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    Barrier();
     double t0 = MPI_Wtime();
-    MPI_Allreduce(in.data(), out.data(), static_cast<int>(in.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Request req;
+    MPI_Iallreduce(in.data(), out.data(), static_cast<int>(in.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+    WaitDriving(req);
     if (r >= 0) t.push_back(MPI_Wtime() - t0);
   }
   return Median(t);
@@ -447,7 +482,7 @@ double AllReduceSeconds() {
 struct Figures {
   double gemm_flops[std::size(kGemmSizes)] = {};  // per rank, the slowest rank's median
   double flops = 0;
-  double latency = 0;        // s, blocking MPI_Allreduce
+  double latency = 0;        // s, an 8-byte all-reduce, every rank driving it (WaitDriving)
   double runtime_latency = 0;  // s, a collective after a burst of compute, as the runtime waits
   double runtime_message = 0;  // s, as the runtime waits for a point-to-point message
   double idle_message = 0;     // s, a 64 KiB one to a rank that has waited a while
@@ -593,7 +628,7 @@ void Summary(const Host& h, const Figures& f, int ranks, int threads, int repeat
     std::snprintf(b, sizeof b, " %d^3 %.2f GFLOP/s", kGemmSizes[i], f.gemm_flops[i] / 1e9);
     std::cerr << b << (i + 1 < std::size(kGemmSizes) ? "," : "\n");
   }
-  std::snprintf(b, sizeof b, "[env] all-reduce of 8 B: %.2f us blocking, %.2f us after a burst of compute as the runtime waits (beyond the burst)\n",
+  std::snprintf(b, sizeof b, "[env] all-reduce of 8 B: %.2f us driven, %.2f us after a burst of compute as the runtime waits (beyond the burst)\n",
                 f.latency * 1e6, f.runtime_latency * 1e6);
   std::cerr << b;
   std::snprintf(b, sizeof b, "[env] point-to-point message as the runtime waits: %.2f us ping-pong (8 B), %.2f us for 64 KiB to a rank that waited\n",
