@@ -93,6 +93,19 @@ Result<sbp::AssignOptions> Layout(const Config& cfg, const ir::TrainingGraph& tg
     int& st = o.node_stage[n];
     if (par.stages.empty()) st = 0;
     if (st < 0 && node.phase == ir::Phase::kForward) return Bad(cfg, "stages", "node '" + node.name + "' matches no stage glob");
+    // A sum of a value's gradient parts goes where the parts were made, when they were all made on
+    // one stage: the residual stream at a stage cut is read only by the next stage, whose two
+    // parts of its gradient, summed on the stage before, both crossed back (gpt_mini in 2 stages:
+    // 2 x 128 KiB a micro-batch instead of 128 KiB).
+    if (st < 0 && node.phase == ir::Phase::kBackward && node.op == OpKind::kAdd && node.out.size() == 1 &&
+        g.value(node.out[0]).grad_of >= 0) {
+      int parts = -1;
+      for (ir::ValueId v : node.in) {
+        const int ps = v == ir::kNoValue ? -1 : producer_stage(v);
+        parts = parts == -1 || parts == ps ? ps : -2;
+      }
+      if (parts >= 0) st = parts;
+    }
     if (st < 0 && node.origin >= 0) st = o.node_stage[static_cast<size_t>(node.origin)];
     for (size_t i = 0; st < 0 && i < node.in.size(); ++i) {
       ir::ValueId v = node.in[i];

@@ -470,11 +470,16 @@ struct PipelineCase {
 // per step, and the loss every micro-batch (M = 2):
 //   mlp:         [32,128] f32 = 16384 B; rank 0: 2 x 16384 + 4 = 32772; rank 1: 2 x 16384 + 4 x 4 + 2 x 4 = 32792
 //   mlp_ln_gelu: [16,64] f32 = 4096 B;   rank 0: 2 x 4096 + 4 = 8196;    rank 1: 2 x 4096 + 4 x 4 + 2 x 4 = 8216
+//   gpt (cut after block 0, on the residual stream, which block 1 reads twice: its gradient's two
+//   parts are summed on stage 1 and cross back once):
+//                [8,64,64] f32 = 131072 B; rank 0: 2 x 131072 + 4 = 262148; rank 1: 2 x 131072 + 15 x 4 + 2 x 4 = 262212
 const PipelineCase kPipeline[] = {
     {"configs/mlp.yaml", R"([["/fc1/*", "/Relu"], ["*"]])", {"/fc1/*", "/Relu"}, "/Relu_output_0", 16384, 4,
      {32772, 32792}},
     {"configs/mlp_ln_gelu.yaml", R"([["/fc1/*", "/ln/*", "/act/*"], ["*"]])", {"/fc1/*", "/ln/*", "/act/*"},
      "/act/Mul_1_output_0", 4096, 4, {8196, 8216}},
+    {"configs/gpt.yaml", R"([["/wte/*", "/wpe/*", "/Add", "/blocks.0/*"], ["*"]])", {"/wte/*", "/wpe/*", "/Add", "/blocks.0/*"},
+     "/blocks.0/Add_1_output_0", 131072, 15, {262148, 262212}},
 };
 
 TEST(Plan, Pipeline_1n2d) {
@@ -500,6 +505,12 @@ TEST(Plan, Pipeline_1n2d) {
       const fr::ir::Node& n = g.node(t.logical);
       if (n.phase == fr::ir::Phase::kForward) {
         EXPECT_EQ(t.rank, first_stage(n) ? 0 : 1) << n.name;
+      } else if (n.phase == fr::ir::Phase::kBackward && n.op == fr::OpKind::kAdd && g.value(n.out[0]).grad_of >= 0) {
+        // A gradient sum goes with its parts when they were made on one stage, else with the
+        // forward node whose output's gradient it sums.
+        std::set<int> parts;
+        for (ValueId part : n.in) parts.insert(Placed(p, part).stage);
+        EXPECT_EQ(t.rank, parts.size() == 1 ? *parts.begin() : (first_stage(g.node(n.origin)) ? 0 : 1)) << n.name;
       } else if (n.phase == fr::ir::Phase::kBackward && n.origin >= 0) {
         EXPECT_EQ(t.rank, first_stage(g.node(n.origin)) ? 0 : 1) << n.name;
       } else if (n.phase == fr::ir::Phase::kLoss) {
