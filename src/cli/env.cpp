@@ -291,7 +291,6 @@ double LatencySeconds() {
   return Median(t);
 }
 
-
 // A point-to-point message as the runtime waits for it: ranks pair up (0-1, 2-3, ...) and
 // ping-pong 8 bytes with MPI_Isend/MPI_Irecv tested with the comm stream's back-off; half the
 // round trip. An odd rank out pairs with rank 0's partner chain and simply waits at the barrier.
