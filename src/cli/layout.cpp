@@ -99,11 +99,9 @@ Result<sbp::AssignOptions> Layout(const Config& cfg, const ir::TrainingGraph& tg
     // 2 x 128 KiB a micro-batch instead of 128 KiB).
     if (st < 0 && node.phase == ir::Phase::kBackward && node.op == OpKind::kAdd && node.out.size() == 1 &&
         g.value(node.out[0]).grad_of >= 0) {
-      int parts = -1;
-      for (ir::ValueId v : node.in) {
-        const int ps = v == ir::kNoValue ? -1 : producer_stage(v);
-        parts = parts == -1 || parts == ps ? ps : -2;
-      }
+      int parts = producer_stage(node.in[0]);  // a sum's parts: earlier backward ops, placed already
+      for (ir::ValueId v : node.in)
+        if (producer_stage(v) != parts) parts = -1;
       if (parts >= 0) st = parts;
     }
     if (st < 0 && node.origin >= 0) st = o.node_stage[static_cast<size_t>(node.origin)];
