@@ -13,7 +13,14 @@ Storage::Storage(size_t bytes, Device dev) : bytes_(bytes), dev_(dev) {
   std::memset(data_, 0, rounded ? rounded : 64);
 }
 
-Storage::~Storage() { std::free(data_); }
+Storage::Storage(void* data, size_t bytes, std::shared_ptr<const void> owner)
+    : data_(data), bytes_(bytes), owner_(std::move(owner)) {
+  FR_CHECK(owner_ != nullptr, "borrowed storage needs an owner");
+}
+
+Storage::~Storage() {
+  if (!owner_) std::free(data_);
+}
 
 Tensor::Tensor(DType dt, Shape shape, Device dev)
     : dtype_(dt), shape_(std::move(shape)),

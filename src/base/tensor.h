@@ -17,6 +17,10 @@ namespace fr {
 class Storage {
  public:
   Storage(size_t bytes, Device dev);
+  // CPU memory that `owner` holds (an imported model's bytes), kept alive and never freed here:
+  // a parameter's initial value read in place instead of copied. It is only as aligned as
+  // `owner` made it (no kernel here assumes more than its element's alignment).
+  Storage(void* data, size_t bytes, std::shared_ptr<const void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -28,6 +32,7 @@ class Storage {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device dev_;
+  std::shared_ptr<const void> owner_;  // set when the memory is borrowed
 };
 
 class Tensor {

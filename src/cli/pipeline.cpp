@@ -107,7 +107,7 @@ Status CheckTrainable(const Config& cfg) {
   return Status::Ok();
 }
 
-Result<Compiled> Prepare(const Config& cfg) {
+Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel> model) {
   Compiled c;
   ASSIGN_OR_RETURN(c.dataset, data::OpenDataset(cfg.data, cfg.train.seed));
   const auto& fields = c.dataset->fields();
@@ -133,7 +133,10 @@ Result<Compiled> Prepare(const Config& cfg) {
                            cfg.model.loss.labels + "' (fields: " + field_list() + ")");
   }
   c.input_field[cfg.model.loss.labels] = cfg.model.loss.labels;
-  ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(cfg.model.onnx, bound));
+  if (!model) {
+    ASSIGN_OR_RETURN(model, ir::ReadOnnx(cfg.model.onnx));
+  }
+  ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(std::move(model), bound));
   ir::Rewrite(forward, RewriteOptionsOf(cfg, forward));
   ASSIGN_OR_RETURN(c.training, ir::BuildTraining(std::move(forward), SpecOf(cfg, *c.dataset)));
   RETURN_IF_ERROR(CheckLabels(cfg, *c.dataset, c.training.graph));

@@ -9,6 +9,7 @@
 #include "base/status.h"
 #include "cli/config.h"
 #include "data/dataset.h"
+#include "ir/onnx_import.h"
 #include "ir/plan.h"
 #include "ir/training.h"
 
@@ -27,8 +28,9 @@ struct Compiled {
 Result<Compiled> Compile(const Config& cfg, int ranks);
 
 // The pipeline up to the training graph: dataset, import with the config's shapes, training graph
-// (c.plan stays empty). `flowrun search` prepares once per micro-batch size and assigns many times.
-Result<Compiled> Prepare(const Config& cfg);
+// (c.plan stays empty). `flowrun search` prepares once per micro-batch size and assigns many times,
+// from one `model` read once (cfg.model.onnx's; null: read it here).
+Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel> model = nullptr);
 
 // Training supports what this version runs: CPU tensors.
 Status CheckTrainable(const Config& cfg);

@@ -13,6 +13,12 @@
 #include "ops/op.h"
 
 namespace fr::ir {
+
+struct OnnxModel {
+  std::string path;  // for messages
+  onnx::ModelProto proto;
+};
+
 namespace {
 
 // Ops that import handles itself rather than as kernels.
@@ -31,16 +37,22 @@ Result<std::string> ReadFile(const std::string& path) {
   return bytes;
 }
 
+Result<std::shared_ptr<const OnnxModel>> Parse(const std::string& bytes, const std::string& path) {
+  auto m = std::make_shared<OnnxModel>();
+  m->path = path;
+  if (bytes.empty() || !m->proto.ParseFromString(bytes) || !m->proto.has_graph()) {
+    return Status::Invalid("[onnx] " + path + ": not a valid ONNX model (empty, truncated or not an ONNX protobuf)");
+  }
+  return std::shared_ptr<const OnnxModel>(std::move(m));
+}
+
 class Importer {
  public:
-  Importer(const std::string& path, const std::map<std::string, TensorType>& inputs)
-      : path_(path), bound_(inputs), b_(g_) {}
+  Importer(std::shared_ptr<const OnnxModel> model, const std::map<std::string, TensorType>& inputs)
+      : model_(std::move(model)), path_(model_->path), bound_(inputs), b_(g_) {}
 
-  Result<Graph> Run(const std::string& bytes) {
-    onnx::ModelProto m;
-    if (bytes.empty() || !m.ParseFromString(bytes) || !m.has_graph()) {
-      return Status::Invalid("[onnx] " + path_ + ": not a valid ONNX model (empty, truncated or not an ONNX protobuf)");
-    }
+  Result<Graph> Run() {
+    const onnx::ModelProto& m = model_->proto;
     RETURN_IF_ERROR(ReadOpset(m));
     const onnx::GraphProto& gp = m.graph();
     for (const auto& init : gp.initializer()) RETURN_IF_ERROR(AddInitializer(init));
@@ -85,7 +97,7 @@ class Importer {
   }
 
   Status AddInitializer(const onnx::TensorProto& p) {
-    auto t = TensorFromProto(p, "[onnx] " + path_ + ": initializer '" + p.name() + "'");
+    auto t = TensorFromProto(p, "[onnx] " + path_ + ": initializer '" + p.name() + "'", model_);
     if (!t.ok()) return t.status();
     bool param = t->dtype() == DType::kF32 && t->shape().rank() >= 1;
     TensorType type{t->dtype(), t->shape()};
@@ -368,6 +380,7 @@ class Importer {
     return NodeErr(n, "op type '" + n.op_type() + "' is not supported. Supported ops: " + list);
   }
 
+  std::shared_ptr<const OnnxModel> model_;  // initializers' data is read in place from it
   std::string path_;
   const std::map<std::string, TensorType>& bound_;
   Graph g_;
@@ -379,12 +392,14 @@ class Importer {
 
 }  // namespace
 
-Result<std::vector<OnnxInput>> OnnxInputs(const std::string& path) {
+Result<std::shared_ptr<const OnnxModel>> ReadOnnx(const std::string& path) {
   ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-  onnx::ModelProto m;
-  if (bytes.empty() || !m.ParseFromString(bytes) || !m.has_graph()) {
-    return Status::Invalid("[onnx] " + path + ": not a valid ONNX model (empty, truncated or not an ONNX protobuf)");
-  }
+  return Parse(bytes, path);
+}
+
+Result<std::vector<OnnxInput>> OnnxInputs(const std::string& path) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const OnnxModel> model, ReadOnnx(path));
+  const onnx::ModelProto& m = model->proto;
   std::vector<OnnxInput> out;
   std::unordered_map<std::string, bool> inits;
   for (const auto& i : m.graph().initializer()) inits[i.name()] = true;
@@ -401,14 +416,19 @@ Result<std::vector<OnnxInput>> OnnxInputs(const std::string& path) {
   return out;
 }
 
+Result<Graph> ImportOnnx(std::shared_ptr<const OnnxModel> model, const std::map<std::string, TensorType>& inputs) {
+  return Importer(std::move(model), inputs).Run();
+}
+
 Result<Graph> ImportOnnxBytes(const std::string& bytes, const std::string& path,
                               const std::map<std::string, TensorType>& inputs) {
-  return Importer(path, inputs).Run(bytes);
+  ASSIGN_OR_RETURN(std::shared_ptr<const OnnxModel> model, Parse(bytes, path));
+  return ImportOnnx(std::move(model), inputs);
 }
 
 Result<Graph> ImportOnnx(const std::string& path, const std::map<std::string, TensorType>& inputs) {
-  ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-  return ImportOnnxBytes(bytes, path, inputs);
+  ASSIGN_OR_RETURN(std::shared_ptr<const OnnxModel> model, ReadOnnx(path));
+  return ImportOnnx(std::move(model), inputs);
 }
 
 }  // namespace fr::ir

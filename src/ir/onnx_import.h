@@ -16,6 +16,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 
 #include "base/status.h"
@@ -30,10 +31,18 @@ struct OnnxInput {
   std::vector<int64_t> dims;
 };
 
+// A parsed ONNX file. Imports read its initializers in place (the graph's parameters keep it
+// alive), so imports of one model at several batch sizes (flowrun search: one per micro-batch
+// size) share one read, one parse and one copy of the weights.
+struct OnnxModel;
+
+Result<std::shared_ptr<const OnnxModel>> ReadOnnx(const std::string& path);
+
 // The graph inputs that are not initializers, in file order.
 Result<std::vector<OnnxInput>> OnnxInputs(const std::string& path);
 
 Result<Graph> ImportOnnx(const std::string& path, const std::map<std::string, TensorType>& inputs);
+Result<Graph> ImportOnnx(std::shared_ptr<const OnnxModel> model, const std::map<std::string, TensorType>& inputs);
 
 // The same, from serialized bytes; `path` is used in messages.
 Result<Graph> ImportOnnxBytes(const std::string& bytes, const std::string& path,

@@ -1,5 +1,6 @@
 #include "ir/onnx_proto.h"
 
+#include <cstdint>
 #include <cstring>
 
 namespace fr::ir {
@@ -18,8 +19,7 @@ Result<DType> DTypeFromOnnx(int32_t t, const std::string& what) {
   }
 }
 
-// Copies a TensorProto's data, checking the byte count against its shape.
-Result<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& what) {
+Result<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& what, std::shared_ptr<const void> owner) {
   if (p.data_location() == onnx::TensorProto::EXTERNAL) {
     return Status::Invalid(what + " uses external data, which flowrun does not read; re-export with it embedded");
   }
@@ -38,6 +38,11 @@ Result<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& wh
   if (!p.has_raw_data()) {
     int n = dt == DType::kF32 ? p.float_data_size() : dt == DType::kI64 ? p.int64_data_size() : p.int32_data_size();
     if (static_cast<size_t>(n) * SizeOf(dt) != want) return bad(static_cast<size_t>(n) * SizeOf(dt));
+  }
+  if (p.has_raw_data() && owner && want && reinterpret_cast<uintptr_t>(p.raw_data().data()) % 16 == 0) {
+    // The proto is never written through: graphs only read and slice (copy) initial values.
+    void* bytes = const_cast<char*>(p.raw_data().data());
+    return Tensor(dt, shape, std::make_shared<Storage>(bytes, want, std::move(owner)));
   }
   Tensor t(dt, shape);
   if (p.has_raw_data()) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,8 +17,11 @@ namespace fr::ir {
 // float32, int64, int32, bool and uint8; any other element type is an error naming it.
 Result<DType> DTypeFromOnnx(int32_t t, const std::string& what);
 
-// A copy of the tensor's data (raw_data or the typed fields); external data is an error.
-Result<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& what);
+// The tensor's data (raw_data or the typed fields); external data is an error. Given `owner`, the
+// object that keeps `p` alive, raw_data is read in place (the tensor keeps `owner` alive and must
+// not be written); otherwise it is copied.
+Result<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& what,
+                               std::shared_ptr<const void> owner = nullptr);
 
 // The values of an int64 or int32 tensor; empty for other types.
 std::vector<int64_t> ConstInts(const Tensor& t);

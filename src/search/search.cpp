@@ -320,12 +320,15 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
   }
 
   // One training graph per micro-batch size, built when a candidate first needs it (counts that
-  // are dominated are never priced), several in parallel. Pricing reads shapes only, so the
-  // parameters' initial values are dropped (a GPT-2-sized model holds 650 MB of them per graph).
+  // are dominated are never priced), several in parallel, from the model read and parsed once
+  // (every graph's parameters read their initial values from it in place).
   const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 8u));
   auto since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
+  const auto t_read = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::shared_ptr<const ir::OnnxModel> model, ir::ReadOnnx(cfg.model.onnx));
+  out.graphs_s += since(t_read);
   std::map<int64_t, std::unique_ptr<Prepared>> prepared;
   auto prepare = [&](std::vector<int64_t> need) -> Status {
     const auto t = std::chrono::steady_clock::now();
@@ -338,15 +341,13 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
       Config c = cfg;
       c.train.micro_batch = cfg.train.global_batch / need[i];
       c.parallel = ParallelConfig{};
-      Result<Compiled> compiled = Prepare(c);
+      Result<Compiled> compiled = Prepare(c, model);
       if (!compiled.ok()) {
         failed[i] = compiled.status();
         return;
       }
       auto p = std::make_unique<Prepared>();
       p->c = std::move(compiled).value();
-      for (ir::Value& v : p->c.training.graph.values)
-        if (v.kind == ir::ValueKind::kParam) v.data = Tensor();
       p->cuts = ModelCuts(p->c.training, cl);
       built[i] = std::move(p);
     });

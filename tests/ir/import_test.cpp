@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -105,6 +106,29 @@ TEST(Import, MlpOpsAndShapes) {
   EXPECT_EQ(g->type(g->outputs[0]).shape, (Shape{4, 10}));
   EXPECT_EQ(g->value(g->outputs[0]).name, "logits");
   EXPECT_EQ(g->type(g->inputs[0]).shape, (Shape{4, 64}));
+}
+
+// flowrun search imports one model at several batch sizes: every import of one parsed model reads
+// the weights in place (no copy per graph), with the values a plain import copies.
+TEST(Import, ImportsOfOneModelShareItsWeights) {
+  const std::string path = "models/gpt_mini.onnx";
+  auto model = ReadOnnx(path);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto a = ImportOnnx(*model, BindAll(path, 2));
+  auto b = ImportOnnx(*model, BindAll(path, 8));
+  auto copied = ImportOnnx(path, BindAll(path, 2));
+  ASSERT_TRUE(a.ok() && b.ok() && copied.ok());
+  ASSERT_EQ(a->params.size(), b->params.size());
+  ASSERT_EQ(a->params.size(), copied->params.size());
+  ASSERT_FALSE(a->params.empty());
+  for (size_t i = 0; i < a->params.size(); ++i) {
+    const Tensor& x = a->value(a->params[i]).data;
+    const Tensor& y = b->value(b->params[i]).data;
+    const Tensor& z = copied->value(copied->params[i]).data;
+    ASSERT_EQ(x.bytes(), z.bytes()) << a->value(a->params[i]).name;
+    EXPECT_EQ(x.raw(), y.raw()) << a->value(a->params[i]).name << " is a copy per import";
+    EXPECT_EQ(std::memcmp(x.raw(), z.raw(), x.bytes()), 0) << a->value(a->params[i]).name;
+  }
 }
 
 TEST(Import, MlpLnGeluOpsAndFolding) {
