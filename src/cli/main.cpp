@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train the model a config describes");
   train->add_option("config", args.config, "the YAML config")->required();
   train->add_option("--set", args.set, "override a config key: key.path=value (repeatable)");
-  train->add_option("--trace", args.trace, "write a Chrome trace (Perfetto) of every act to FILE (FILE.rankN.json per rank)");
+  train->add_option("--trace", args.trace, "write a Chrome trace (Perfetto) of every act to FILE (several ranks: one file each, .rankN before FILE's extension)");
   auto* plan = app.add_subcommand("plan", "compile only and show the plan");
   plan->add_option("config", args.config, "the YAML config")->required();
   plan->add_option("--set", args.set, "override a config key: key.path=value (repeatable)");
