@@ -132,18 +132,26 @@ double CollectiveBytes(Op op, double p, double size) {
                                : (p - 1) / p * size;
 }
 
+Traffic::PerRank& Traffic::At(int rank) {
+  if (static_cast<size_t>(rank) >= by_rank.size()) by_rank.resize(static_cast<size_t>(rank) + 1);
+  return by_rank[static_cast<size_t>(rank)];
+}
+
 void Traffic::Message(int from, int to, double bytes) {
-  sent[from] += bytes;
-  received[to] += bytes;
-  sends[from] += 1;
-  recvs[to] += 1;
+  PerRank& f = At(from);
+  f.sent += bytes;
+  f.sends += 1;
+  PerRank& t = At(to);
+  t.received += bytes;
+  t.recvs += 1;
 }
 
 void Traffic::Member(int rank, double bytes, int group_size) {
-  sent[rank] += bytes;
-  received[rank] += bytes;
-  collectives[rank] += 1;
-  rounds[rank] += CollectiveRounds(group_size);
+  PerRank& m = At(rank);
+  m.sent += bytes;
+  m.received += bytes;
+  m.collectives += 1;
+  m.rounds += CollectiveRounds(group_size);
 }
 
 int CollectiveRounds(int p) {
@@ -154,27 +162,25 @@ int CollectiveRounds(int p) {
 
 double Traffic::bytes_max() const {
   double m = 0;
-  for (const auto& [rank, b] : sent) m = std::max(m, b);
-  for (const auto& [rank, b] : received) m = std::max(m, b);
+  for (const PerRank& r : by_rank) m = std::max({m, r.sent, r.received});
   return m;
 }
 
 int Traffic::collectives_max() const {
   int m = 0;
-  for (const auto& [rank, n] : collectives) m = std::max(m, n);
+  for (const PerRank& r : by_rank) m = std::max(m, r.collectives);
   return m;
 }
 
 int Traffic::rounds_max() const {
   int m = 0;
-  for (const auto& [rank, n] : rounds) m = std::max(m, n);
+  for (const PerRank& r : by_rank) m = std::max(m, r.rounds);
   return m;
 }
 
 int Traffic::messages_max() const {
   int m = 0;
-  for (const auto& [rank, n] : sends) m = std::max(m, n);
-  for (const auto& [rank, n] : recvs) m = std::max(m, n);
+  for (const PerRank& r : by_rank) m = std::max({m, r.sends, r.recvs});
   return m;
 }
 

@@ -5,7 +5,6 @@
 // the same strategies through it, so its figures agree with Box() by construction.
 #pragma once
 
-#include <map>
 #include <string>
 #include <vector>
 
@@ -34,14 +33,21 @@ double CollectiveBytes(Op op, double p, double size);
 // Per rank traffic: bytes sent and received, collectives joined, point-to-point sends and
 // receives; the plan's figures are the busiest rank's. Sums follow the order of the calls.
 struct Traffic {
-  std::map<int, double> sent, received;
-  std::map<int, int> collectives, rounds, sends, recvs;
+  struct PerRank {
+    double sent = 0, received = 0;
+    int collectives = 0, rounds = 0, sends = 0, recvs = 0;
+  };
+  std::vector<PerRank> by_rank;  // indexed by global rank, grown as ranks appear (pricing a
+                                 // movement over 1024 ranks counts up to a million messages)
   void Message(int from, int to, double bytes);
   void Member(int rank, double bytes, int group_size);  // one collective's member
   double bytes_max() const;
   int collectives_max() const;
   int rounds_max() const;
   int messages_max() const;
+
+ private:
+  PerRank& At(int rank);
 };
 
 class Builder {
