@@ -132,20 +132,6 @@ double CollectiveBytes(Op op, double p, double size) {
                                : (p - 1) / p * size;
 }
 
-Traffic::PerRank& Traffic::At(int rank) {
-  if (static_cast<size_t>(rank) >= by_rank.size()) by_rank.resize(static_cast<size_t>(rank) + 1);
-  return by_rank[static_cast<size_t>(rank)];
-}
-
-void Traffic::Message(int from, int to, double bytes) {
-  PerRank& f = At(from);
-  f.sent += bytes;
-  f.sends += 1;
-  PerRank& t = At(to);
-  t.received += bytes;
-  t.recvs += 1;
-}
-
 void Traffic::Member(int rank, double bytes, int group_size) {
   PerRank& m = At(rank);
   m.sent += bytes;

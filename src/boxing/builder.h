@@ -39,7 +39,14 @@ struct Traffic {
   };
   std::vector<PerRank> by_rank;  // indexed by global rank, grown as ranks appear (pricing a
                                  // movement over 1024 ranks counts up to a million messages)
-  void Message(int from, int to, double bytes);
+  void Message(int from, int to, double bytes) {
+    PerRank& f = At(from);
+    f.sent += bytes;
+    f.sends += 1;
+    PerRank& t = At(to);
+    t.received += bytes;
+    t.recvs += 1;
+  }
   void Member(int rank, double bytes, int group_size);  // one collective's member
   double bytes_max() const;
   int collectives_max() const;
@@ -47,7 +54,10 @@ struct Traffic {
   int messages_max() const;
 
  private:
-  PerRank& At(int rank);
+  PerRank& At(int rank) {
+    if (static_cast<size_t>(rank) >= by_rank.size()) by_rank.resize(static_cast<size_t>(rank) + 1);
+    return by_rank[static_cast<size_t>(rank)];
+  }
 };
 
 class Builder {

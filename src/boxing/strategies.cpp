@@ -17,9 +17,13 @@ Status CheckSide(const char* side, const Shape& logical, const sbp::NdSbp& nd, c
   auto where = [&] { return std::string("[boxing] ") + side + " " + nd.ToString() + " on " + p.ToString() + ": "; };
   if (p.size() == 0) return Status::Invalid(where() + "the placement is empty");
   const std::vector<int>& ranks = p.ranks();
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    bool repeated = std::find(ranks.begin(), ranks.begin() + static_cast<long>(i), ranks[i]) != ranks.begin() + static_cast<long>(i);
-    if (ranks[i] < 0 || repeated) return Status::Invalid(where() + "rank " + std::to_string(ranks[i]) + " is negative or repeated");
+  std::vector<int> sorted = ranks;  // sorted to find a fault in O(n log n): pricing checks 1024 ranks often
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.front() < 0 || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    for (size_t i = 0; i < ranks.size(); ++i) {  // the first faulty rank in the placement's order
+      bool repeated = std::find(ranks.begin(), ranks.begin() + static_cast<long>(i), ranks[i]) != ranks.begin() + static_cast<long>(i);
+      if (ranks[i] < 0 || repeated) return Status::Invalid(where() + "rank " + std::to_string(ranks[i]) + " is negative or repeated");
+    }
   }
   Status s = sbp::Check(logical, nd, p);
   return s.ok() ? s : s.With(where());
