@@ -10,9 +10,9 @@
 //   - a 1-D step exists for cur[a]→dst[a];
 //   - if that step splits or gathers tensor axis k, no later mesh axis (size > 1) splits k: a later
 //     axis splits inside a's parts, so the group's pieces would not be a 1-D split of its tensor;
-//   - if it reduces (P→B, P→S, P→P(max|min) of another kind), every later partial axis reduces
-//     with the same op: inner axes reduce first (boxing.h), and reducing an outer axis across an
-//     inner one of another kind changes the value; an outer partial axis is fine whatever its kind;
+//   - if it reduces (P→B, P→S), every later partial axis reduces with the same op: inner axes
+//     reduce first (boxing.h), and reducing an outer axis across an inner one of another kind
+//     changes the value; an outer partial axis is fine whatever its kind;
 //   - the new nd-SBP still fits the shape (sbp::Check).
 // Introducing P (zero-fill, assemble, copy) is valid under any other axes. Among the valid orders
 // the one with the fewest bytes wins; ties prefer slicing first (it shrinks what later steps
@@ -57,8 +57,8 @@ std::optional<std::vector<Step>> Validate(const Request& r, NdSbp cur, const std
       const Sbp& later = cur[c];
       if (later.is_split() && ((from.is_split() && from.axis() == later.axis()) || (to.is_split() && to.axis() == later.axis())))
         return std::nullopt;
-      const bool reduces = *step == Step::kAllReduce || *step == Step::kReduceScatter;
-      if (reduces && later.is_partial() && later.reduce() != from.reduce()) return std::nullopt;
+      if (from.is_partial() && !to.is_partial() && later.is_partial() && later.reduce() != from.reduce())
+        return std::nullopt;
     }
     cur[a] = to;
     if (!sbp::Check(r.logical, cur, pl).ok()) return std::nullopt;

@@ -22,18 +22,16 @@ std::string_view Name(Step s) {
 
 std::optional<Step> Classify(Sbp from, Sbp to) {
   if (from == to) return Step::kKeep;
-  // A P(max|min) piece may be a copy of the whole (the max of equal pieces is the piece): into
-  // one, a P of another kind is all-reduced and an S all-gathered, each device keeping the result.
   if (from.is_partial()) {
     if (to.is_broadcast()) return Step::kAllReduce;
     if (to.is_split()) return Step::kReduceScatter;
-    if (to.reduce() != Reduce::kSum) return Step::kAllReduce;
-    return std::nullopt;  // P(max|min)→P(sum): reduce, then zeros off device 0; the fallback does it
+    return std::nullopt;  // another reduce kind: the fallback
   }
   if (from.is_split()) {
     if (to.is_broadcast()) return Step::kAllGather;
     if (to.is_split()) return Step::kAllToAll;
-    return to.reduce() == Reduce::kSum ? Step::kAssemble : Step::kAllGather;
+    if (to.reduce() == Reduce::kSum) return Step::kAssemble;
+    return std::nullopt;  // S→P(max): the other devices would need a -inf fill; the fallback does it
   }
   if (to.is_split()) return Step::kSlice;
   return to.reduce() == Reduce::kSum ? Step::kZeroFill : Step::kCopy;

@@ -17,14 +17,14 @@ enum class Step : uint8_t {
   kSlice,          // B→S(i): each device slices its part, no traffic
   kZeroFill,       // B→P(sum): device 0 keeps the piece, the others hold zeros
   kAssemble,       // S(i)→P(sum): each device writes its part into zeros, no traffic
-  kAllReduce,      // P(r)→B, or P(r)→P(max|min) of another kind (each device keeps a copy)
+  kAllReduce,      // P(r)→B
   kReduceScatter,  // P(r)→S(i)
-  kAllGather,      // S(i)→B, or S(i)→P(max|min) (each device keeps a copy)
+  kAllGather,      // S(i)→B
   kAllToAll,       // S(i)→S(j)
 };
 std::string_view Name(Step s);
 
-// The 1-D step from `from` to `to`, or nullopt when there is none (P(max|min)→P(sum)).
+// The 1-D step from `from` to `to`, or nullopt when there is none (P(sum)→P(max), S→P(max), ...).
 std::optional<Step> Classify(sbp::Sbp from, sbp::Sbp to);
 
 // The collective a step runs, or nullopt for the steps that move no data between ranks.

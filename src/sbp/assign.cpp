@@ -119,7 +119,6 @@ class Assigner {
         shared_place_.push_back(o_.prices->PlaceId(o_.stages[s], grad_bytes_[s], param_bytes_[s]));
     RETURN_IF_ERROR(ResolveHints());
     for (size_t n = 0; n < g_.nodes.size(); ++n) RETURN_IF_ERROR(Candidates(static_cast<NodeId>(n)));
-    DropUnmadeExtremes();
     IndexSlots();
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       const ir::Node& node = g_.nodes[n];
@@ -282,37 +281,6 @@ class Assigner {
     if (cands.empty()) return Refused(id);
     cands_.push_back(std::move(cands));
     return Status::Ok();
-  }
-
-  // P(max) and P(min) are made only by an op whose signature gives them on a mesh axis where none
-  // of its inputs has them (a max or min reduction over a split axis); every other op that takes
-  // them passes them through (reshapes, selects). With no op making them, a value could only get
-  // P(max|min) by a conversion, which costs what the same conversion into B costs (boxing: an
-  // all-reduce or all-gather, each device keeping a copy), while B serves every reader of a
-  // P(max|min) value as cheaply (B to P(max|min) is a copy, and those readers take B to B). So
-  // such candidates are dropped: they cannot win, and on many ranks pricing them dominated the
-  // assignment (gpt_mini on 1024 ranks).
-  void DropUnmadeExtremes() {
-    auto extreme = [](const NdSbp& nd, int a) { return a < nd.size() && nd[a].is_partial() && nd[a].reduce() != Reduce::kSum; };
-    for (size_t n = 0; n < g_.nodes.size(); ++n) {
-      for (const NdSignature& c : cands_[n]) {
-        for (int a = 0; a < kMaxMeshAxes; ++a) {
-          bool made = false, taken = false;
-          for (const NdSbp& y : c.out) made = made || extreme(y, a);
-          for (const NdSbp& x : c.in) taken = taken || extreme(x, a);
-          if (made && !taken) return;
-        }
-      }
-    }
-    auto any_extreme = [&](const NdSignature& c) {
-      for (const auto* list : {&c.in, &c.out})
-        for (const NdSbp& nd : *list)
-          for (int a = 0; a < nd.size(); ++a)
-            if (extreme(nd, a)) return true;
-      return false;
-    };
-    for (auto& cands : cands_)
-      if (!std::all_of(cands.begin(), cands.end(), any_extreme)) std::erase_if(cands, any_extreme);
   }
 
   static ir::TensorType Split(ir::TensorType t, const Sbp& s, int64_t parts) {
