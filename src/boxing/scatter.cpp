@@ -55,10 +55,11 @@ int ReduceNested(Builder& b, std::map<Coords, int> level, const std::vector<int>
 }
 
 // What the src pieces give dst device `d` (global rank `rank`, logical region `region`): calls
-// take(holder, s, meet) for each piece it takes, the intersection `meet` of its region with src
-// piece s (logical coordinates, valid during the call) from src device `holder` (s itself or the
-// replica of s that d reads from). Returns false, taking nothing, when d holds zeros. Both the
-// plan (DstPiece) and the price (CountScatter) follow it.
+// take(holder, s, count, meet) for each run of `count` pieces it takes from consecutive src
+// devices s..s+count-1 whose pieces meet its region alike, `meet` being that intersection
+// (logical coordinates, valid during the call), from src devices holder..holder+count-1 (s
+// itself, or the replicas of s that d reads from). Returns false, taking nothing, when d holds
+// zeros. Both the plan (DstPiece) and the price (CountScatter) follow it.
 template <typename TakeFn>
 bool ForEachTake(const Request& r, int d, int rank, const Region& region, TakeFn&& take) {
   const sbp::Placement& sp = r.src_place;
@@ -81,12 +82,18 @@ bool ForEachTake(const Request& r, int d, int rank, const Region& region, TakeFn
   // The src devices in index order (row-major over the mesh, axis 0 outermost), descending the
   // mesh axes with the piece narrowed as PieceRanges narrows it: a subtree whose piece misses the
   // region along a split dim, or that is not the first replica along a B axis, is skipped whole
-  // (on 1024 ranks a dst piece meets a few src pieces, not 1024).
+  // (on 1024 ranks a dst piece meets a few src pieces, not 1024). Below the last axis that splits
+  // or picks a replica, every device of a subtree holds the same piece: one run.
+  int last = -1;  // the innermost such axis
+  for (int a = 0; a < sp.ndim(); ++a)
+    if (r.src[a].is_split() || replica_axis[static_cast<size_t>(a)]) last = a;
+  int run = 1;  // devices in a subtree below `last`
+  for (int a = last + 1; a < sp.ndim(); ++a) run *= static_cast<int>(sp.hierarchy()[a]);
   Region meet, piece;
   for (int64_t n : r.logical.dims()) piece.push_back(sbp::Range{0, n});
   auto walk = [&](auto&& self, int a, int s) -> void {
-    if (a == sp.ndim()) {
-      if (Intersect(region, piece, &meet)) take(s + offset, s, meet);
+    if (a == last + 1) {
+      if (Intersect(region, piece, &meet)) take(s * run + offset, s * run, run, meet);
       return;
     }
     const int h = static_cast<int>(sp.hierarchy()[a]);
@@ -118,16 +125,19 @@ int DstPiece(Builder& b, int d, const std::vector<int>& partial, const std::vect
   const Region region = sbp::PieceRanges(r.logical, r.dst, r.dst_place, d);
   const Shape shape = ShapeOf(region);
   std::map<Coords, std::pair<std::vector<int>, std::vector<Region>>> pieces;  // per partial combination
-  auto take = [&](int holder, int s, const Region& meet) {
-    int buf = b.src()[static_cast<size_t>(holder)];
-    const Region& held = src_regions[static_cast<size_t>(holder)];
-    if (meet != held) buf = b.Slice(buf, Relative(meet, held));
-    if (b.buffer(buf).rank != rank) buf = b.Transfer(buf, rank);
-    Coords combo;
-    for (int a : partial) combo.push_back(src_coords[static_cast<size_t>(s)][static_cast<size_t>(a)]);
-    auto& [bufs, at] = pieces[combo];
-    bufs.push_back(buf);
-    at.push_back(Relative(meet, region));
+  auto take = [&](int first_holder, int first, int count, const Region& meet) {
+    for (int k = 0; k < count; ++k) {
+      const int holder = first_holder + k, s = first + k;
+      int buf = b.src()[static_cast<size_t>(holder)];
+      const Region& held = src_regions[static_cast<size_t>(holder)];
+      if (meet != held) buf = b.Slice(buf, Relative(meet, held));
+      if (b.buffer(buf).rank != rank) buf = b.Transfer(buf, rank);
+      Coords combo;
+      for (int a : partial) combo.push_back(src_coords[static_cast<size_t>(s)][static_cast<size_t>(a)]);
+      auto& [bufs, at] = pieces[combo];
+      bufs.push_back(buf);
+      at.push_back(Relative(meet, region));
+    }
   };
   if (!ForEachTake(r, d, rank, region, take)) return b.Zero(rank, shape);
 
@@ -186,12 +196,13 @@ Estimate CountScatter(const Request& r) {
   const double size = static_cast<double>(SizeOf(r.dtype));
   for (int d = 0; d < r.dst_place.size(); ++d) {
     const int rank = r.dst_place.ranks()[static_cast<size_t>(d)];
-    auto take = [&](int holder, int, const Region& meet) {
-      const int from = r.src_place.ranks()[static_cast<size_t>(holder)];
-      if (from == rank) return;
+    auto take = [&](int first_holder, int, int count, const Region& meet) {
       double n = size;
       for (const sbp::Range& x : meet) n *= static_cast<double>(x.end - x.begin);
-      traffic.Message(from, rank, n);
+      for (int k = 0; k < count; ++k) {
+        const int from = r.src_place.ranks()[static_cast<size_t>(first_holder + k)];
+        if (from != rank) traffic.Message(from, rank, n);
+      }
     };
     ForEachTake(r, d, rank, sbp::PieceRanges(r.logical, r.dst, r.dst_place, d), take);
   }
