@@ -40,12 +40,19 @@ struct Traffic {
   std::vector<PerRank> by_rank;  // indexed by global rank, grown as ranks appear (pricing a
                                  // movement over 1024 ranks counts up to a million messages)
   void Message(int from, int to, double bytes) {
-    PerRank& f = At(from);
+    Sent(from, bytes, 1);
+    Received(to, bytes, 1);
+  }
+  // `messages` point-to-point messages of `bytes` in all, out of or into `rank`.
+  void Sent(int rank, double bytes, int messages) {
+    PerRank& f = At(rank);
     f.sent += bytes;
-    f.sends += 1;
-    PerRank& t = At(to);
+    f.sends += messages;
+  }
+  void Received(int rank, double bytes, int messages) {
+    PerRank& t = At(rank);
     t.received += bytes;
-    t.recvs += 1;
+    t.recvs += messages;
   }
   void Member(int rank, double bytes, int group_size);  // one collective's member
   double bytes_max() const;
