@@ -1,11 +1,15 @@
 #include "actor/world.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
 #include <vector>
+
+#include "actor/stream.h"
 
 namespace fr::actor {
 
@@ -18,19 +22,33 @@ Result<World> JoinWorld(int* argc, char*** argv) {
   return w;
 }
 
+void WaitAsRuntime(MPI_Request& req, int ranks) {
+  const int cores = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  const auto most = Stream::PollMaxFor(ranks, cores);
+  const auto spin_until = std::chrono::steady_clock::now() + Stream::PollSpinFor(ranks, cores);
+  auto wait = Stream::kPollMin;
+  for (int done = 0;;) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) MPI_Test(&req, &done, MPI_STATUS_IGNORE);  // twice, as the runtime's poll looks
+    if (done) return;
+    if (std::chrono::steady_clock::now() < spin_until) continue;
+    std::this_thread::sleep_for(wait);
+    wait = std::min(wait * 2, most);
+  }
+}
+
 Status AgreeOnPlan(const World& w, uint64_t plan_hash) {
   if (w.size == 1) return Status::Ok();
   std::vector<unsigned long long> all(static_cast<size_t>(w.size));
   unsigned long long mine = plan_hash;
-  // Waits asleep between tests: ranks finish compiling at different times, and one spinning in a
+  // Waits as the runtime does: ranks finish compiling at different times, and one spinning in a
   // blocking call would take half the core from a rank that shares it and is still compiling.
   MPI_Request req;
-  int rc = MPI_Iallgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD, &req);
-  for (int done = 0; rc == MPI_SUCCESS && !done;) {
-    rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (rc == MPI_SUCCESS && !done) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  if (MPI_Iallgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD, &req) !=
+      MPI_SUCCESS) {
+    return Status::Runtime("[actor] rank " + std::to_string(w.rank) + ": could not exchange plan hashes");
   }
-  if (rc != MPI_SUCCESS) return Status::Runtime("[actor] rank " + std::to_string(w.rank) + ": could not exchange plan hashes");
+  WaitAsRuntime(req, w.size);
   std::string differ;
   for (int r = 1; r < w.size; ++r)
     if (all[static_cast<size_t>(r)] != all[0]) differ += " " + std::to_string(r);

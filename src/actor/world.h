@@ -2,6 +2,8 @@
 // makes before training (DESIGN.md §4).
 #pragma once
 
+#include <mpi.h>
+
 #include <cstdint>
 #include <memory>
 
@@ -19,6 +21,12 @@ struct World {
 // Under mpirun (Open MPI's OMPI_COMM_WORLD_SIZE is set) initialises MPI and returns this rank;
 // otherwise one rank and no MPI at all.
 Result<World> JoinWorld(int* argc, char*** argv);
+
+// Waits for `req` as an idle stream of the runtime waits (actor::Stream): tests, at once again
+// for Stream::PollSpinFor, then sleeps Stream::kPollMin doubling to Stream::PollMaxFor, for `ranks`
+// ranks on this machine's cores. A rank that spun in a blocking call instead would take the core
+// from a rank sharing it (Open MPI's yield when idle is off: MpiWorld).
+void WaitAsRuntime(MPI_Request& req, int ranks);
 
 // Every rank compiled the same Plan: compares the hashes of all ranks (collective). An error names
 // the ranks whose plan differs from rank 0's.

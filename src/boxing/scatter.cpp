@@ -54,14 +54,15 @@ int ReduceNested(Builder& b, std::map<Coords, int> level, const std::vector<int>
   return level.begin()->second;
 }
 
-// What the src pieces give dst device `d` (global rank `rank`, logical region `region`): calls
-// take(holder, s, count, meet) for each run of `count` pieces it takes from consecutive src
-// devices s..s+count-1 whose pieces meet its region alike, `meet` being that intersection
+// What the src pieces give dst device `d` (logical region `region`; `local`: the src device on
+// d's rank, or -1): calls take(holder, s, count, meet) for each run of `count` pieces it takes
+// from consecutive src devices s..s+count-1 whose pieces meet its region alike, `meet` being that
+// intersection
 // (logical coordinates, valid during the call), from src devices holder..holder+count-1 (s
 // itself, or the replicas of s that d reads from). Returns false, taking nothing, when d holds
 // zeros. Both the plan (DstPiece) and the price (CountScatter) follow it.
 template <typename TakeFn>
-bool ForEachTake(const Request& r, int d, int rank, const Region& region, TakeFn&& take) {
+bool ForEachTake(const Request& r, int d, int local, const Region& region, TakeFn&& take) {
   const sbp::Placement& sp = r.src_place;
   const Coords dc = r.dst_place.Coords(d);
   for (int a = 0; a < r.dst.size(); ++a)
@@ -69,7 +70,6 @@ bool ForEachTake(const Request& r, int d, int rank, const Region& region, TakeFn
   // Replicas along a B axis hold the same logical value, but with P inner to that axis each replica
   // may split it into different partial pieces: so one dst device takes every piece from the same
   // coordinate along each B axis, its own rank's when the dst rank holds src data, else the first.
-  const int local = sp.IndexOf(rank);
   const Coords local_coords = local >= 0 ? sp.Coords(local) : Coords();
   int offset = 0;  // from a coordinate-0 replica to the chosen one, in device indices
   std::array<bool, sbp::kMaxMeshAxes> replica_axis{};
@@ -139,7 +139,7 @@ int DstPiece(Builder& b, int d, const std::vector<int>& partial, const std::vect
       at.push_back(Relative(meet, region));
     }
   };
-  if (!ForEachTake(r, d, rank, region, take)) return b.Zero(rank, shape);
+  if (!ForEachTake(r, d, r.src_place.IndexOf(rank), region, take)) return b.Zero(rank, shape);
 
   std::map<Coords, int> contributions;
   for (auto& [combo, p] : pieces) {
@@ -227,7 +227,7 @@ Estimate CountScatter(const Request& r) {
       }
       if (messages > 0) traffic.Received(rank, n * messages, messages);
     };
-    ForEachTake(r, d, rank, sbp::PieceRanges(r.logical, r.dst, r.dst_place, d), take);
+    ForEachTake(r, d, self, sbp::PieceRanges(r.logical, r.dst, r.dst_place, d), take);
   }
   double bytes = 0;
   int messages = 0;

@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
-#include <mutex>
 #include <condition_variable>
+#include <mutex>
 #include <cerrno>
 #include <cmath>
 #include <cctype>
@@ -158,27 +158,6 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Waits for `req` as an idle rank of the runtime does: test, at once again for the runtime's spin
-// (actor::Stream::PollSpinFor), then sleep kPollMin doubling to the runtime's longest wait for
-// ranks on this many cores (actor::Stream::PollMaxFor).
-void WaitAsRuntime(MPI_Request& req, int ranks) {
-  std::mutex mu;
-  std::condition_variable cv;
-  const int cores = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
-  const auto most = actor::Stream::PollMaxFor(ranks, cores);
-  const auto spin_until = std::chrono::steady_clock::now() + actor::Stream::PollSpinFor(ranks, cores);
-  auto wait = actor::Stream::kPollMin;
-  for (int done = 0;;) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (!done) MPI_Test(&req, &done, MPI_STATUS_IGNORE);  // twice, as the runtime's poll looks
-    if (done) return;
-    if (std::chrono::steady_clock::now() < spin_until) continue;
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, wait);
-    wait = std::min(wait * 2, most);
-  }
-}
-
 // Env's own barriers and reductions wait as the runtime does too: flowrun turns Open MPI's yield
 // when idle off (actor::MpiWorld), and a rank spinning in a blocking call took the core from a rank
 // that shared it and was still timing its work (4 ranks on 2 cores: a blocking 8-byte all-reduce
@@ -192,14 +171,14 @@ int WorldSize() {
 void Barrier() {
   MPI_Request req;
   MPI_Ibarrier(MPI_COMM_WORLD, &req);
-  WaitAsRuntime(req, WorldSize());
+  actor::WaitAsRuntime(req, WorldSize());
 }
 
 double AllReduce(double x, MPI_Op op) {
   double r = 0;
   MPI_Request req;
   MPI_Iallreduce(&x, &r, 1, MPI_DOUBLE, op, MPI_COMM_WORLD, &req);
-  WaitAsRuntime(req, WorldSize());
+  actor::WaitAsRuntime(req, WorldSize());
   return r;
 }
 
@@ -304,14 +283,14 @@ double RuntimeMessageSeconds(int rank, int ranks) {
     MPI_Request req;
     if (rank % 2 == 0) {
       MPI_Isend(&x, 1, MPI_DOUBLE, peer, 7, MPI_COMM_WORLD, &req);
-      WaitAsRuntime(req, ranks);
+      actor::WaitAsRuntime(req, ranks);
       MPI_Irecv(&y, 1, MPI_DOUBLE, peer, 8, MPI_COMM_WORLD, &req);
-      WaitAsRuntime(req, ranks);
+      actor::WaitAsRuntime(req, ranks);
     } else {
       MPI_Irecv(&y, 1, MPI_DOUBLE, peer, 7, MPI_COMM_WORLD, &req);
-      WaitAsRuntime(req, ranks);
+      actor::WaitAsRuntime(req, ranks);
       MPI_Isend(&x, 1, MPI_DOUBLE, peer, 8, MPI_COMM_WORLD, &req);
-      WaitAsRuntime(req, ranks);
+      actor::WaitAsRuntime(req, ranks);
     }
     if (r >= 0) t.push_back((MPI_Wtime() - t0) / 2);
   }
@@ -354,7 +333,7 @@ double BusyGemmSeconds(int n, int rank, int busy, int ranks) {
     const double t1 = rank < busy ? SteadySeconds() : t0;
     MPI_Request req;
     MPI_Ibarrier(MPI_COMM_WORLD, &req);
-    WaitAsRuntime(req, ranks);
+    actor::WaitAsRuntime(req, ranks);
     const double first = AllReduce(t0, MPI_MIN), last = AllReduce(t1, MPI_MAX);
     if (r >= 0) t.push_back((last - first) / kBusyGemms);
   }
@@ -380,7 +359,7 @@ double BusyCollectiveSeconds(int ranks) {
       if (collective) {
         MPI_Request req;
         MPI_Iallreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
-        WaitAsRuntime(req, ranks);
+        actor::WaitAsRuntime(req, ranks);
       }
       const double t1 = SteadySeconds();
       const double first = AllReduce(t0, MPI_MIN), last = AllReduce(t1, MPI_MAX);
@@ -424,10 +403,10 @@ double IdleMessageSeconds(int rank, int ranks) {
       work.Run(4);
       stamp = SteadySeconds();
       MPI_Isend(message.data(), count, MPI_DOUBLE, peer, 9, MPI_COMM_WORLD, &req);
-      WaitAsRuntime(req, ranks);
+      actor::WaitAsRuntime(req, ranks);
     } else {
       MPI_Irecv(message.data(), count, MPI_DOUBLE, peer, 9, MPI_COMM_WORLD, &req);
-      WaitAsRuntime(req, ranks);
+      actor::WaitAsRuntime(req, ranks);
       if (r >= 0) t.push_back(SteadySeconds() - stamp);
     }
     Barrier();
