@@ -1,8 +1,12 @@
 #include "data/dataset.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <regex>
@@ -20,7 +24,30 @@ uint64_t SplitMix(uint64_t x) {
 Result<std::string> ReadAll(const std::string& key, const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return Status::Invalid("[data] " + key + ": cannot read '" + path + "': " + std::strerror(errno));
-  return std::string(std::istreambuf_iterator<char>(f), {});
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);  // fails for a directory or a pipe
+  if (ec) return Status::Invalid("[data] " + key + ": cannot read '" + path + "': " + ec.message());
+  std::string bytes(static_cast<size_t>(size), '\0');
+  if (size > 0 && !f.read(bytes.data(), static_cast<std::streamsize>(size))) {
+    return Status::Invalid("[data] " + key + ": cannot read '" + path + "': " + std::strerror(errno));
+  }
+  return bytes;
+}
+
+// The inside of a numpy shape tuple: "4096, 64", "4096," or "" (0-d).
+bool ParseDims(const std::string& text, std::vector<int64_t>* dims) {
+  size_t start = 0;
+  while (text.find_first_not_of(" \t", start) != std::string::npos) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const size_t begin = text.find_first_not_of(" \t", start);
+    const size_t end = text.find_last_not_of(" \t", comma - 1) + 1;
+    int64_t d = 0;
+    auto [p, ec] = std::from_chars(text.data() + begin, text.data() + end, d);
+    if (begin >= comma || ec != std::errc() || p != text.data() + end || text[begin] == '-') return false;
+    dims->push_back(d);
+    start = comma + 1;
+  }
+  return true;
 }
 
 // A parsed .npy array: dtype, shape and the raw little-endian data.
@@ -57,11 +84,8 @@ Result<Npy> ParseNpy(const std::string& key, const std::string& path) {
   else return bad("dtype '" + descr + "' is not supported (float32 '<f4' or int64 '<i8')");
   if (std::regex_search(header, m, std::regex("'fortran_order':\\s*True"))) return bad("Fortran order is not supported");
   if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)"))) return bad("header has no shape");
-  std::string dims = m[1];
-  static const std::regex kNumber("\\d+");
-  for (std::sregex_iterator it(dims.begin(), dims.end(), kNumber), end; it != end; ++it) {
-    out.shape.push_back(std::stoll(it->str()));
-  }
+  const std::string dims = m[1];
+  if (!ParseDims(dims, &out.shape)) return bad("header shape (" + dims + ") is not a tuple of integers that fit in 64 bits");
   if (out.shape.empty()) return bad("a 0-d array has no samples");
   RETURN_IF_ERROR(CheckDims(out.shape).With("[data] " + key + ": '" + path + "': "));
   size_t want = static_cast<size_t>(Shape(out.shape).numel()) * SizeOf(out.dtype);
@@ -76,20 +100,23 @@ Result<Npy> ParseNpy(const std::string& key, const std::string& path) {
 class NpyDataset : public Dataset {
  public:
   Status Open(const DataConfig& cfg) {
+    std::string first;  // "data.x: 'PATH'", the array the others must match
     for (const auto& [name, path] : cfg.npy) {
       ASSIGN_OR_RETURN(Npy a, ParseNpy("data." + name, path));
       Field f;
       f.dtype = a.dtype;
       f.sample = Shape(std::vector<int64_t>(a.shape.begin() + 1, a.shape.end()));
+      const std::string source = "data." + name + ": '" + path + "'";
       if (!arrays_.empty() && a.shape[0] != size_) {
-        return Status::Invalid("[data] data." + name + ": '" + path + "' has " + std::to_string(a.shape[0]) +
-                               " rows but the other array has " + std::to_string(size_));
+        return Status::Invalid("[data] " + source + " has " + std::to_string(a.shape[0]) + " rows but " + first +
+                               " has " + std::to_string(size_));
       }
+      if (a.shape[0] == 0) return Status::Invalid("[data] " + source + " has no rows");
+      if (first.empty()) first = source;
       size_ = a.shape[0];
       fields_[name] = f;
       arrays_[name] = std::move(a.data);
     }
-    if (size_ == 0) return Status::Invalid("[data] the npy arrays have no rows");
     return Status::Ok();
   }
   void CopySample(const std::string& field, int64_t w, void* dst) const override {
@@ -114,7 +141,7 @@ class TokenDataset : public Dataset {
     size_ = tokens_.size() > 0 ? static_cast<int64_t>(tokens_.size() - 1) / seq_ : 0;
     if (size_ == 0) {
       return Status::Invalid("[data] data.train: '" + cfg.train + "' has " + std::to_string(tokens_.size()) +
-                             " tokens, fewer than one window of seq_len + 1 = " + std::to_string(seq_ + 1));
+                             " tokens, fewer than one window of seq_len + 1 = " + std::to_string(static_cast<uint64_t>(seq_) + 1));
     }
     fields_["tokens"] = Field{DType::kI64, Shape{seq_}};
     fields_["targets"] = Field{DType::kI64, Shape{seq_}};

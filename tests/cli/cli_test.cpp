@@ -249,6 +249,39 @@ const std::vector<BadRun>& BadRuns() {
          return TrainYaml(t, Replace(DefaultYaml(), Root() + "/data/mlp_y.npy", yp));
        },
        2, {"[data] data.y", "hdr_y.npy", "truncated header"}},
+      {"data_directory",
+       [](const TempDir& t) { return TrainYaml(t, Replace(DefaultYaml(), Root() + "/data/mlp_x.npy", Root() + "/data")); },
+       2, {"[data] data.x", "cannot read", "Is a directory"}},
+      {"npy_shape_overflows",
+       [](const TempDir& t) {
+         std::string xp = t.Write("big_x.npy", Npy("<f4", "(99999999999999999999999, 64)", std::string(4, '\0')));
+         return TrainYaml(t, Replace(DefaultYaml(), Root() + "/data/mlp_x.npy", xp));
+       },
+       2, {"[data] data.x", "big_x.npy", "header shape (99999999999999999999999, 64)"}},
+      {"npy_shape_negative",
+       [](const TempDir& t) {
+         std::string xp = t.Write("neg_x.npy", Npy("<f4", "(-5, 64)", std::string(1280, '\0')));
+         return TrainYaml(t, Replace(DefaultYaml(), Root() + "/data/mlp_x.npy", xp));
+       },
+       2, {"[data] data.x", "neg_x.npy", "header shape (-5, 64)"}},
+      {"npy_rows_differ",
+       [](const TempDir& t) {
+         std::string xp = t.Write("x.npy", Npy("<f4", "(8, 64)", std::string(8 * 64 * 4, '\0')));
+         return TrainYaml(t, Replace(DefaultYaml(), Root() + "/data/mlp_x.npy", xp));
+       },
+       2, {"[data] data.y", "mlp_y.npy' has 4096 rows but data.x: '", "x.npy' has 8"}},
+      {"npy_no_rows",
+       [](const TempDir& t) {
+         std::string xp = t.Write("x.npy", Npy("<f4", "(0, 64)", ""));
+         std::string yp = t.Write("y.npy", Npy("<i8", "(0,)", ""));
+         return TrainYaml(t, MlpYaml(Root() + "/models/mlp.onnx", xp, yp));
+       },
+       2, {"[data] data.x", "x.npy' has no rows"}},
+      {"tokens_seq_len_huge",
+       [](const TempDir&) {
+         return std::vector<std::string>{"train", "configs/gpt.yaml", "--set", "data.seq_len=9223372036854775807"};
+       },
+       2, {"[data] data.train", "fewer than one window of seq_len + 1 = 9223372036854775808"}},
       {"ranks_2",
        [](const TempDir& t) { return TrainYaml(t, DefaultYaml() + "parallel: {ranks: 2}\n"); },
        2, {"[config]", "parallel.ranks is 2 but the job has 1 rank(s)", "mpirun -n 2"}},
