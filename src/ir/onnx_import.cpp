@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <unordered_map>
@@ -27,13 +29,15 @@ constexpr int64_t kMinOpset = 13, kMaxOpset = 17;
 
 // The whole file in one allocation (a GPT-2-sized model is 650 MB: no growing buffer, no copy).
 Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  std::ifstream f(path, std::ios::binary);
   if (!f) return Status::Invalid("[onnx] cannot read '" + path + "': " + std::strerror(errno));
-  const std::streamoff size = f.tellg();
-  if (size < 0) return Status::Invalid("[onnx] cannot read '" + path + "': not a regular file");
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);  // fails for a directory or a pipe
+  if (ec) return Status::Invalid("[onnx] cannot read '" + path + "': " + ec.message());
   std::string bytes(static_cast<size_t>(size), '\0');
-  f.seekg(0);
-  if (size > 0 && !f.read(bytes.data(), size)) return Status::Invalid("[onnx] cannot read '" + path + "': " + std::strerror(errno));
+  if (size > 0 && !f.read(bytes.data(), static_cast<std::streamsize>(size))) {
+    return Status::Invalid("[onnx] cannot read '" + path + "': " + std::strerror(errno));
+  }
   return bytes;
 }
 

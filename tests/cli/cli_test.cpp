@@ -202,6 +202,9 @@ const std::vector<BadRun>& BadRuns() {
          return TrainYaml(t, Replace(DefaultYaml(), Root() + "/models/mlp.onnx", bad));
        },
        2, {"[onnx]", "garbage.onnx", "not a valid ONNX model"}},
+      {"onnx_directory",
+       [](const TempDir& t) { return TrainYaml(t, Replace(DefaultYaml(), Root() + "/models/mlp.onnx", Root() + "/models")); },
+       2, {"[onnx] cannot read", "/models'", "Is a directory"}},
       {"data_missing",
        [](const TempDir& t) {
          return TrainYaml(t, Replace(DefaultYaml(), Root() + "/data/mlp_x.npy", t / "nox.npy"));
