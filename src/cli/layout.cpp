@@ -17,18 +17,23 @@ Result<std::vector<int64_t>> Mesh(const Config& cfg, int per_stage) {
     return Bad(cfg, "mesh", "has " + std::to_string(mesh.size()) + " axes; at most " + std::to_string(sbp::kMaxMeshAxes) + " are supported");
   }
   int64_t known = 1;
+  bool overflow = false;  // the entries multiply past int64: far more than any stage has
   int infer = -1;
   for (size_t i = 0; i < mesh.size(); ++i) {
     if (mesh[i] == -1) infer = static_cast<int>(i);
-    else known *= mesh[i];
+    else overflow = overflow || __builtin_mul_overflow(known, mesh[i], &known);
   }
+  const std::string holds = overflow ? "more than 2^63" : std::to_string(known);
   if (infer >= 0) {
-    if (per_stage % known) return Bad(cfg, "mesh", "cannot infer -1: " + std::to_string(per_stage) + " ranks per stage are not a multiple of " + std::to_string(known));
+    if (overflow || per_stage % known) {
+      return Bad(cfg, "mesh", "cannot infer -1: " + std::to_string(per_stage) + " ranks per stage are not a multiple of " +
+                                  (overflow ? "the other entries' product (more than 2^63)" : holds));
+    }
     mesh[static_cast<size_t>(infer)] = per_stage / known;
-  } else if (known != per_stage) {
+  } else if (overflow || known != per_stage) {
     std::string m;
     for (int64_t d : mesh) m += (m.empty() ? "" : "x") + std::to_string(d);
-    return Bad(cfg, "mesh", "mesh " + m + " holds " + std::to_string(known) + " ranks, but each stage has " + std::to_string(per_stage));
+    return Bad(cfg, "mesh", "mesh " + m + " holds " + holds + " ranks, but each stage has " + std::to_string(per_stage));
   }
   return mesh;
 }

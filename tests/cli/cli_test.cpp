@@ -288,6 +288,18 @@ const std::vector<BadRun>& BadRuns() {
       {"ranks_2",
        [](const TempDir& t) { return TrainYaml(t, DefaultYaml() + "parallel: {ranks: 2}\n"); },
        2, {"[config]", "parallel.ranks is 2 but the job has 1 rank(s)", "mpirun -n 2"}},
+      {"mesh_product_overflows",
+       [](const TempDir&) {
+         return std::vector<std::string>{"plan", "configs/mlp.yaml", "--ranks", "4", "--set",
+                                         "parallel.mesh=[4294967296, 4294967296]"};
+       },
+       2, {"[config]", "parallel.mesh", "4294967296x4294967296 holds more than 2^63 ranks"}},
+      {"mesh_inferred_product_overflows",
+       [](const TempDir&) {
+         return std::vector<std::string>{"plan", "configs/mlp.yaml", "--ranks", "4", "--set",
+                                         "parallel.mesh=[-1, 4294967296, 4294967296]"};
+       },
+       2, {"[config]", "parallel.mesh", "cannot infer -1"}},
       {"set_unknown_key",
        [](const TempDir& t) {
          return std::vector<std::string>{"train", t.Write("ok.yaml", DefaultYaml()), "--set", "train.stpes=3"};
