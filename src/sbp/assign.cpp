@@ -1,7 +1,9 @@
 #include "sbp/assign.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <memory>
@@ -207,12 +209,13 @@ class Assigner {
                         std::all_of(pattern.begin() + static_cast<long>(colon) + 1, pattern.end(), ::isdigit);
       if (node_input) {
         std::string node_glob = pattern.substr(0, colon);
-        size_t idx = std::stoul(pattern.substr(colon + 1));
+        size_t idx = SIZE_MAX;  // stays so when the digits overflow: no node has that input
+        std::from_chars(pattern.data() + colon + 1, pattern.data() + pattern.size(), idx);
         for (const ir::Node& n : g_.nodes) {
           if (n.phase != ir::Phase::kForward) continue;
           if (!GlobMatch(node_glob, n.name) && (n.split_from.empty() || !GlobMatch(node_glob, n.split_from))) continue;
           if (idx >= n.in.size() || n.in[idx] == ir::kNoValue) {
-            return Status::Invalid("[sbp] hint '" + pattern + "': node '" + n.name + "' has no input " + std::to_string(idx));
+            return Status::Invalid("[sbp] hint '" + pattern + "': node '" + n.name + "' has no input " + pattern.substr(colon + 1));
           }
           matched = true;
           RETURN_IF_ERROR(SetHint(n.in[idx], pattern, nd));

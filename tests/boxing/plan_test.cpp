@@ -720,6 +720,8 @@ const BadCase kBad[] = {
     {"unknown node glob in stages", 2, {"parallel.stages=[[\"/nope/*\"], [\"*\"]]"}, "[config]",
      {"parallel.stages", "stage 0", "'/nope/*'", "matches no node"}},
     {"hint glob matches nothing", 4, {"parallel.sbp={\"nothing*\": [\"S(0)\"]}"}, "[sbp]", {"'nothing*'", "matches no tensor"}},
+    {"hint on a node input index past size_t", 2, {"parallel.sbp={\"/fc1/Gemm:99999999999999999999999\": [\"B\"]}"}, "[sbp]",
+     {"'/fc1/Gemm:99999999999999999999999'", "node '/fc1/Gemm' has no input 99999999999999999999999"}},
     {"hint with the wrong number of mesh axes", 4, {"parallel.sbp={x: [\"S(0)\", \"B\"]}"}, "[config]",
      {"parallel.sbp.x", "2 entries", "mesh has 1 axis"}},
     {"hint the producing op cannot honour", 2, {"parallel.sbp={x: [\"S(0)\"], /Relu_output_0: [\"P\"]}"}, "[sbp]",
