@@ -2,7 +2,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -116,10 +118,14 @@ int RunSearch(const SearchArgs& a) {
   if (o->ranked.empty()) return Fail(Status::Invalid("[search] " + cfg->path + ": no candidate fits this cluster"));
   if (!a.out.empty()) {
     std::ofstream out(a.out);
+    const int open_error = out ? 0 : errno;
     out << "# flowrun search: " << o->ranked[0].Name() << ", predicted " << HumanMs(o->ranked[0].step_s)
         << " ms/step; run with: mpirun -n " << o->ranks << " flowrun train " << a.out << "\n"
         << ConfigToYaml(o->ranked[0].config);
-    if (!out) return Fail(Status::Runtime("[search] cannot write '" + a.out + "'"));
+    if (!out) {
+      return Fail(Status::Runtime("[search] cannot write '" + a.out + "'" +
+                                  (open_error ? std::string(": ") + std::strerror(open_error) : std::string())));
+    }
     std::cout << "best: " << o->ranked[0].Name() << " written to " << a.out << " (mpirun -n " << o->ranks << " flowrun train "
               << a.out << ")\n";
   }

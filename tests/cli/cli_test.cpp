@@ -310,6 +310,14 @@ const std::vector<BadRun>& BadRuns() {
          return std::vector<std::string>{"train", t.Write("ok.yaml", DefaultYaml()), "--set", "train.steps"};
        },
        2, {"[config]", "train.steps"}},
+      {"search_micro_batches_0",
+       [](const TempDir&) { return std::vector<std::string>{"search", "configs/mlp.yaml", "--micro-batches", "0"}; },
+       2, {"--micro-batches", "not in range 1 to 1048576"}},
+      {"search_out_directory",
+       [](const TempDir& t) {
+         return std::vector<std::string>{"search", "configs/mlp.yaml", "--ranks", "2", "--out", t / ""};
+       },
+       1, {"[search] cannot write", "Is a directory"}},
       {"plan_bad_config",
        [](const TempDir& t) {
          return std::vector<std::string>{"plan", t.Write("bad.yaml", Replace(DefaultYaml(), "lr: 0.01", "lr: fast"))};
