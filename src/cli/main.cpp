@@ -3,6 +3,7 @@
 #include <csignal>
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -59,6 +60,20 @@ int RanksHere() {
   return local ? std::max(1, std::atoi(local)) : 1;
 }
 int Cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+double PhysicalMemoryBytes() { return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)); }
+
+// A plan that needs more memory on one rank than the whole machine has would only get as far as
+// a failed allocation (an abort) or the OOM killer; say so before running. The plan's figure is
+// an estimate, so this catches the hopeless cases, not every tight one.
+Status CheckMemory(const ir::Plan& plan, int rank) {
+  const ir::Plan::Memory m = plan.MemoryOf(rank);
+  const double need = static_cast<double>(m.params + m.state + m.regsts), have = PhysicalMemoryBytes();
+  if (have <= 0 || need <= have) return Status::Ok();
+  return Status::Runtime("[train] rank " + std::to_string(rank) + " needs " + HumanBytes(need) + " (parameters " +
+                         HumanBytes(static_cast<double>(m.params)) + ", optimizer state " + HumanBytes(static_cast<double>(m.state)) +
+                         ", registers " + HumanBytes(static_cast<double>(m.regsts)) + "; `flowrun plan --dump` lists them) but this machine has " +
+                         HumanBytes(have) + " of memory: lower train.micro_batch or spread the model over more ranks");
+}
 int KernelThreads() {
   if (std::getenv("OMP_NUM_THREADS")) return 0;
   return std::max(1, std::min(Cores() / RanksHere(), AllowedCpus()));
@@ -91,6 +106,7 @@ int Train(const Args& a) {
   auto c = Compile(*cfg, world->size);
   if (!c.ok()) return fail(c.status());
   const ir::Plan& plan = c->plan;
+  if (Status s = CheckMemory(plan, world->rank); !s.ok()) return fail(s);
   if (Status s = actor::AgreeOnPlan(*world, ir::PlanHash(plan)); !s.ok())
     return fail(s);
   if (world->comm) {

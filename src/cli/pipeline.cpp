@@ -125,6 +125,10 @@ Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel>
     }
     std::vector<int64_t> dims = {cfg.train.micro_batch};
     dims.insert(dims.end(), it->second.sample.dims().begin(), it->second.sample.dims().end());
+    if (Status s = CheckDims(dims); !s.ok()) {
+      return Status::Invalid("[config] " + cfg.path + ": train.micro_batch: " + std::to_string(cfg.train.micro_batch) +
+                             " samples of data field '" + field + "' " + it->second.sample.ToString() + ": " + s.message());
+    }
     bound[input] = {it->second.dtype, Shape(dims)};
     c.input_field[input] = field;
   }

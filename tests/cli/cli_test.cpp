@@ -285,6 +285,17 @@ const std::vector<BadRun>& BadRuns() {
          return std::vector<std::string>{"train", "configs/gpt.yaml", "--set", "data.seq_len=9223372036854775807"};
        },
        2, {"[data] data.train", "fewer than one window of seq_len + 1 = 9223372036854775808"}},
+      {"micro_batch_shape_overflows",
+       [](const TempDir& t) {
+         const std::string huge = "9223372036854775807";
+         return TrainYaml(t, Replace(DefaultYaml(), "global_batch: 8, micro_batch: 4", "global_batch: " + huge + ", micro_batch: " + huge));
+       },
+       2, {"[config]", "bad.yaml", "train.micro_batch: 9223372036854775807 samples of data field 'x' [64]"}},
+      {"micro_batch_beyond_memory",  // 2^32 x 64 floats: 1 TiB for the input alone
+       [](const TempDir& t) {
+         return TrainYaml(t, Replace(DefaultYaml(), "global_batch: 8, micro_batch: 4", "global_batch: 4294967296, micro_batch: 4294967296"));
+       },
+       1, {"[train] rank 0 needs", "GiB of memory", "lower train.micro_batch"}},
       {"ranks_2",
        [](const TempDir& t) { return TrainYaml(t, DefaultYaml() + "parallel: {ranks: 2}\n"); },
        2, {"[config]", "parallel.ranks is 2 but the job has 1 rank(s)", "mpirun -n 2"}},
