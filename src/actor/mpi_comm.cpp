@@ -10,7 +10,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -209,20 +208,6 @@ struct Pending {
   int parts = 0;
   bool bucket = false;               // recv_stage holds every output, one after another
   bool gathered = false;             // recv_stage holds each member's part of every output in turn
-  // An all-reduce run as a ring of point-to-point rounds (StartRing): `req` is the round's receive
-  // and `send` its send; the movement is done after round 2 (p - 1).
-  struct Ring {
-    char* buf = nullptr;             // reduced in place
-    int64_t n = 0;                   // elements
-    size_t es = 0;
-    MPI_Datatype type = MPI_DATATYPE_NULL;
-    MPI_Op op = MPI_OP_NULL;
-    MPI_Comm comm = MPI_COMM_NULL;
-    int p = 0, k = 0, round = 0;
-    int tag = 0;                     // of round 0; round r is tag + r
-    MPI_Request send = MPI_REQUEST_NULL;
-  };
-  std::optional<Ring> ring;
 };
 
 class MpiCommunicator final : public Communicator {
@@ -255,11 +240,6 @@ class MpiCommunicator final : public Communicator {
   Status CheckTensors(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) const;
   Status CheckBucket(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) const;
   Status StartCollective(Pending& p, MPI_Comm comm, int k);
-  // An all-reduce of `n` elements at `buf`, in place, over `comm` (this rank member k): a ring
-  // of point-to-point rounds when it is large enough, else MPI_Iallreduce.
-  Status StartAllReduce(Pending& p, void* buf, int64_t n, MPI_Datatype type, MPI_Comm comm, int k);
-  // Posts the ring's round `r.round`; after a reduce-scatter round, first reduces what it received.
-  Status RingRound(Pending& p);
   // Completes a movement MPI reported done: checks a receive's length, unpacks staged parts.
   Status Complete(Pending& p, const MPI_Status& st);
 
@@ -273,9 +253,6 @@ class MpiCommunicator final : public Communicator {
   std::map<int, std::pair<std::vector<int>, MPI_Comm>> comms_;
   std::unordered_map<int, Pending> pending_;
   int next_id_ = 0;
-  // Ring all-reduces started per collective id: the same count on every member, so it names a
-  // movement's rounds (their tags) alike on all of them, however their rounds interleave.
-  std::unordered_map<int, uint32_t> ring_starts_;
   // Staging buffers of completed movements, for the next ones (Stage).
   std::vector<Stage> spare_stages_;
   // Poll's scratch, kept to avoid allocating per pass.
@@ -319,7 +296,6 @@ Status MpiCommunicator::Prepare(const std::vector<std::vector<int>>& groups) {
       MPI_Comm_free(&have->second.second);
       comms_.erase(have);
     }
-    ring_starts_.erase(id);  // a new communicator: its members count ring movements from 0
     if (std::find(g.begin(), g.end(), rank_) == g.end()) continue;
     const std::string what = "prepare group " + GroupString(g);
     MPI_Group sub;
@@ -448,7 +424,8 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
         const char* begin = static_cast<const char*>(p.in.front().raw());
         const size_t span = static_cast<size_t>(static_cast<const char*>(p.in.back().raw()) - begin) + p.in.back().bytes();
         std::memcpy(p.out.front().raw(), begin, span);
-        return StartAllReduce(p, p.out.front().raw(), static_cast<int64_t>(span / es), type, comm, k);
+        return Mpi(MPI_Iallreduce(MPI_IN_PLACE, p.out.front().raw(), static_cast<int>(span / es), type, OpOf(t.reduce), comm, &p.req),
+                   "MPI_Iallreduce", what);
       }
       if (p.in.size() > 1) {  // a bucket: one reduction over the inputs packed end to end
         size_t at = 0;
@@ -460,12 +437,15 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
           at += i.bytes();
         }
         p.bucket = true;
-        return StartAllReduce(p, p.recv_stage.data(), static_cast<int64_t>(at / es), type, comm, k);
+        return Mpi(MPI_Iallreduce(MPI_IN_PLACE, p.recv_stage.data(), static_cast<int>(at / es), type, OpOf(t.reduce), comm,
+                                  &p.req),
+                   "MPI_Iallreduce", what);
       }
       // In place, as for a bucket above: gpt_mini's ZeRO on 4 ranks, whose activations are
       // all-reduced into other buffers, ran 32.6 ms a step against 41.0 (three interleaved runs each).
       if (x.raw() != y.raw()) std::memcpy(y.raw(), x.raw(), y.bytes());
-      return StartAllReduce(p, y.raw(), y.numel(), type, comm, k);
+      return Mpi(MPI_Iallreduce(MPI_IN_PLACE, y.raw(), static_cast<int>(y.numel()), type, OpOf(t.reduce), comm, &p.req),
+                 "MPI_Iallreduce", what);
     }
     case Op::kAllGather: {
       if (p.in.size() > 1) {  // a bucket laid out by member (MoveByMember), unpacked on completion
@@ -547,71 +527,6 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
   }
 }
 
-// All-reduces of at least kRingMinBytes over 2 to kRingMaxMembers ranks run as a ring. Open MPI's
-// nonblocking all-reduce (libnbc) of 256 KiB between 2 ranks took 95-101 us polled to completion
-// here, its blocking one 52-63 us and the ring 52 us (a micro-benchmark, 300 rounds each); over 4
-// ranks on 2 cores the three were alike (156-183 us). Below about 16 KiB the ring's 2 (p - 1)
-// rounds cost more than they save, and past a few ranks their latency does.
-constexpr size_t kRingMinBytes = 16 << 10;
-constexpr int kRingMaxMembers = 4;
-// A ring movement's rounds use tags (its start count mod kRingTagSlots) x 8 + round: below 8192,
-// inside the 32767 every MPI allows, with up to kRingTagSlots movements of one task in flight.
-constexpr uint32_t kRingTagSlots = 1024;
-
-Status MpiCommunicator::StartAllReduce(Pending& p, void* buf, int64_t n, MPI_Datatype type, MPI_Comm comm, int k) {
-  const Task& t = p.task;
-  const size_t es = SizeOf(p.in[0].dtype());
-  const int members = static_cast<int>(t.group.size());
-  if (members < 2 || members > kRingMaxMembers || static_cast<size_t>(n) * es < kRingMinBytes)
-    return Mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(n), type, OpOf(t.reduce), comm, &p.req), "MPI_Iallreduce",
-               Describe(t));
-  Pending::Ring r;
-  r.buf = static_cast<char*>(buf);
-  r.n = n;
-  r.es = es;
-  r.type = type;
-  r.op = OpOf(t.reduce);
-  r.comm = comm;
-  r.p = members;
-  r.k = k;
-  r.tag = static_cast<int>(ring_starts_[t.collective]++ % kRingTagSlots) * 8;
-  p.ring = r;
-  p.send_stage.resize(static_cast<size_t>(sbp::SplitRange(n, members, 0).size()) * es);  // the largest chunk
-  return RingRound(p);
-}
-
-// Chunk j of the buffer is SplitRange(n, p, j). Member k sends to k + 1 and receives from k - 1.
-// Reduce-scatter, round s < p - 1: send chunk k - s, receive chunk k - s - 1 and reduce it into
-// place; member k then holds chunk k + 1 reduced. All-gather, round s: send chunk k + 1 - s,
-// receive chunk k - s into place. Each chunk is reduced once, along the ring, and copied to every
-// member, so every member ends with the same bits.
-Status MpiCommunicator::RingRound(Pending& p) {
-  Pending::Ring& r = *p.ring;
-  const int last = r.p - 1;
-  auto chunk = [&](int j) { return sbp::SplitRange(r.n, r.p, ((j % r.p) + r.p) % r.p); };
-  const std::string what = Describe(p.task);
-  if (r.round > 0 && r.round <= last) {  // the reduce-scatter round just done: reduce its chunk
-    const sbp::Range got = chunk(r.k - (r.round - 1) - 1);
-    RETURN_IF_ERROR(Mpi(MPI_Reduce_local(p.send_stage.data(), r.buf + static_cast<size_t>(got.begin) * r.es,
-                                         static_cast<int>(got.size()), r.type, r.op),
-                        "MPI_Reduce_local", what));
-  }
-  if (r.round == 2 * last) return Status::Ok();
-  const bool scatter = r.round < last;
-  const int s = scatter ? r.round : r.round - last;
-  const sbp::Range out = scatter ? chunk(r.k - s) : chunk(r.k + 1 - s);
-  const sbp::Range in = scatter ? chunk(r.k - s - 1) : chunk(r.k - s);
-  void* recv = scatter ? static_cast<void*>(p.send_stage.data()) : r.buf + static_cast<size_t>(in.begin) * r.es;
-  const int right = (r.k + 1) % r.p, left = (r.k + r.p - 1) % r.p;
-  const int tag = r.tag + r.round;
-  RETURN_IF_ERROR(Mpi(MPI_Irecv(recv, static_cast<int>(in.size()), r.type, left, tag, r.comm, &p.req), "MPI_Irecv", what));
-  RETURN_IF_ERROR(Mpi(MPI_Isend(r.buf + static_cast<size_t>(out.begin) * r.es, static_cast<int>(out.size()), r.type, right,
-                                tag, r.comm, &r.send),
-                      "MPI_Isend", what));
-  ++r.round;
-  return Status::Ok();
-}
-
 Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in, std::vector<Tensor> out) {
   RETURN_IF_ERROR(CheckTensors(t, in, out));
   Pending p;
@@ -670,23 +585,15 @@ Status MpiCommunicator::Complete(Pending& p, const MPI_Status& st) {
 Result<std::vector<CommHandle>> MpiCommunicator::Poll() {
   std::vector<CommHandle> done;
   if (pending_.empty()) return done;
-  // Every request in flight: a movement's `req` and, for a ring round, its send (slot -1 - id).
   poll_ids_.clear();
   poll_reqs_.clear();
   for (auto& [id, p] : pending_) {
-    if (p.req != MPI_REQUEST_NULL) {
-      poll_ids_.push_back(id);
-      poll_reqs_.push_back(p.req);
-    }
-    if (p.ring && p.ring->send != MPI_REQUEST_NULL) {
-      poll_ids_.push_back(-1 - id);
-      poll_reqs_.push_back(p.ring->send);
-    }
+    poll_ids_.push_back(id);
+    poll_reqs_.push_back(p.req);
   }
   const int n = static_cast<int>(poll_reqs_.size());
   poll_index_.resize(poll_reqs_.size());
   poll_status_.resize(poll_reqs_.size());
-  auto owner = [&](int slot) { const int id = poll_ids_[static_cast<size_t>(slot)]; return id < 0 ? -1 - id : id; };
   // When nothing has finished, Open MPI's Testsome drives progress and returns without looking
   // again, so a movement that progress pass finished (a receive whose data it just copied) is seen
   // only at the next poll, a back-off later. Looking twice halved a pipeline hop on gpt_mini (4
@@ -699,7 +606,7 @@ Result<std::vector<CommHandle>> MpiCommunicator::Poll() {
     for (size_t i = 0; i < static_cast<size_t>(std::max(count, 0)); ++i) {
       const MPI_Status& st = poll_status_[i];
       if (st.MPI_ERROR == MPI_SUCCESS) continue;
-      const Pending& p = pending_.at(owner(poll_index_[i]));
+      const Pending& p = pending_.at(poll_ids_[static_cast<size_t>(poll_index_[i])]);
       return Mpi(st.MPI_ERROR, "MPI_Testsome", Describe(p.task));
     }
     return Mpi(rc, "MPI_Testsome", "poll");
@@ -707,20 +614,10 @@ Result<std::vector<CommHandle>> MpiCommunicator::Poll() {
   if (count == MPI_UNDEFINED) count = 0;
   Status first;
   for (size_t i = 0; i < static_cast<size_t>(count); ++i) {
-    const int slot = poll_index_[i];
-    const int id = owner(slot);
+    const int id = poll_ids_[static_cast<size_t>(poll_index_[i])];
     auto it = pending_.find(id);
-    Pending& p = it->second;
-    const bool ring_send = poll_ids_[static_cast<size_t>(slot)] < 0;
-    (ring_send ? p.ring->send : p.req) = MPI_REQUEST_NULL;
-    if (p.req != MPI_REQUEST_NULL || (p.ring && p.ring->send != MPI_REQUEST_NULL)) continue;  // its round goes on
-    Status s;
-    if (p.ring) {
-      s = RingRound(p);
-      if (s.ok() && p.req != MPI_REQUEST_NULL) continue;  // the next round is posted
-    }
-    if (s.ok()) s = Complete(p, poll_status_[i]);
-    for (Stage* stage : {&p.send_stage, &p.recv_stage})
+    Status s = Complete(it->second, poll_status_[i]);
+    for (Stage* stage : {&it->second.send_stage, &it->second.recv_stage})
       if (stage->data() != nullptr) spare_stages_.push_back(std::move(*stage));
     pending_.erase(it);
     if (!s.ok() && first.ok()) first = s;

@@ -415,47 +415,6 @@ TEST(MpiComm, AllReduceBucketLaidOut_1nNd) {
   }
 }
 
-// All-reduces of 16 KiB and more run as a ring of point-to-point rounds (mpi_comm.cpp): a bucket
-// whose span does not split evenly over the ranks, two of the same task in flight at once (their
-// rounds' messages meet in order on the task's communicator), and P(max), exact on every rank.
-TEST(MpiComm, AllReduceRing_1nNd) {
-  Communicator& comm = *g_comm;
-  const int me = comm.rank();
-  Task t{.op = Op::kAllReduce, .rank = me, .in = {0, 1}, .out = -1, .group = World(), .collective = 0};
-  ASSERT_TRUE(comm.Prepare({World()}).ok());
-  const std::vector<Shape> shapes = {Shape{61, 67}, Shape{1001}};  // 4087 + 1001 floats, 20 KiB
-  std::vector<std::vector<Tensor>> ins(2), outs(2);
-  for (int copy = 0; copy < 2; ++copy) {
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      Tensor x(DType::kF32, shapes[i]);
-      for (int64_t e = 0; e < x.numel(); ++e) x.data<float>()[e] = BucketValue(i, e, me) + static_cast<float>(copy);
-      ins[copy].push_back(x);
-      outs[copy].push_back(Tensor(DType::kF32, shapes[i]));
-    }
-  }
-  std::vector<int> ids;
-  for (int copy = 0; copy < 2; ++copy) {
-    Result<CommHandle> h = comm.Start(t, ins[copy], outs[copy]);
-    ASSERT_TRUE(h.ok()) << h.status().message();
-    ids.push_back(h->id);
-  }
-  for (size_t left = ids.size(); left > 0;) {
-    Result<std::vector<CommHandle>> got = comm.Poll();
-    ASSERT_TRUE(got.ok()) << got.status().message();
-    left -= got->size();
-  }
-  for (int copy = 0; copy < 2; ++copy) {
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      for (int64_t e = 0; e < outs[copy][i].numel(); ++e) {
-        float want = 0;
-        for (int r = 0; r < comm.size(); ++r) want += BucketValue(i, e, r) + static_cast<float>(copy);
-        ASSERT_EQ(outs[copy][i].data<float>()[e], want) << "copy " << copy << " output " << i << " element " << e;
-      }
-    }
-  }
-  RunAll(Pairs({Shape{301, 97}}, Ranks(World()), Ranks(World()), {kPMax, kB}), "Ring_PMax_1nNd");
-}
-
 TEST(MpiComm, Int64_1nNd) {
   RunAll(Pairs({Shape{7, 5}}, Ranks(World()), Ranks(World()), {kS0, kS1, kB, kP, kPMax}, DType::kI64), "Int64_1nNd");
 }
