@@ -194,7 +194,12 @@ void Runtime::MaybeEmit() {
     partial_.erase(next_emit_);
     parts_.erase(next_emit_);
     ++next_emit_;
-    if (opt_.on_step) opt_.on_step(r);
+    if (!opt_.on_step || failed_) continue;
+    if (Status s = opt_.on_step(r); !s.ok()) {
+      failed_ = true;
+      error_ = s;
+      cv_.notify_all();
+    }
   }
 }
 

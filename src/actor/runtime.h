@@ -64,7 +64,8 @@ struct StepRecord {
 
 struct RunOptions {
   Feeder* feeder = nullptr;
-  std::function<void(const StepRecord&)> on_step;  // called on a runtime thread, in step order
+  // Called on a runtime thread, in step order; an error stops the run with it (Run returns it).
+  std::function<Status(const StepRecord&)> on_step;
   // Called on the actor's stream thread right before (begin) and after each act: traces, tests.
   std::function<void(const ir::TaskDesc&, int64_t act, bool begin)> on_act;
   double stall_timeout = 60;

@@ -134,7 +134,7 @@ int Train(const Args& a) {
   actor::Runtime rt(plan, c->training.graph, world->rank, world->comm.get());
   actor::RunOptions ro;
   ro.feeder = &loader;
-  ro.on_step = [&](const actor::StepRecord& r) { log.OnStep(r); };
+  ro.on_step = [&](const actor::StepRecord& r) { return log.OnStep(r); };
   ro.stall_timeout = cfg->parallel.timeout;
   ro.stop_signal = &g_stop_signal;
   if (kernel_threads > 0) ro.on_thread_start = [kernel_threads] { omp_set_num_threads(kernel_threads); };

@@ -1,6 +1,7 @@
 #include "cli/step_log.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -41,12 +42,13 @@ double StepLog::MeanStepSeconds() const {
   return o_.steps > 1 ? (last_end_ - first_step_end_) / static_cast<double>(o_.steps - 1) : last_end_;
 }
 
-void StepLog::OnStep(const actor::StepRecord& r) {
+Status StepLog::OnStep(const actor::StepRecord& r) {
   if (r.step == 0) first_step_end_ = r.seconds;
   last_end_ = r.seconds;
   last_loss_ = r.loss;
   const int64_t n = r.step + 1;
-  if (n % o_.every != 0 && n != o_.steps) return;
+  const bool diverged = !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);
+  if (n % o_.every != 0 && n != o_.steps && !diverged) return Status::Ok();
   // Throughput over the steps since the last logged one.
   const double dt = (r.seconds - logged_seconds_) / static_cast<double>(r.step - logged_step_);
   logged_seconds_ = r.seconds;
@@ -71,6 +73,12 @@ void StepLog::OnStep(const actor::StepRecord& r) {
     jsonl_ << js << "\n";
     jsonl_.flush();
   }
+  if (!diverged) return Status::Ok();
+  char why[160];
+  std::snprintf(why, sizeof why, "step %lld: the %s is %g (lr %.3g): training diverged; lower optimizer.lr or set optimizer.grad_clip",
+                static_cast<long long>(n), std::isfinite(r.loss) ? "gradient norm" : "loss",
+                std::isfinite(r.loss) ? r.grad_norm : r.loss, lr);
+  return Status::Runtime("[train] " + std::string(why));
 }
 
 }  // namespace fr

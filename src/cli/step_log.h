@@ -27,7 +27,8 @@ class StepLog {
  public:
   explicit StepLog(StepLogOptions o) : o_(std::move(o)) {}
   Status Open();  // creates the JSONL file (and its directory)
-  void OnStep(const actor::StepRecord& r);
+  // Logs the step; an error when its loss or gradient norm is not finite (the run diverged).
+  Status OnStep(const actor::StepRecord& r);
   // Mean step time over all steps after the first (which includes warm-up).
   double MeanStepSeconds() const;
   double last_loss() const { return last_loss_; }

@@ -296,6 +296,13 @@ const std::vector<BadRun>& BadRuns() {
          return TrainYaml(t, Replace(DefaultYaml(), "global_batch: 8, micro_batch: 4", "global_batch: 4294967296, micro_batch: 4294967296"));
        },
        1, {"[train] rank 0 needs", "GiB of memory", "lower train.micro_batch"}},
+      // A learning rate that blows the weights up: the run stops at the first non-finite loss or
+      // gradient norm, after logging that step, instead of training on NaN to a clean exit.
+      {"diverged",
+       [](const TempDir& t) {
+         return TrainYaml(t, Replace(Replace(DefaultYaml(), "lr: 0.01", "lr: 1.0e+30"), "steps: 2", "steps: 50"));
+       },
+       1, {"gnorm", "[train] step ", "training diverged", "lower optimizer.lr"}},
       {"ranks_2",
        [](const TempDir& t) { return TrainYaml(t, DefaultYaml() + "parallel: {ranks: 2}\n"); },
        2, {"[config]", "parallel.ranks is 2 but the job has 1 rank(s)", "mpirun -n 2"}},
