@@ -31,6 +31,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -71,6 +73,32 @@ struct Buffer {
   Shape shape;
 };
 
+// A collective's members: global ranks, in group order. Immutable, and shared by the group's
+// tasks: a collective over N ranks has N tasks, and a copy of the N ranks in each made plans
+// quadratic in the rank count (4000 ranks of data parallelism: 1.2 GB and 3.2 s to plan).
+class Members {
+ public:
+  Members() = default;
+  Members(std::vector<int> ranks) : ranks_(std::make_shared<const std::vector<int>>(std::move(ranks))) {}  // NOLINT
+  Members(std::initializer_list<int> ranks) : Members(std::vector<int>(ranks)) {}
+  const std::vector<int>& ranks() const { return ranks_ ? *ranks_ : Empty(); }
+  operator const std::vector<int>&() const { return ranks(); }  // NOLINT
+  std::vector<int>::const_iterator begin() const { return ranks().begin(); }
+  std::vector<int>::const_iterator end() const { return ranks().end(); }
+  size_t size() const { return ranks().size(); }
+  bool empty() const { return ranks().empty(); }
+  int operator[](size_t i) const { return ranks()[i]; }
+  friend bool operator==(const Members& a, const Members& b) { return a.ranks_ == b.ranks_ || a.ranks() == b.ranks(); }
+  friend bool operator==(const Members& a, const std::vector<int>& b) { return a.ranks() == b; }
+
+ private:
+  static const std::vector<int>& Empty() {
+    static const std::vector<int> none;
+    return none;
+  }
+  std::shared_ptr<const std::vector<int>> ranks_;
+};
+
 // One task on one rank. Ranges are per tensor axis, in the coordinates of the buffer they name.
 // Parts of a collective follow sbp::SplitRange over the group size (uneven splits allowed).
 struct Task {
@@ -83,7 +111,7 @@ struct Task {
   sbp::Reduce reduce = sbp::Reduce::kSum;  // kReduce, kAllReduce, kReduceScatter
   int peer = -1;                           // kSend: the receiver; kRecv: the sender
   int tag = -1;                            // kSend/kRecv: unique within the plan
-  std::vector<int> group = {};             // collectives: global ranks, ordered
+  Members group = {};                      // collectives: global ranks, ordered
   int concat_axis = -1;                    // kAllGather, kAllToAll: the axis inputs are parts of
   int split_axis = -1;                     // kReduceScatter, kAllToAll: the axis outputs are parts of
   // Collectives: shared by the group's tasks. Ids grow in plan order on every rank, so issuing a

@@ -115,13 +115,14 @@ std::vector<int> Builder::Collective(const CollectiveSpec& spec, const std::vect
   }
   const double per_rank = CollectiveBytes(spec.op, p, size);
   std::vector<int> out_ids;
+  const Members members(group);  // one copy, shared by the group's tasks
   for (size_t k = 0; k < group.size(); ++k) {
     FR_CHECK(buffer(ins[k]).rank == group[k], "input on its member's rank");
     int out = NewBuffer(group[k], outs[k]);
     out_ids.push_back(out);
     traffic_.Member(group[k], per_rank, static_cast<int>(group.size()));
     Add(Task{.op = spec.op, .rank = group[k], .in = {ins[k]}, .out = out, .reduce = spec.reduce,
-             .group = group, .concat_axis = spec.concat_axis, .split_axis = spec.split_axis, .collective = id});
+             .group = members, .concat_axis = spec.concat_axis, .split_axis = spec.split_axis, .collective = id});
   }
   return out_ids;
 }

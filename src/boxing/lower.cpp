@@ -388,9 +388,12 @@ class Lowering {
     // group with the same dtype.
     auto key = [](const boxing::Plan& bp) {
       std::string k = std::string(Name(bp.dtype));
+      int collective = -1;
       for (const boxing::Task& t : bp.tasks) {
         k += "|" + std::to_string(t.rank) + ":" + std::string(Name(t.op)) + ":" + std::to_string(t.split_axis) + ":" +
              std::to_string(t.concat_axis) + ":" + std::to_string(static_cast<int>(t.reduce)) + ":";
+        if (t.collective == collective) continue;  // its tasks share one group: spelled out once
+        collective = t.collective;
         for (int r : t.group) k += std::to_string(r) + ",";
       }
       return k;

@@ -114,7 +114,7 @@ int Train(const Args& a) {
     for (const ir::TaskDesc& t : plan.tasks) {
       if (t.kind != ir::TaskKind::kBoxing || t.move.collective < 0) continue;
       if (groups.size() <= static_cast<size_t>(t.move.collective)) groups.resize(static_cast<size_t>(t.move.collective) + 1);
-      groups[static_cast<size_t>(t.move.collective)] = t.move.group;
+      if (groups[static_cast<size_t>(t.move.collective)].empty()) groups[static_cast<size_t>(t.move.collective)] = t.move.group;
     }
     if (Status s = world->comm->Prepare(groups); !s.ok()) return fail(s);
   }

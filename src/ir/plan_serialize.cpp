@@ -78,7 +78,9 @@ void Put(const Tensor& t, wire::Tensor* w) {
   if (t.defined()) w->set_data(static_cast<const char*>(t.raw()), t.bytes());
 }
 
-void Put(const boxing::Task& m, wire::Move* w) {
+// The group goes with a collective's first task only: its other tasks share it (boxing::Members),
+// and writing it N times made the plan hash of N ranks quadratic.
+void Put(const boxing::Task& m, bool with_group, wire::Move* w) {
   w->set_op(E<wire::Move::Op>(m.op));
   w->set_rank(m.rank);
   Append(w->mutable_in(), m.in);
@@ -94,13 +96,13 @@ void Put(const boxing::Task& m, wire::Move* w) {
   w->set_reduce(E<wire::Reduce>(m.reduce));
   w->set_peer(m.peer);
   w->set_tag(m.tag);
-  Append(w->mutable_group(), m.group);
+  if (with_group) Append(w->mutable_group(), m.group);
   w->set_concat_axis(m.concat_axis);
   w->set_split_axis(m.split_axis);
   w->set_collective(m.collective);
 }
 
-void Put(const TaskDesc& t, wire::Task* w) {
+void Put(const TaskDesc& t, bool with_group, wire::Task* w) {
   w->set_id(t.id);
   w->set_rank(t.rank);
   w->set_stream(t.stream);
@@ -118,7 +120,7 @@ void Put(const TaskDesc& t, wire::Task* w) {
   }
   Append(w->mutable_out(), t.out);
   w->set_per_step(t.per_step);
-  if (t.kind == TaskKind::kBoxing) Put(t.move, w->mutable_move());
+  if (t.kind == TaskKind::kBoxing) Put(t.move, with_group, w->mutable_move());
 }
 
 void Put(const RegstDesc& r, wire::Regst* w) {
@@ -168,7 +170,13 @@ wire::Plan ToWire(const Plan& p) {
   w.set_pipeline_stages(p.pipeline_stages);
   PutAll(p.nodes, w.mutable_nodes());
   PutAll(p.consts, w.mutable_consts());
-  PutAll(p.tasks, w.mutable_tasks());
+  std::vector<bool> grouped;  // collectives whose group is written
+  for (const TaskDesc& t : p.tasks) {
+    const int c = t.kind == TaskKind::kBoxing ? t.move.collective : -1;
+    if (c >= 0 && grouped.size() <= static_cast<size_t>(c)) grouped.resize(static_cast<size_t>(c) + 1, false);
+    Put(t, c >= 0 && !grouped[static_cast<size_t>(c)], w.mutable_tasks()->Add());
+    if (c >= 0) grouped[static_cast<size_t>(c)] = true;
+  }
   PutAll(p.regsts, w.mutable_regsts());
   PutAll(p.values, w.mutable_values());
   for (const std::string& s : p.node_sig) w.add_node_sig(s);
