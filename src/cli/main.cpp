@@ -193,6 +193,10 @@ int Plan(const Args& a) {
 
 int main(int argc, char** argv) {
   CLI::App app{"flowrun: distributed training of ONNX models, as simple as one device"};
+  // Command-line errors read like every other error: "flowrun: ...", then where to look.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "flowrun: " + std::string(e.what()) + "\nRun with --help for more information.\n";
+  });
   app.set_version_flag("--version", std::string("flowrun ") + FLOWRUN_VERSION);
   app.require_subcommand(1);
   fr::Args args;

@@ -376,6 +376,24 @@ class Assigner {
                            PlaceOfNode(id).ToString());
   }
 
+  // Why Greedy found no signature for node `id`: its inputs are held as hinted (or as a parameter's
+  // fixed pieces), and none of the op's signatures takes them so.
+  Status NoneTakes(NodeId id) const {
+    const ir::Node& n = g_.node(id);
+    std::string held;
+    for (ValueId v : n.in) {
+      if (v == ir::kNoValue || !hint_[static_cast<size_t>(v)].size()) continue;
+      held += std::string(held.empty() ? "" : ", ") + "'" + g_.value(v).name + "' is hinted " + hint_[static_cast<size_t>(v)].ToString();
+    }
+    std::vector<ir::TensorType> in, out;
+    for (ValueId v : n.in) in.push_back(v == ir::kNoValue ? ir::TensorType{} : g_.type(v));
+    for (ValueId v : n.out) out.push_back(g_.type(v));
+    std::string accepts;
+    for (const Signature& s : Def(n.op).sbp(n, in, out, PlaceOfNode(id).hierarchy()[0])) accepts += "\n  " + s.ToString();
+    return Status::Invalid("[sbp] op '" + n.name + "' (" + Def(n.op).name + ") has no signature that takes its inputs as they are" +
+                           (held.empty() ? std::string() : " (" + held + ")") + "; per mesh axis it accepts:" + accepts);
+  }
+
   int NodeOf(int rank) const { return o_.cluster.devices_per_node > 0 ? rank / o_.cluster.devices_per_node : 0; }
 
   // Which movements involve ranks on more than one node, per stage pair and per (stage, mesh
@@ -722,7 +740,7 @@ class Assigner {
         }
       }
     }
-    if (best == cands.size()) return Status::Invalid("[sbp] op '" + n.name + "' has no signature that takes its parameter as it is");
+    if (best == cands.size()) return NoneTakes(id);
     Place(id, best);
     return Status::Ok();
   }

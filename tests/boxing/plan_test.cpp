@@ -719,6 +719,8 @@ const BadCase kBad[] = {
     {"split axis out of range", 4, {"parallel.sbp={x: [\"S(5)\"]}"}, "[sbp]", {"'x'", "S(5)", "[32, 64]", "axis 5"}},
     {"unknown node glob in stages", 2, {"parallel.stages=[[\"/nope/*\"], [\"*\"]]"}, "[config]",
      {"parallel.stages", "stage 0", "'/nope/*'", "matches no node"}},
+    {"a data input hinted partial", 2, {"parallel.sbp={x: [\"P\"]}"}, "[sbp]",
+     {"op '/fc1/Gemm' (Gemm)", "takes its inputs as they are", "'x' is hinted [P]", "accepts:"}},
     {"hint glob matches nothing", 4, {"parallel.sbp={\"nothing*\": [\"S(0)\"]}"}, "[sbp]", {"'nothing*'", "matches no tensor"}},
     {"hint on a node input index past size_t", 2, {"parallel.sbp={\"/fc1/Gemm:99999999999999999999999\": [\"B\"]}"}, "[sbp]",
      {"'/fc1/Gemm:99999999999999999999999'", "node '/fc1/Gemm' has no input 99999999999999999999999"}},

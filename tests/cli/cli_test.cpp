@@ -129,6 +129,10 @@ TEST(Cli, NoSubcommand) {
   EXPECT_EQ(r.code, 2) << r.out;
   Output u = Flowrun({"frobnicate"});
   EXPECT_EQ(u.code, 2) << u.out;
+  // Command-line errors start as every other error does, and name the option.
+  Output o = Flowrun({"plan", "configs/mlp.yaml", "--ranks", "0"});
+  EXPECT_EQ(o.code, 2) << o.out;
+  EXPECT_EQ(o.out.rfind("flowrun: --ranks: ", 0), 0u) << o.out;
 }
 
 TEST(Cli, EveryConfigTrains) {
