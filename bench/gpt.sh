@@ -115,6 +115,11 @@ print(f"machine ceiling: {ceiling:.2f} (two independent flowrun processes, each 
       f"{med([ms(o) for o in fr1]):.2f} for one on the whole batch)")
 print(f"in lockstep    : {ceiling_lockstep:.2f} (the same pair, each step waiting for the slower of the two, as a "
       f"synchronous step does: {med(lockstep):.2f} ms/step)")
+# What the communication and synchronisation cost flowrun, apart from the machine: the 2 ranks'
+# step over the lockstep pair's, run by run (the pair does the same compute with none of either).
+over = [ms(b) / s for b, s in zip(fr2, lockstep)]
+print(f"2 ranks / pair : {med(over):.3f}x the lockstep pair's step (runs {min(over):.3f}-{max(over):.3f}): "
+      f"what data parallelism costs beyond the machine")
 print(f"MFU            : {gf:.1f} GFLOP/s (matmul) over {peak:.1f} GFLOP/s single-core SGEMM peak = {gf / peak:.0%}")
 def runs(xs):
     return " ".join(f"{x:.2f}" for x in xs)
