@@ -49,9 +49,46 @@ double MatMulFlops(const ir::Graph& g, int64_t micro_batches) {
   return total;
 }
 
-// Cross-entropy labels are checked against the logits' class count once, before training, so a
-// bad label names its field, file and sample instead of failing at some step.
-Status CheckLabels(const Config& cfg, const data::Dataset& ds, const ir::Graph& g) {
+// Where a data field comes from, for messages: its file, or its synthetic block.
+std::string SourceOf(const Config& cfg, const std::string& field) {
+  if (cfg.data.format == DataConfig::Format::kNpy) return "data." + field + ": '" + cfg.data.npy.at(field) + "'";
+  if (cfg.data.format == DataConfig::Format::kTokens) return "data.train: '" + cfg.data.train + "'";
+  return "data.fields." + field;
+}
+
+// The first value of integer field `field` outside [lo, hi), as "sample W has WHAT VALUE"; empty
+// if none.
+std::string FirstOutside(const data::Dataset& ds, const std::string& field, int64_t lo, int64_t hi, const std::string& what) {
+  std::vector<int64_t> sample(static_cast<size_t>(ds.fields().at(field).sample.numel()));
+  for (int64_t w = 0; w < ds.size(); ++w) {
+    ds.CopySample(field, w, sample.data());
+    for (int64_t x : sample)
+      if (x < lo || x >= hi) return "sample " + std::to_string(w) + " has " + what + " " + std::to_string(x);
+  }
+  return "";
+}
+
+// Cross-entropy labels are checked against the logits' class count, and integer inputs read as
+// Gather indices (token ids into an embedding) against the table's rows, once, before training:
+// a bad value names its field, file and sample instead of failing at some step.
+Status CheckIntegerData(const Config& cfg, const data::Dataset& ds, const ir::Graph& g) {
+  for (const auto& [input, field] : cfg.model.inputs) {
+    const ir::ValueId v = g.Find(input);
+    if (v == ir::kNoValue || ds.fields().at(field).dtype != DType::kI64) continue;
+    for (const ir::Node& n : g.nodes) {
+      if (n.op != OpKind::kGather || n.in.size() < 2 || n.in[1] != v) continue;
+      const Shape& table = g.type(n.in[0]).shape;
+      const auto axis = table.Axis(n.attrs.Int("axis", 0));
+      if (!axis.ok()) continue;
+      const int64_t rows = table[*axis];
+      const std::string bad = FirstOutside(ds, field, -rows, rows, "index");  // ONNX Gather takes negative indices too
+      if (!bad.empty()) {
+        return Status::Invalid("[data] " + SourceOf(cfg, field) + ": " + bad + ", outside [" + std::to_string(-rows) + ", " +
+                               std::to_string(rows) + ") for '" + n.name + "', which indexes " + g.value(n.in[0]).name + " " +
+                               table.ToString() + " with it (model.inputs." + input + ": " + field + ")");
+      }
+    }
+  }
   if (cfg.model.loss.type != LossConfig::Type::kCrossEntropy) return Status::Ok();
   const std::string& field = cfg.model.loss.labels;
   const data::Field& f = ds.fields().at(field);
@@ -59,21 +96,10 @@ Status CheckLabels(const Config& cfg, const data::Dataset& ds, const ir::Graph& 
   if (f.dtype != DType::kI64 || logits == ir::kNoValue || g.type(logits).shape.rank() == 0) return Status::Ok();
   const Shape& ls = g.type(logits).shape;
   const int64_t classes = ls[ls.rank() - 1];
-  std::string source = "data.fields." + field;
-  if (cfg.data.format == DataConfig::Format::kNpy) source = "data." + field + ": '" + cfg.data.npy.at(field) + "'";
-  if (cfg.data.format == DataConfig::Format::kTokens) source = "data.train: '" + cfg.data.train + "'";
-  std::vector<int64_t> sample(static_cast<size_t>(f.sample.numel()));
-  for (int64_t w = 0; w < ds.size(); ++w) {
-    ds.CopySample(field, w, sample.data());
-    for (int64_t label : sample) {
-      if (label < 0 || label >= classes) {
-        return Status::Invalid("[data] " + source + ": sample " + std::to_string(w) + " has label " +
-                               std::to_string(label) + ", outside [0, " + std::to_string(classes) + ") for " +
-                               cfg.model.loss.output + " " + ls.ToString() + " (model.loss.labels: " + field + ")");
-      }
-    }
-  }
-  return Status::Ok();
+  const std::string bad = FirstOutside(ds, field, 0, classes, "label");
+  if (bad.empty()) return Status::Ok();
+  return Status::Invalid("[data] " + SourceOf(cfg, field) + ": " + bad + ", outside [0, " + std::to_string(classes) +
+                         ") for " + cfg.model.loss.output + " " + ls.ToString() + " (model.loss.labels: " + field + ")");
 }
 
 // A fused projection is split into its parts when a hint names it (NODE:i on its MatMul, or its
@@ -143,7 +169,7 @@ Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel>
   ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(std::move(model), bound));
   ir::Rewrite(forward, RewriteOptionsOf(cfg, forward));
   ASSIGN_OR_RETURN(c.training, ir::BuildTraining(std::move(forward), SpecOf(cfg, *c.dataset)));
-  RETURN_IF_ERROR(CheckLabels(cfg, *c.dataset, c.training.graph));
+  RETURN_IF_ERROR(CheckIntegerData(cfg, *c.dataset, c.training.graph));
   c.flops_per_step = MatMulFlops(c.training.graph, cfg.accumulation());
   c.tokens_per_step = cfg.train.global_batch * (cfg.data.format == DataConfig::Format::kTokens ? cfg.data.seq_len : 1);
   return c;

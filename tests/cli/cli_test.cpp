@@ -284,6 +284,14 @@ const std::vector<BadRun>& BadRuns() {
          return TrainYaml(t, MlpYaml(Root() + "/models/mlp.onnx", xp, yp));
        },
        2, {"[data] data.x", "x.npy' has no rows"}},
+      {"token_outside_the_embedding",  // token 300 of a 256-row table, in window 1 (seq_len 64)
+       [](const TempDir& t) {
+         std::string tok(2 * 200, '\0');
+         for (size_t i = 0; i < 200; ++i) tok[2 * i] = static_cast<char>(i % 200);
+         tok[2 * 70] = static_cast<char>(300 & 0xff), tok[2 * 70 + 1] = static_cast<char>(300 >> 8);
+         return std::vector<std::string>{"train", "configs/gpt.yaml", "--set", "data.train=" + t.Write("bad.u16", tok)};
+       },
+       2, {"[data] data.train", "bad.u16", "sample 1 has index 300", "outside [-256, 256)", "'/wte/Gather'", "wte.weight [256, 64]"}},
       {"tokens_seq_len_huge",
        [](const TempDir&) {
          return std::vector<std::string>{"train", "configs/gpt.yaml", "--set", "data.seq_len=9223372036854775807"};
