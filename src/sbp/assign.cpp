@@ -363,14 +363,8 @@ class Assigner {
     for (size_t i = 0; i < n.out.size(); ++i) {
       const NdSbp& h = hint_[static_cast<size_t>(n.out[i])];
       if (!h.size()) continue;
-      std::vector<ir::TensorType> in, out;
-      for (ValueId v : n.in) in.push_back(v == ir::kNoValue ? ir::TensorType{} : g_.type(v));
-      for (ValueId v : n.out) out.push_back(g_.type(v));
-      std::string accepts;
-      for (const Signature& s : Def(n.op).sbp(n, in, out, PlaceOfNode(id).hierarchy()[0]))
-        accepts += "\n  " + s.ToString();
       return Status::Invalid("[sbp] tensor '" + g_.value(n.out[i]).name + "' is hinted " + h.ToString() + ", but op '" +
-                             n.name + "' (" + Def(n.op).name + ") cannot produce it; per mesh axis it accepts:" + accepts);
+                             n.name + "' (" + Def(n.op).name + ") cannot produce it; per mesh axis it accepts:" + Accepts(id));
     }
     return Status::Invalid("[sbp] op '" + n.name + "' (" + Def(n.op).name + ") has no signature that fits its tensors on " +
                            PlaceOfNode(id).ToString());
@@ -385,13 +379,19 @@ class Assigner {
       if (v == ir::kNoValue || !hint_[static_cast<size_t>(v)].size()) continue;
       held += std::string(held.empty() ? "" : ", ") + "'" + g_.value(v).name + "' is hinted " + hint_[static_cast<size_t>(v)].ToString();
     }
+    return Status::Invalid("[sbp] op '" + n.name + "' (" + Def(n.op).name + ") has no signature that takes its inputs as they are" +
+                           (held.empty() ? std::string() : " (" + held + ")") + "; per mesh axis it accepts:" + Accepts(id));
+  }
+
+  // The signatures node `id`'s op offers on one mesh axis of its placement, a line each.
+  std::string Accepts(NodeId id) const {
+    const ir::Node& n = g_.node(id);
     std::vector<ir::TensorType> in, out;
     for (ValueId v : n.in) in.push_back(v == ir::kNoValue ? ir::TensorType{} : g_.type(v));
     for (ValueId v : n.out) out.push_back(g_.type(v));
-    std::string accepts;
-    for (const Signature& s : Def(n.op).sbp(n, in, out, PlaceOfNode(id).hierarchy()[0])) accepts += "\n  " + s.ToString();
-    return Status::Invalid("[sbp] op '" + n.name + "' (" + Def(n.op).name + ") has no signature that takes its inputs as they are" +
-                           (held.empty() ? std::string() : " (" + held + ")") + "; per mesh axis it accepts:" + accepts);
+    std::string lines;
+    for (const Signature& s : Def(n.op).sbp(n, in, out, PlaceOfNode(id).hierarchy()[0])) lines += "\n  " + s.ToString();
+    return lines;
   }
 
   int NodeOf(int rank) const { return o_.cluster.devices_per_node > 0 ? rank / o_.cluster.devices_per_node : 0; }
