@@ -62,17 +62,19 @@ int RanksHere() {
 int Cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 double PhysicalMemoryBytes() { return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)); }
 
-// A plan that needs more memory on one rank than the whole machine has would only get as far as
-// a failed allocation (an abort) or the OOM killer; say so before running. The plan's figure is
-// an estimate, so this catches the hopeless cases, not every tight one.
+// A plan that needs more memory on one rank than its share of the machine (the node's memory over
+// the ranks on it) would only get as far as a failed allocation (an abort) or the OOM killer; say
+// so before running. The plan's figure is an estimate, so this catches the hopeless cases, not
+// every tight one.
 Status CheckMemory(const ir::Plan& plan, int rank) {
   const ir::Plan::Memory m = plan.MemoryOf(rank);
-  const double need = static_cast<double>(m.params + m.state + m.regsts), have = PhysicalMemoryBytes();
+  const double need = static_cast<double>(m.params + m.state + m.regsts), have = PhysicalMemoryBytes() / RanksHere();
   if (have <= 0 || need <= have) return Status::Ok();
   return Status::Runtime("[train] rank " + std::to_string(rank) + " needs " + HumanBytes(need) + " (parameters " +
                          HumanBytes(static_cast<double>(m.params)) + ", optimizer state " + HumanBytes(static_cast<double>(m.state)) +
-                         ", registers " + HumanBytes(static_cast<double>(m.regsts)) + "; `flowrun plan --dump` lists them) but this machine has " +
-                         HumanBytes(have) + " of memory: lower train.micro_batch or spread the model over more ranks");
+                         ", registers " + HumanBytes(static_cast<double>(m.regsts)) + "; `flowrun plan --dump` lists them) but its share of this machine is " +
+                         HumanBytes(have) + " of memory (over " + std::to_string(RanksHere()) +
+                         " rank(s) here): lower train.micro_batch or spread the model over more ranks");
 }
 int KernelThreads() {
   if (std::getenv("OMP_NUM_THREADS")) return 0;
