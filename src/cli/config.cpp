@@ -351,11 +351,16 @@ Status ReadLog(const Val& v, LogConfig* l) {
   return s.Read("jsonl", &l->jsonl, Need::kOptional);
 }
 
+Status ReadSave(const Val& v, SaveConfig* s) {
+  ASSIGN_OR_RETURN(Section sec, Section::Open(v, {"onnx"}));
+  return sec.Read("onnx", &s->onnx, Need::kRequired);
+}
+
 Result<Config> Build(const Val& root, const std::string& path) {
   Config c;
   c.path = path;
   ASSIGN_OR_RETURN(Section top, Section::Open(root, {"model", "data", "train", "optimizer",
-                                                     "schedule", "parallel", "cluster", "log"}));
+                                                     "schedule", "parallel", "cluster", "log", "save"}));
   ASSIGN_OR_RETURN(Val model, top.Get("model"));
   RETURN_IF_ERROR(ReadModel(model, &c.model));
   ASSIGN_OR_RETURN(Val data, top.Get("data"));
@@ -368,6 +373,7 @@ Result<Config> Build(const Val& root, const std::string& path) {
   if (const Val* v = top.Find("parallel")) RETURN_IF_ERROR(ReadParallel(*v, &c.parallel));
   if (const Val* v = top.Find("cluster")) RETURN_IF_ERROR(ReadCluster(*v, &c.cluster));
   if (const Val* v = top.Find("log")) RETURN_IF_ERROR(ReadLog(*v, &c.log));
+  if (const Val* v = top.Find("save")) RETURN_IF_ERROR(ReadSave(*v, &c.save));
   return c;
 }
 
@@ -501,6 +507,7 @@ std::string ConfigToYaml(const Config& c) {
   line("log:");
   line("  every: " + std::to_string(c.log.every));
   if (!c.log.jsonl.empty()) line("  jsonl: " + Quote(c.log.jsonl));
+  if (!c.save.onnx.empty()) line("save: {onnx: " + Quote(c.save.onnx) + "}");
   return y;
 }
 

@@ -118,6 +118,12 @@ struct LogConfig {
   std::string jsonl;  // path as written; empty = none
 };
 
+// Where the trained model goes: a copy of model.onnx with the trained parameters as its
+// initializers, written by rank 0 when training ends.
+struct SaveConfig {
+  std::string onnx;  // path as written; empty = not saved
+};
+
 struct Config {
   std::string path;  // the file it came from
   ModelConfig model;
@@ -128,6 +134,7 @@ struct Config {
   ParallelConfig parallel;
   ClusterConfig cluster;
   LogConfig log;
+  SaveConfig save;
 
   int64_t accumulation() const { return train.global_batch / train.micro_batch; }
 };

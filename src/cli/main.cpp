@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <cstdlib>
 #include <thread>
 #include <iostream>
@@ -19,6 +20,8 @@
 #include "cli/config.h"
 #include "cli/env.h"
 #include "cli/pipeline.h"
+#include "cli/save.h"
+#include "ir/onnx_export.h"
 #include "cli/step_log.h"
 #include "ir/plan_dump.h"
 #include "search/command.h"
@@ -109,6 +112,12 @@ int Train(const Args& a) {
   if (!c.ok()) return fail(c.status());
   const ir::Plan& plan = c->plan;
   if (Status s = CheckMemory(plan, world->rank); !s.ok()) return fail(s);
+  if (!cfg->save.onnx.empty()) {  // before training: a run is not lost to a model it cannot save
+    if (Status s = ir::CheckOnnxWeights(*c->model, SavedTypes(c->training)); !s.ok())
+      return fail(Status::Invalid("[config] " + cfg->path + ": save.onnx: " + s.message()));
+    if (std::filesystem::is_directory(cfg->save.onnx))
+      return fail(Status::Invalid("[config] " + cfg->path + ": save.onnx: '" + cfg->save.onnx + "' is a directory"));
+  }
   if (Status s = actor::AgreeOnPlan(*world, ir::PlanHash(plan)); !s.ok())
     return fail(s);
   if (world->comm) {
@@ -151,6 +160,11 @@ int Train(const Args& a) {
   if (Status s = rt.Run(ro); !s.ok()) return fail(s);
   if (tracer) {
     if (Status s = tracer->Write(actor::TracePath(a.trace, world->rank, world->size)); !s.ok()) return fail(s);
+  }
+  if (!cfg->save.onnx.empty()) {
+    if (Status s = SaveTrained(plan, c->training, rt, world->comm.get(), world->rank, cfg->parallel.timeout, *c->model, cfg->save.onnx); !s.ok())
+      return fail(s);
+    if (lead) std::cout << "saved: " << cfg->save.onnx << " (model.onnx with the trained parameters)" << std::endl;
   }
   if (lead) {
     std::cout << "done: " << cfg->train.steps << " steps on " << world->size << " rank(s), final loss " << log.last_loss()

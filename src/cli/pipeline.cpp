@@ -166,6 +166,7 @@ Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel>
   if (!model) {
     ASSIGN_OR_RETURN(model, ir::ReadOnnx(cfg.model.onnx));
   }
+  c.model = model;
   ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(std::move(model), bound));
   ir::Rewrite(forward, RewriteOptionsOf(cfg, forward));
   ASSIGN_OR_RETURN(c.training, ir::BuildTraining(std::move(forward), SpecOf(cfg, *c.dataset)));

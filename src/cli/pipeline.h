@@ -22,6 +22,7 @@ struct Compiled {
   ir::Plan plan;
   double flops_per_step = 0;    // matmul FLOPs, forward and backward, whole step
   int64_t tokens_per_step = 0;  // global_batch x seq_len for tokens, else global_batch samples
+  std::shared_ptr<const ir::OnnxModel> model;  // the parsed model.onnx (save: writes a copy)
 };
 
 // Compiles for `ranks` ranks (the world size of a run, or `plan --ranks`): Prepare, then the Plan.

@@ -16,11 +16,6 @@
 
 namespace fr::ir {
 
-struct OnnxModel {
-  std::string path;  // for messages
-  onnx::ModelProto proto;
-};
-
 namespace {
 
 // Ops that import handles itself rather than as kernels.

@@ -14,6 +14,12 @@
 
 namespace fr::ir {
 
+// A parsed ONNX file (onnx_import.h: ReadOnnx).
+struct OnnxModel {
+  std::string path;  // for messages
+  onnx::ModelProto proto;
+};
+
 // float32, int64, int32, bool and uint8; any other element type is an error naming it.
 Result<DType> DTypeFromOnnx(int32_t t, const std::string& what);
 

@@ -379,8 +379,11 @@ class Assigner {
       if (v == ir::kNoValue || !hint_[static_cast<size_t>(v)].size()) continue;
       held += std::string(held.empty() ? "" : ", ") + "'" + g_.value(v).name + "' is hinted " + hint_[static_cast<size_t>(v)].ToString();
     }
+    const std::string accepts = Accepts(id);
     return Status::Invalid("[sbp] op '" + n.name + "' (" + Def(n.op).name + ") has no signature that takes its inputs as they are" +
-                           (held.empty() ? std::string() : " (" + held + ")") + "; per mesh axis it accepts:" + Accepts(id));
+                           (held.empty() ? std::string() : " (" + held + ")") +
+                           (accepts.empty() ? "; it has none for these shapes on " + PlaceOfNode(id).ToString()
+                                            : "; per mesh axis it accepts:" + accepts));
   }
 
   // The signatures node `id`'s op offers on one mesh axis of its placement, a line each.

@@ -135,6 +135,40 @@ TEST(Cli, NoSubcommand) {
   EXPECT_EQ(o.out.rfind("flowrun: --ranks: ", 0), 0u) << o.out;
 }
 
+// save: {onnx: PATH} writes model.onnx with the trained parameters: trained again from it, the
+// next step's loss is the one the run that went on computed, to the last printed digit. Full-batch
+// steps (global_batch = the 4096 rows) see the same samples, so step 3 of a 3-step run and step 1
+// from the model saved after 2 steps read the same weights and data.
+TEST(Cli, SavedModelContinuesTheRun) {
+  TempDir tmp;
+  const std::vector<std::string> batch = {"--set", "train.global_batch=4096", "--set", "train.micro_batch=2048", "--set",
+                                          "log.every=1"};
+  auto train = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"train", "configs/mlp.yaml"});
+    args.insert(args.end(), batch.begin(), batch.end());
+    return Flowrun(args);
+  };
+  auto losses = [](const std::string& jsonl) {
+    std::vector<std::string> out;
+    std::ifstream f(jsonl);
+    for (std::string line; std::getline(f, line);) out.push_back(line.substr(line.find("\"loss\":"), 22));
+    return out;
+  };
+  const std::string saved = tmp / "trained.onnx";
+  Output on = train({"--set", "train.steps=3", "--set", "log.jsonl=" + tmp / "on.jsonl"});
+  ASSERT_EQ(on.code, 0) << on.out;
+  Output save = train({"--set", "train.steps=2", "--set", "save={onnx: " + saved + "}"});
+  ASSERT_EQ(save.code, 0) << save.out;
+  EXPECT_NE(save.out.find("saved: " + saved), std::string::npos) << save.out;
+  Output again = train({"--set", "train.steps=1", "--set", "model.onnx=" + saved, "--set", "log.jsonl=" + tmp / "again.jsonl"});
+  ASSERT_EQ(again.code, 0) << again.out;
+  const std::vector<std::string> a = losses(tmp / "on.jsonl"), b = losses(tmp / "again.jsonl");
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0], a[2]);
+  EXPECT_NE(b[0], a[0]) << "the saved model is the trained one, not the original";
+}
+
 TEST(Cli, EveryConfigTrains) {
   TempDir tmp;
   auto configs = Sorted("configs", ".yaml");
@@ -292,6 +326,9 @@ const std::vector<BadRun>& BadRuns() {
          return std::vector<std::string>{"train", "configs/gpt.yaml", "--set", "data.train=" + t.Write("bad.u16", tok)};
        },
        2, {"[data] data.train", "bad.u16", "sample 1 has index 300", "outside [-256, 256)", "'/wte/Gather'", "wte.weight [256, 64]"}},
+      {"save_to_a_directory",  // refused before training, not after
+       [](const TempDir& t) { return TrainYaml(t, DefaultYaml() + "save: {onnx: " + t / "" + "}\n"); },
+       2, {"[config]", "bad.yaml", "save.onnx", "is a directory"}},
       {"tokens_seq_len_huge",
        [](const TempDir&) {
          return std::vector<std::string>{"train", "configs/gpt.yaml", "--set", "data.seq_len=9223372036854775807"};
