@@ -1,5 +1,7 @@
 #include "ir/onnx_export.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -84,7 +86,9 @@ Status WriteOnnx(const OnnxModel& model, const std::map<std::string, Tensor>& we
   std::error_code ec;
   const std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  const std::string tmp = path + ".partial";  // a reader never sees half a file
+  // Written aside and renamed: a reader never sees half a file, and two runs saving to one path
+  // (a test suite) do not write into each other's.
+  const std::string tmp = path + ".partial." + std::to_string(::getpid());
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f || !out.SerializeToOstream(&f) || !f.flush())
