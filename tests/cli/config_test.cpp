@@ -44,6 +44,7 @@ parallel:
   zero: true
   timeout: 2.5
 log: {every: 10, jsonl: runs/gpt/metrics.jsonl}
+save: {onnx: runs/gpt/trained.onnx}
 )";
 
 TEST(Config, FullConfigRoundTrips) {
@@ -90,6 +91,7 @@ TEST(Config, FullConfigRoundTrips) {
   EXPECT_DOUBLE_EQ(c.parallel.timeout, 2.5);
   EXPECT_EQ(c.log.every, 10);
   EXPECT_EQ(c.log.jsonl, "runs/gpt/metrics.jsonl");
+  EXPECT_EQ(c.save.onnx, "runs/gpt/trained.onnx");
 }
 
 TEST(Config, DefaultsAndOtherVariants) {
