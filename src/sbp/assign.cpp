@@ -259,15 +259,45 @@ class Assigner {
     if (nd.any_partial()) return false;
     const NdSbp& h = hint_[static_cast<size_t>(v)];
     if (h.size()) return h == nd;
-    if (!Check(g_.type(v).shape, nd, PlaceOf(v)).ok()) return false;
+    // As for an op's tensors (Fits): a source nested unevenly would leave its readers, the
+    // update of a ZeRO-sharded parameter among them, no signature to take it.
+    if (!Check(g_.type(v).shape, nd, PlaceOf(v)).ok() || !EvenNesting(g_.type(v).shape, nd, PlaceOf(v))) return false;
     if (g_.value(v).kind == ir::ValueKind::kParam) {
-      const bool zero = o_.zero && !whole_params_;
+      const bool zero = o_.zero && !whole_params_ && ZeroShardable(v);
       for (int a : dp_axes_) {
         if (a >= nd.size()) continue;
         if (zero != nd[a].is_split()) return false;
       }
     }
     return true;
+  }
+
+  // Whether ZeRO can shard parameter v over every data-parallel axis with pieces the ops take (a
+  // tensor axis per mesh axis, nested evenly). One that cannot (fc3.bias [10] split by 2 x 2) stays
+  // whole on those axes, as without ZeRO, instead of leaving its update no signature.
+  bool ZeroShardable(ValueId v) const {
+    if (zero_shardable_.empty()) zero_shardable_.assign(g_.values.size(), -1);
+    int8_t& known = zero_shardable_[static_cast<size_t>(v)];
+    if (known >= 0) return known != 0;
+    const Shape& shape = g_.type(v).shape;
+    const Placement& p = PlaceOf(v);
+    std::vector<int> dp;
+    for (int a : dp_axes_)
+      if (a < p.hierarchy().rank()) dp.push_back(a);
+    // Every choice of a tensor axis per data-parallel mesh axis, the other mesh axes B.
+    std::vector<int> axis(dp.size(), 0);
+    known = 0;
+    for (bool more = shape.rank() > 0; more && !known;) {
+      NdSbp nd = NdSbp::Broadcast(p.hierarchy().rank());
+      for (size_t i = 0; i < dp.size(); ++i) nd[dp[i]] = Sbp::S(axis[i]);
+      known = Check(shape, nd, p).ok() && EvenNesting(shape, nd, p);
+      more = false;
+      for (size_t i = 0; i < axis.size() && !more; ++i) {
+        if (++axis[i] < shape.rank()) more = true;
+        else axis[i] = 0;
+      }
+    }
+    return known != 0;
   }
 
   // Expands the op's 1-D rule over the mesh axes. The rule for mesh axis a sees the pieces left by
@@ -1257,6 +1287,7 @@ class Assigner {
   std::vector<std::vector<bool>> spans_axis_;       // per stage, per mesh axis: its groups span nodes
   std::vector<bool> has_grad_;                      // per value: something computes its gradient
   bool mirror_ = false;                             // greedy start: forward ops pay for their backward
+  mutable std::vector<int8_t> zero_shardable_;       // per value, ZeroShardable: -1 not yet known
   bool whole_params_ = false;                       // third start: parameters not yet sharded by ZeRO
   bool logging_ = false;                            // Place/SetValue record what they overwrite
   std::vector<std::pair<NodeId, int>> node_log_;  // what Place overwrote: the node's candidate index

@@ -118,6 +118,12 @@ TEST(Distributed, Zero_1n2d) {
 TEST(Distributed, Zero_1n4d) {
   ExpectSameLosses({"zero4", kMlp, 4, {"parallel.zero=true", "parallel.sbp={x: [\"S(0)\"]}"}, {}});
 }
+// Data parallel on both axes of a 2x2 mesh with ZeRO: a parameter that cannot be sharded evenly
+// four ways (fc3.bias [10]) stays whole on the data axes instead of leaving its update without a
+// signature (it did not plan before).
+TEST(Distributed, ZeroOn2DDataMesh_2x2) {
+  ExpectSameLosses({"zero_2d", kMlp, 4, {"parallel.mesh=[2, 2]", "parallel.sbp={x: [\"S(0)\", \"S(0)\"]}", "parallel.zero=true"}, {}});
+}
 TEST(Distributed, Pipeline2Stages_4Micro) {
   ExpectSameLosses({"pp2", kLn, 2, {"parallel.stages=[[\"/fc1/*\", \"/ln/*\"], [\"*\"]]"},
                     {"train.micro_batch=4", "train.global_batch=16"}});
