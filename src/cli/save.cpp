@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "boxing/builder.h"

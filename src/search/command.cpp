@@ -59,6 +59,7 @@ int Validate(const Outcome& o, const SearchArgs& a) {
       c.train.steps = a.validate_steps;
       c.log.every = 1;
       c.log.jsonl = (dir / ("candidate" + std::to_string(i + 1) + ".jsonl")).string();
+      c.save.onnx.clear();  // a timing run: nothing to keep
       fs::path yaml = dir / ("candidate" + std::to_string(i + 1) + ".yaml");
       fs::path log = dir / ("candidate" + std::to_string(i + 1) + ".log");
       std::ofstream(yaml) << ConfigToYaml(c);
