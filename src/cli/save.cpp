@@ -140,8 +140,7 @@ Status SaveTrained(const ir::Plan& plan, const ir::TrainingGraph& t, const actor
     int64_t at = 0;
     for (const auto& [index, v] : list) {
       const Tensor& part = params[v];
-      std::vector<sbp::Range> region;
-      for (int i = 0; i < part.shape().rank(); ++i) region.push_back({0, part.shape()[i]});
+      boxing::Region region = boxing::Whole(part.shape());
       const int64_t width = part.shape()[part.shape().rank() - 1];
       region.back() = {at, at + width};
       boxing::WriteRegion(joined, region, part);
