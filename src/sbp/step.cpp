@@ -53,7 +53,14 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
   // their accumulators per micro-batch, and the parameters' squared gradient norms on their way to
   // the stage that sums them (each leaves as its gradient is reduced; traced on gpt_mini in 2
   // stages, the 15 of them left within 13 us of each other and arrived together).
+  // A step of one micro-batch starts with its inputs' movements (the data actor prefetches them)
+  // and its parameter buckets in flight together: traced on the MLP, dp4 with ZeRO, x's
+  // all-gather was in flight through the whole of the parameters' (x started 55 us sooner and
+  // ended 2 us later), so it shares the latency the buckets already pay.
   std::vector<std::array<double, 5>> together(static_cast<size_t>(S), {0, 0, 0, 0, 0});
+  for (const PricedEdge& e : a.edges)
+    if (e.bucketed && e.per_step && g.value(e.value).kind == ir::ValueKind::kParam)
+      together[static_cast<size_t>(e.dst_stage)][1] += e.latency;
   for (const PricedEdge& e : a.edges) {
     StageTime& st = t.stages[static_cast<size_t>(e.dst_stage)];
     double seconds = e.seconds;
@@ -63,8 +70,9 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
     const bool partial_gradient = !e.per_step && to_accumulator[v] && !read_otherwise[v];
     const bool norm_part = e.per_step && g.ProducedBy(e.value, OpKind::kSquareSum);
     const bool param = val.kind == ir::ValueKind::kParam && !e.bucketed;
-    if (param || gradient || partial_gradient || norm_part) {
-      const int kind = norm_part ? 4 : partial_gradient ? 3 : gradient ? 2 : e.per_step ? 1 : 0;
+    const bool first_input = val.kind == ir::ValueKind::kInput && M == 1;
+    if (param || first_input || gradient || partial_gradient || norm_part) {
+      const int kind = norm_part ? 4 : partial_gradient ? 3 : gradient ? 2 : (e.per_step || first_input) ? 1 : 0;
       double& wait = together[static_cast<size_t>(e.dst_stage)][static_cast<size_t>(kind)];
       seconds -= e.latency - std::max(0.0, e.latency - wait);
       wait = std::max(wait, e.latency);

@@ -17,7 +17,9 @@
 // one stage it is M x W + U. Movements in flight
 // together pay one latency:
 //   - parameters are ready when the step starts, so their movements to their readers (ZeRO's
-//     gathers, tensor-parallel slices) pay their bytes and the latency of one, per stage;
+//     gathers, tensor-parallel slices) pay their bytes and the latency of one, per stage, and
+//     with one micro-batch a step the inputs' movements share it (prefetched, they are in flight
+//     with the parameters' when the step starts);
 //   - the step's gradient reductions (all-reduces in buckets, ZeRO's reduce-scatters) start as
 //     their accumulators finish and complete together: the same;
 //   - a micro-batch's gradients moving into their accumulators (all-reduced over one mesh axis
