@@ -1,6 +1,7 @@
 #include "base/tensor.h"
 
 #include <cstdlib>
+#include <new>
 #include <sstream>
 
 namespace fr {
@@ -9,7 +10,7 @@ Storage::Storage(size_t bytes, Device dev) : bytes_(bytes), dev_(dev) {
   FR_CHECK(dev.type == DeviceType::kCpu, "device storage is allocated by the device backend");
   size_t rounded = (bytes + 63) / 64 * 64;
   data_ = std::aligned_alloc(64, rounded ? rounded : 64);
-  FR_CHECK(data_ != nullptr, "out of memory allocating " + std::to_string(bytes) + " bytes");
+  if (data_ == nullptr) throw std::bad_alloc();  // as operator new does: main reports it
   std::memset(data_, 0, rounded ? rounded : 64);
 }
 

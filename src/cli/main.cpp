@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <cstdlib>
 #include <thread>
 #include <iostream>
+#include <new>
 
 #include "actor/runtime.h"
 #include "actor/trace.h"
@@ -256,11 +258,20 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  if (train->parsed()) return fr::Train(args);
-  if (search->parsed()) return fr::search::RunSearch(search_args);
-  if (env->parsed()) {
-    env_args.ranks_given = env_ranks->count() > 0;
-    return fr::RunEnv(env_args, &argc, &argv);
+  // Memory running out (a plan for a vast --ranks, a model larger than the machine) is the
+  // user's to fix, not a crash: say so and exit 1, as for any other error.
+  try {
+    if (train->parsed()) return fr::Train(args);
+    if (search->parsed()) return fr::search::RunSearch(search_args);
+    if (env->parsed()) {
+      env_args.ranks_given = env_ranks->count() > 0;
+      return fr::RunEnv(env_args, &argc, &argv);
+    }
+    return fr::Plan(args);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "flowrun: out of memory: this process could not allocate what the command needs (plans grow with "
+                 "the rank count and the model; try fewer --ranks, a smaller batch, or a machine with more memory)\n");
+    return 1;
   }
-  return fr::Plan(args);
 }

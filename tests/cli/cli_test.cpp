@@ -406,6 +406,20 @@ TEST(Cli, BadInputs) {
   }
 }
 
+// Memory running out is an error with a message and exit code 1, not an abort: a plan of 100000
+// ranks under a 1 GB address-space limit (it needs several).
+TEST(Cli, OutOfMemoryIsAnError) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's allocator reserves far more than the limit and aborts on failure by design";
+#endif
+  Output r = Flowrun({"plan", "configs/mlp.yaml", "--ranks", "100000", "--set", "train.global_batch=3200000", "--set",
+                      "train.micro_batch=3200000", "--set", "parallel.sbp={x: [\"S(0)\"]}"},
+                     "ulimit -v 1000000; ");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("flowrun: out of memory"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+}
+
 TEST(Cli, Jsonl) {
   TempDir tmp;
   const std::string path = tmp / "m.jsonl";
