@@ -3,12 +3,11 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <cerrno>
 #include <charconv>
 #include <cstdio>
-#include <cstring>
 #include <string>
 
+#include "base/file.h"
 #include "cli/config_reader.h"
 
 namespace fr {
@@ -595,16 +594,9 @@ Result<Config> ParseConfig(const std::string& yaml_text, const std::string& path
 }
 
 Result<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return Status::Invalid("[config] cannot read '" + path + "': " + std::strerror(errno));
-  std::string text;
-  char buf[1 << 16];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-  int err = std::ferror(f) ? errno : 0;
-  std::fclose(f);
-  if (err) return Status::Invalid("[config] cannot read '" + path + "': " + std::strerror(err));
-  return ParseConfig(text, path, overrides);
+  auto text = ReadWholeFile(path);
+  if (!text.ok()) return text.status().With("[config] ");
+  return ParseConfig(*text, path, overrides);
 }
 
 }  // namespace fr

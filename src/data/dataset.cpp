@@ -1,15 +1,14 @@
 #include "data/dataset.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <regex>
+
+#include "base/file.h"
 
 namespace fr::data {
 namespace {
@@ -22,15 +21,8 @@ uint64_t SplitMix(uint64_t x) {
 }
 
 Result<std::string> ReadAll(const std::string& key, const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Status::Invalid("[data] " + key + ": cannot read '" + path + "': " + std::strerror(errno));
-  std::error_code ec;
-  const std::uintmax_t size = std::filesystem::file_size(path, ec);  // fails for a directory or a pipe
-  if (ec) return Status::Invalid("[data] " + key + ": cannot read '" + path + "': " + ec.message());
-  std::string bytes(static_cast<size_t>(size), '\0');
-  if (size > 0 && !f.read(bytes.data(), static_cast<std::streamsize>(size))) {
-    return Status::Invalid("[data] " + key + ": cannot read '" + path + "': " + std::strerror(errno));
-  }
+  auto bytes = ReadWholeFile(path);
+  if (!bytes.ok()) return bytes.status().With("[data] " + key + ": ");
   return bytes;
 }
 

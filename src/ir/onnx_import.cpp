@@ -1,14 +1,11 @@
 #include "ir/onnx_import.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <optional>
 #include <unordered_map>
 
+#include "base/file.h"
 #include "ir/onnx_lower.h"
 #include "ir/onnx_proto.h"
 #include "onnx/onnx_pb.h"
@@ -21,20 +18,6 @@ namespace {
 // Ops that import handles itself rather than as kernels.
 constexpr const char* kImportOps[] = {"Constant", "Dropout", "Flatten", "Identity", "Squeeze", "Unsqueeze"};
 constexpr int64_t kMinOpset = 13, kMaxOpset = 17;
-
-// The whole file in one allocation (a GPT-2-sized model is 650 MB: no growing buffer, no copy).
-Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Status::Invalid("[onnx] cannot read '" + path + "': " + std::strerror(errno));
-  std::error_code ec;
-  const std::uintmax_t size = std::filesystem::file_size(path, ec);  // fails for a directory or a pipe
-  if (ec) return Status::Invalid("[onnx] cannot read '" + path + "': " + ec.message());
-  std::string bytes(static_cast<size_t>(size), '\0');
-  if (size > 0 && !f.read(bytes.data(), static_cast<std::streamsize>(size))) {
-    return Status::Invalid("[onnx] cannot read '" + path + "': " + std::strerror(errno));
-  }
-  return bytes;
-}
 
 Result<std::shared_ptr<const OnnxModel>> Parse(const std::string& bytes, const std::string& path) {
   auto m = std::make_shared<OnnxModel>();
@@ -392,8 +375,9 @@ class Importer {
 }  // namespace
 
 Result<std::shared_ptr<const OnnxModel>> ReadOnnx(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-  return Parse(bytes, path);
+  auto bytes = ReadWholeFile(path);
+  if (!bytes.ok()) return bytes.status().With("[onnx] ");
+  return Parse(*bytes, path);
 }
 
 Result<std::vector<OnnxInput>> OnnxInputs(const std::string& path) {

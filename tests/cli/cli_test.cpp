@@ -2,6 +2,7 @@
 // a table of bad inputs gives the expected exit code and message. Runs the binary named by
 // FLOWRUN_BIN (tests/meson.build sets it) from the repository root.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -293,6 +294,16 @@ const std::vector<BadRun>& BadRuns() {
       {"data_directory",
        [](const TempDir& t) { return TrainYaml(t, Replace(DefaultYaml(), Root() + "/data/mlp_x.npy", Root() + "/data")); },
        2, {"[data] data.x", "cannot read", "Is a directory"}},
+      {"onnx_named_pipe_nobody_writes",  // reads as empty: an error, not an open that waits forever
+       [](const TempDir& t) {
+         const std::string fifo = t / "model.onnx";
+         if (::mkfifo(fifo.c_str(), 0600) != 0) return std::vector<std::string>{"mkfifo failed"};
+         return TrainYaml(t, Replace(DefaultYaml(), Root() + "/models/mlp.onnx", fifo));
+       },
+       2, {"[onnx]", "model.onnx", "not a valid ONNX model"}},
+      {"data_device",  // /dev/zero never ends: refused, not read
+       [](const TempDir& t) { return TrainYaml(t, Replace(DefaultYaml(), Root() + "/data/mlp_x.npy", "/dev/zero")); },
+       2, {"[data] data.x", "cannot read '/dev/zero'", "not a file or a pipe"}},
       {"npy_shape_overflows",
        [](const TempDir& t) {
          std::string xp = t.Write("big_x.npy", Npy("<f4", "(99999999999999999999999, 64)", std::string(4, '\0')));
@@ -408,6 +419,13 @@ TEST(Cli, BadInputs) {
 
 // Memory running out is an error with a message and exit code 1, not an abort: a plan of 100000
 // ranks under a 1 GB address-space limit (it needs several).
+TEST(Cli, ConfigFromAPipe) {  // `flowrun plan <(generate-config)` and `... | flowrun plan /dev/stdin`
+  Output r = Flowrun({"plan", "/dev/stdin"}, "cat configs/mlp.yaml | ");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("/dev/stdin: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" tasks, "), std::string::npos) << r.out;
+}
+
 TEST(Cli, OutOfMemoryIsAnError) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "a sanitizer's allocator reserves far more than the limit and aborts on failure by design";
