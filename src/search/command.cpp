@@ -107,6 +107,7 @@ int RunSearch(const SearchArgs& a) {
   opt.ranks = a.ranks;
   opt.micro_batches = a.micro_batches;
   opt.exact = std::max(opt.exact, a.validate);
+  opt.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   auto o = Search(*cfg, opt);
   if (!o.ok()) return Fail(o.status());
   if (!cfg->cluster.given) {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "base/report.h"
@@ -119,6 +120,33 @@ void ParallelFor(size_t n, unsigned threads, F f) {
   worker();
   for (std::thread& t : pool) t.join();
 }
+
+// Counts a search's work and passes a line to Options::progress at most every kEvery.
+class Progress {
+ public:
+  static constexpr std::chrono::seconds kEvery{10};
+  Progress(const Options& o, std::chrono::steady_clock::time_point t0) : sink_(o.progress), t0_(t0), last_(t0) {}
+  void Graph() { Count(&graphs_); }
+  void Priced(bool thorough) { Count(thorough ? &full_ : &quick_); }
+
+ private:
+  void Count(std::atomic<int>* n) {
+    ++*n;
+    if (!sink_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < kEvery) return;
+    last_ = now;
+    sink_("search: " + std::to_string(graphs_) + " training graph(s) built, " + std::to_string(quick_) +
+          " candidate(s) priced quickly, " + std::to_string(full_) + " in full, " + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - t0_).count()) +
+          " s so far");
+  }
+  const std::function<void(const std::string&)>& sink_;
+  const std::chrono::steady_clock::time_point t0_;
+  std::atomic<int> graphs_{0}, quick_{0}, full_{0};
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point last_;  // guarded by mu_
+};
 
 struct Prepared {
   Compiled c;
@@ -291,6 +319,7 @@ std::string Candidate::Name() const {
 
 Result<Outcome> Search(const Config& cfg, const Options& opt) {
   const auto t0 = std::chrono::steady_clock::now();
+  Progress progress(opt, t0);
   Outcome out;
   const ClusterConfig& cl = cfg.cluster;
   out.ranks = opt.ranks > 0 ? opt.ranks
@@ -350,6 +379,7 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
       p->c = std::move(compiled).value();
       p->cuts = ModelCuts(p->c.training, cl);
       built[i] = std::move(p);
+      progress.Graph();
     });
     for (size_t i = 0; i < need.size(); ++i) {
       RETURN_IF_ERROR(failed[i]);
@@ -427,6 +457,7 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
     ParallelFor(list.size(), threads, [&](size_t i) {
       Candidate& c = *list[i];
       Price(*prepared.at(c.micro_batches), out.ranks, thorough, &prices, &c);
+      progress.Priced(thorough);
       if (c.pruned.empty() && c.memory > out.capacity) {
         c.pruned = "memory " + HumanBytes(c.memory) + " per device > capacity " + HumanBytes(out.capacity);
       }
