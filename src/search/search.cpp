@@ -121,11 +121,11 @@ void ParallelFor(size_t n, unsigned threads, F f) {
   for (std::thread& t : pool) t.join();
 }
 
-// Counts a search's work and passes a line to Options::progress at most every kEvery.
+// Counts a search's work and passes a line to Options::progress at most every progress_every.
 class Progress {
  public:
-  static constexpr std::chrono::seconds kEvery{10};
-  Progress(const Options& o, std::chrono::steady_clock::time_point t0) : sink_(o.progress), t0_(t0), last_(t0) {}
+  Progress(const Options& o, std::chrono::steady_clock::time_point t0)
+      : sink_(o.progress), every_(o.progress_every), t0_(t0), last_(t0) {}
   void Graph() { Count(&graphs_); }
   void Priced(bool thorough) { Count(thorough ? &full_ : &quick_); }
 
@@ -135,13 +135,14 @@ class Progress {
     if (!sink_) return;
     std::lock_guard<std::mutex> lock(mu_);
     const auto now = std::chrono::steady_clock::now();
-    if (now - last_ < kEvery) return;
+    if (now - last_ < every_) return;
     last_ = now;
     sink_("search: " + std::to_string(graphs_) + " training graph(s) built, " + std::to_string(quick_) +
           " candidate(s) priced quickly, " + std::to_string(full_) + " in full, " + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - t0_).count()) +
           " s so far");
   }
   const std::function<void(const std::string&)>& sink_;
+  const std::chrono::milliseconds every_;
   const std::chrono::steady_clock::time_point t0_;
   std::atomic<int> graphs_{0}, quick_{0}, full_{0};
   std::mutex mu_;

@@ -27,6 +27,7 @@
 // counted.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <utility>
@@ -43,9 +44,10 @@ struct Options {
   bool zero = true;                    // also try ZeRO where dp > 1
   int exact = 16;                      // re-price this many of the quickest with the full assignment
   // Called with a line such as "search: 2 training graph(s) built, 40 candidate(s) priced quickly,
-  // 0 in full, 25 s so far" at
-  // most every 10 s while a search runs (a million ranks take minutes), from any thread.
+  // 0 in full, 25 s so far" at most every `progress_every` while a search runs (a million ranks
+  // take minutes), from any thread.
   std::function<void(const std::string&)> progress;
+  std::chrono::milliseconds progress_every{10000};
 };
 
 struct EdgeCost {

@@ -5,10 +5,12 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -92,6 +94,35 @@ TEST(Search, EnumeratesAndRanks_4) {
   EXPECT_EQ(layouts.size(), 54u) << "(pp, dp, tp) = 6 layouts x 6 counts + ZeRO where dp > 1 (3 x 6)";
   for (const char* want : {"dp4 tp1 pp1 m1", "dp1 tp4 pp1 m1", "dp2 tp2 pp1 m1 zero", "dp1 tp1 pp4 m1", "dp2 tp1 pp2 m1"})
     EXPECT_TRUE(ranked.count(want)) << want;
+}
+
+// A search reports how far it has got through Options::progress (`flowrun search` prints it on
+// stderr every 10 s): here after every graph and pricing, counting up to the search's own totals.
+TEST(Search, ReportsProgress) {
+  auto cfg = fr::LoadConfig("configs/mlp.yaml", {});
+  ASSERT_OK(cfg);
+  fr::search::Options o;
+  o.ranks = 4;
+  o.progress_every = std::chrono::milliseconds(0);
+  std::mutex mu;
+  std::vector<std::string> lines;
+  o.progress = [&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(line);
+  };
+  auto r = fr::search::Search(*cfg, o);
+  ASSERT_OK(r);
+  ASSERT_FALSE(lines.empty());
+  for (const std::string& l : lines) {
+    EXPECT_TRUE(l.starts_with("search: ")) << l;
+    EXPECT_TRUE(Contains(l, " training graph(s) built, ") && Contains(l, " candidate(s) priced quickly, ") &&
+                Contains(l, " in full, ") && Contains(l, " s so far"))
+        << l;
+  }
+  int exact = 0;
+  for (const Candidate& c : r->ranked) exact += c.exact;
+  EXPECT_TRUE(Contains(lines.back(), " in full, ")) << lines.back();
+  EXPECT_GE(std::stoi(lines.back().substr(lines.back().find("quickly, ") + 9)), exact) << lines.back();
 }
 
 // A memory limit between the hungriest and the leanest candidate prunes some and keeps others;
