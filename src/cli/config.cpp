@@ -313,9 +313,25 @@ Status ReadBusySpeedup(const Val& v, ClusterConfig* c) {
   return Status::Ok();
 }
 
+// cluster.p2p_wake: [[wait, latency], ...], seconds >= 0, waits increasing.
+Status ReadP2pWake(const Val& v, ClusterConfig* c) {
+  const std::string what = "a list of [wait, latency] pairs in seconds, >= 0, the waits increasing (flowrun env writes it)";
+  ASSIGN_OR_RETURN(std::vector<Val> items, v.Items());
+  c->p2p_wake.clear();
+  for (const Val& item : items) {
+    ASSIGN_OR_RETURN(std::vector<Val> pair, item.Items());
+    if (pair.size() != 2) return item.Expected(what);
+    ASSIGN_OR_RETURN(double wait, pair[0].Number());
+    ASSIGN_OR_RETURN(double latency, pair[1].Number());
+    if (wait < 0 || latency < 0 || (!c->p2p_wake.empty() && wait <= c->p2p_wake.back().first)) return item.Expected(what);
+    c->p2p_wake.emplace_back(wait, latency);
+  }
+  return Status::Ok();
+}
+
 Status ReadCluster(const Val& v, ClusterConfig* c) {
   ASSIGN_OR_RETURN(Section s, Section::Open(v, {"nodes", "devices_per_node", "memory_gib", "flops", "bandwidth",
-                                                "latency", "p2p_latency", "op_overhead", "element_seconds", "busy_speedup",
+                                                "latency", "p2p_latency", "p2p_wake", "op_overhead", "element_seconds", "busy_speedup",
                                                 "measured"}));
   c->given = true;
   RETURN_IF_ERROR(s.Read("nodes", &c->nodes, Need::kOptional));
@@ -330,6 +346,7 @@ Status ReadCluster(const Val& v, ClusterConfig* c) {
   RETURN_IF_ERROR(ReadPair(s, "latency", &c->latency_intra, &c->latency_inter, "seconds per message > 0"));
   RETURN_IF_ERROR(s.Read("p2p_latency", &c->p2p_latency, Need::kOptional));
   RETURN_IF_ERROR(s.Check("p2p_latency", c->p2p_latency >= 0, "seconds per message >= 0 (0 = latency.intra)"));
+  if (const Val* w = s.Find("p2p_wake")) RETURN_IF_ERROR(ReadP2pWake(*w, c));
   RETURN_IF_ERROR(s.Read("op_overhead", &c->op_overhead, Need::kOptional));
   RETURN_IF_ERROR(s.Check("op_overhead", c->op_overhead >= 0, "seconds per op >= 0"));
   if (const Val* v = s.Find("element_seconds")) {
@@ -492,6 +509,11 @@ std::string ConfigToYaml(const Config& c) {
     line("  bandwidth: {intra: " + Exact(k.bandwidth_intra) + ", inter: " + Exact(k.bandwidth_inter) + "}");
     line("  latency: {intra: " + Exact(k.latency_intra) + ", inter: " + Exact(k.latency_inter) + "}");
     line("  p2p_latency: " + Exact(k.p2p_latency));
+    if (!k.p2p_wake.empty()) {
+      std::string list;
+      for (const auto& [wait, latency] : k.p2p_wake) list += (list.empty() ? "[" : ", [") + Exact(wait) + ", " + Exact(latency) + "]";
+      line("  p2p_wake: [" + list + "]");
+    }
     line("  op_overhead: " + Exact(k.op_overhead));
     if (k.stream_element > 0) {
       line("  element_seconds: {stream: " + Exact(k.stream_element) + ", special: " + Exact(k.special_element) + "}");

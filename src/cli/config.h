@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -100,6 +101,9 @@ struct ClusterConfig {
   double bandwidth_intra = 4e9, bandwidth_inter = 4e9;  // bytes/s per rank
   double latency_intra = 5e-6, latency_inter = 5e-6;    // seconds per collective round (ceil(log2 p) for p ranks)
   double p2p_latency = 0;             // seconds per point-to-point message within a node; 0 = latency.intra
+  // [wait, latency] points: a point-to-point message's latency by how long its receiver had waited
+  // (sbp::Cluster::p2p_wake); `flowrun env` measures two. Empty: p2p_latency for every message.
+  std::vector<std::pair<double, double>> p2p_wake;
   double op_overhead = 0;             // seconds per op run on a rank, besides its kernel
   // element_seconds: {stream, special}, seconds per element read and written by ops that are not
   // matrix products, per rank, all ranks at once (sbp::Cluster says which ops are which); 0 = not

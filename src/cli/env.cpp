@@ -46,6 +46,7 @@ constexpr int kBandwidthReps = 10;
 constexpr int kRuntimeReps = 100;
 constexpr int kIdleReps = 40;
 constexpr size_t kIdleMessageBytes = 64 << 10;
+constexpr int kShortWaitGemms = 1, kLongWaitGemms = 4;  // of Burst(192): how long a receiver waits
 constexpr int kBusyReps = 25;  // blocks: this VM's speed drifts
 constexpr int kBusyGemms = 8;  // per block: several scheduler time slices with every rank busy
 constexpr int kBurstN = 128, kBurstGemms = 4;  // a burst before a collective: 0.1-0.5 ms
@@ -185,7 +186,7 @@ double AllReduce(double x, MPI_Op op) {
 // Waits for `req` testing without a pause and yielding the core between tests, as Open MPI's
 // blocking calls do when ranks oversubscribe the cores: for the transport's own figures (an 8-byte
 // and a 4 MiB all-reduce, which give `bandwidth`), with no wait between polls in them; the
-// runtime's waits are in the latency figures (BusyCollectiveSeconds, IdleMessageSeconds).
+// runtime's waits are in the latency figures (BusyCollectiveSeconds, IdleMessageAfter).
 void WaitDriving(MPI_Request& req) {
   for (int done = 0; !done;) {
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);
@@ -384,15 +385,21 @@ std::vector<double> BusySpeedup(int n, int rank, int ranks) {
 }
 
 // A point-to-point message of kIdleMessageBytes (an activation's size: past MPI's eager limit, so
-// the rendezvous needs both ranks to poll) to a rank that has waited a while, as a pipeline stage
-// waits for the one before it: ranks pair up (0-1, 2-3, ...); the even rank computes for about a
-// millisecond and sends its clock first in the message, the odd one waits with the runtime's
-// back-off and takes the difference (one machine: steady_clock is the same for every process).
-// The odd rank's median.
-double IdleMessageSeconds(int rank, int ranks) {
+// the rendezvous needs both ranks to poll) to a rank that has waited for it, as a pipeline stage
+// waits for the one before it: ranks pair up (0-1, 2-3, ...); the even rank computes `gemms`
+// sgemms and sends its clock first in the message, the odd one posts its receive at once, waits
+// with the runtime's back-off and takes the difference (one machine: steady_clock is the same for
+// every process). The longer a rank has waited, the longer its polls are apart and the later it
+// sees the message: after about 0.3 ms of waiting a 64 KiB message took 68-74 us here, after
+// about a millisecond 141-152 us. The odd ranks' medians, of the wait and of the message.
+struct IdleMessage {
+  double wait = 0;     // s, from posting the receive to the message leaving
+  double seconds = 0;  // s, from leaving to received
+};
+IdleMessage IdleMessageAfter(int rank, int ranks, int gemms) {
   const int peer = rank % 2 == 0 ? rank + 1 : rank - 1;
-  Burst work(192);  // about 14 MFLOP a sgemm: 4 are a millisecond or less of work
-  std::vector<double> t, message(kIdleMessageBytes / sizeof(double));
+  Burst work(192);  // about 14 MFLOP a sgemm
+  std::vector<double> waits, t, message(kIdleMessageBytes / sizeof(double));
   Barrier();
   for (int r = -3; r < kIdleReps; ++r) {  // every rank, for the barrier; an odd one out waits there
     double& stamp = message[0];
@@ -400,18 +407,23 @@ double IdleMessageSeconds(int rank, int ranks) {
     MPI_Request req;
     if (peer >= ranks) {
     } else if (rank % 2 == 0) {
-      work.Run(4);
+      work.Run(gemms);
       stamp = SteadySeconds();
       MPI_Isend(message.data(), count, MPI_DOUBLE, peer, 9, MPI_COMM_WORLD, &req);
       actor::WaitAsRuntime(req, ranks);
     } else {
+      const double posted = SteadySeconds();
       MPI_Irecv(message.data(), count, MPI_DOUBLE, peer, 9, MPI_COMM_WORLD, &req);
       actor::WaitAsRuntime(req, ranks);
-      if (r >= 0) t.push_back(SteadySeconds() - stamp);
+      if (r >= 0) {
+        t.push_back(SteadySeconds() - stamp);
+        waits.push_back(stamp - posted);
+      }
     }
     Barrier();
   }
-  return t.empty() ? 0 : Median(t);
+  if (t.empty()) return {};
+  return {Median(waits), Median(t)};
 }
 
 // What the runtime spends to run one op besides its kernel: a message to another stream thread
@@ -463,8 +475,12 @@ struct Figures {
   double latency = 0;        // s, an 8-byte all-reduce, every rank driving it (WaitDriving)
   double runtime_latency = 0;  // s, a collective after a burst of compute, as the runtime waits
   double runtime_message = 0;  // s, as the runtime waits for a point-to-point message
-  double idle_message = 0;     // s, a 64 KiB one to a rank that has waited a while
+  double idle_message = 0;     // s, a 64 KiB one to a rank that has waited a while (kLongWaitGemms)
+  double idle_wait = 0;        // s, how long it had waited
+  double quick_message = 0;    // s, the same to a rank that has waited less (kShortWaitGemms)
+  double quick_wait = 0;
   double p2p_latency = 0;      // s, idle_message less its bytes at `bandwidth`
+  double p2p_quick = 0;        // s, quick_message less the same
   int busy_n = 0;              // the GEMM size busy_speedup was measured at
   std::vector<double> busy_speedup;
   double dispatch = 0;       // s per op, the runtime's hand-off between threads
@@ -495,7 +511,12 @@ Result<Figures> Measure(int ranks) {
   f.runtime_latency = BusyCollectiveSeconds(ranks);  // the same on every rank
   f.dispatch = AllReduce(DispatchSeconds(), MPI_MAX);
   f.runtime_message = AllReduce(RuntimeMessageSeconds(rank, ranks), MPI_MAX);
-  f.idle_message = AllReduce(IdleMessageSeconds(rank, ranks), MPI_MAX);
+  const IdleMessage quick = IdleMessageAfter(rank, ranks, kShortWaitGemms);
+  const IdleMessage idle = IdleMessageAfter(rank, ranks, kLongWaitGemms);
+  f.quick_wait = AllReduce(quick.wait, MPI_MAX);
+  f.quick_message = AllReduce(quick.seconds, MPI_MAX);
+  f.idle_wait = AllReduce(idle.wait, MPI_MAX);
+  f.idle_message = AllReduce(idle.seconds, MPI_MAX);
   f.allreduce_s = AllReduce(AllReduceSeconds(), MPI_MAX);
   const sbp::Placement all = sbp::Placement::Range(DeviceType::kCpu, 0, ranks);
   boxing::Estimate e = boxing::Price(boxing::Request{Shape{kBandwidthFloats}, DType::kF32, all,
@@ -510,6 +531,7 @@ Result<Figures> Measure(int ranks) {
   f.bandwidth = f.wire_bytes / (moving > 0 ? moving : f.allreduce_s);
   // p2p_latency: what the message took beyond its bytes at that bandwidth.
   f.p2p_latency = std::max(0.1 * f.idle_message, f.idle_message - kIdleMessageBytes / f.bandwidth);
+  f.p2p_quick = std::max(0.1 * f.quick_message, f.quick_message - kIdleMessageBytes / f.bandwidth);
   return f;
 }
 
@@ -529,6 +551,10 @@ Figures MedianFigures(const std::vector<Figures>& rounds) {
   m.runtime_message = median([](const Figures& f) { return f.runtime_message; });
   m.idle_message = median([](const Figures& f) { return f.idle_message; });
   m.p2p_latency = median([](const Figures& f) { return f.p2p_latency; });
+  m.idle_wait = median([](const Figures& f) { return f.idle_wait; });
+  m.quick_message = median([](const Figures& f) { return f.quick_message; });
+  m.quick_wait = median([](const Figures& f) { return f.quick_wait; });
+  m.p2p_quick = median([](const Figures& f) { return f.p2p_quick; });
   m.dispatch = median([](const Figures& f) { return f.dispatch; });
   m.stream_element = median([](const Figures& f) { return f.stream_element; });
   m.special_element = median([](const Figures& f) { return f.special_element; });
@@ -578,6 +604,11 @@ std::string Section(const Host& h, const Figures& f, int ranks, int threads, int
   line("  latency: {intra: " + Num(round) + ", inter: " + Num(round) + "}",
        "seconds per collective round (log2 of its ranks), amid compute, as the runtime waits");
   line("  p2p_latency: " + Num(f.p2p_latency), "seconds per point-to-point message to a waiting rank");
+  if (f.idle_wait > 1.5 * f.quick_wait) {  // two waits apart (as written, two significant digits)
+    line("  p2p_wake: [[" + Num(f.quick_wait) + ", " + Num(f.p2p_quick) + "], [" + Num(f.idle_wait) + ", " +
+             Num(f.p2p_latency) + "]]",
+         "[receiver's wait, latency]: the later, the longer");
+  }
   line("  op_overhead: " + Num(f.dispatch), "seconds per op run, besides its kernel");
   line("  element_seconds: {stream: " + Num(f.stream_element) + ", special: " + Num(f.special_element) + "}",
        "per element an op reads and writes: Add, Gelu");
@@ -609,8 +640,10 @@ void Summary(const Host& h, const Figures& f, int ranks, int threads, int repeat
   std::snprintf(b, sizeof b, "[env] all-reduce of 8 B: %.2f us driven, %.2f us after a burst of compute as the runtime waits (beyond the burst)\n",
                 f.latency * 1e6, f.runtime_latency * 1e6);
   std::cerr << b;
-  std::snprintf(b, sizeof b, "[env] point-to-point message as the runtime waits: %.2f us ping-pong (8 B), %.2f us for 64 KiB to a rank that waited\n",
-                f.runtime_message * 1e6, f.idle_message * 1e6);
+  std::snprintf(b, sizeof b,
+                "[env] point-to-point message as the runtime waits: %.2f us ping-pong (8 B); 64 KiB to a rank that waited "
+                "%.0f us: %.2f us, %.0f us: %.2f us\n",
+                f.runtime_message * 1e6, f.quick_wait * 1e6, f.quick_message * 1e6, f.idle_wait * 1e6, f.idle_message * 1e6);
   std::cerr << b;
   std::cerr << "[env] " << f.busy_n << "^3 GEMM speed per busy rank against all " << ranks << " busy, 1.." << ranks << " busy:";
   for (double x : f.busy_speedup) {

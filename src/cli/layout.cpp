@@ -53,6 +53,7 @@ sbp::Cluster ClusterOf(const ClusterConfig& cl) {
   c.special_element = cl.special_element;
   c.busy_speedup = cl.busy_speedup;
   c.p2p_latency = cl.p2p_latency;
+  c.p2p_wake = cl.p2p_wake;
   c.memory = cl.memory_gib * static_cast<double>(1LL << 30);
   return c;
 }

@@ -514,6 +514,7 @@ class Assigner {
   // runtime's overhead per task; local plans (slice, zero-fill, assemble) pay nothing.
   struct Price {
     double seconds = 0, latency = 0;
+    double p2p_messages = 0;  // of the latency: messages at p2p_latency each
     bool bucketed = false;
   };
   Price Priced(ValueId v, const NdSbp& have, int dst, const NdSbp& want) const {
@@ -521,7 +522,8 @@ class Assigner {
     boxing::Estimate e = boxing::Price(r);
     const bool inter = CrossesNodes(a_.value_stage[static_cast<size_t>(v)], dst, e.strategy);
     const double latency = inter ? o_.cluster.latency_inter : o_.cluster.latency;
-    const double message = inter || o_.cluster.p2p_latency <= 0 ? latency : o_.cluster.p2p_latency;
+    const bool p2p = !inter && o_.cluster.p2p_latency > 0;
+    const double message = p2p ? o_.cluster.p2p_latency : latency;
     const double waits = e.rounds * latency + e.messages * message;
     const double overhead = (e.collectives + e.messages) * o_.cluster.op_overhead;
     double wait = waits + overhead;
@@ -546,7 +548,8 @@ class Assigner {
       const double buckets = std::ceil(all / static_cast<double>(boxing::kGradientBucketBytes));
       wait = bytes / all * (waits + overhead * std::max(1.0, buckets));
     }
-    return {e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) + wait, wait, bucketed};
+    return {e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) + wait, wait,
+            p2p && !bucketed ? static_cast<double>(e.messages) : 0.0, bucketed};
   }
 
   double Compute(NodeId id, const NdSignature& s) const {
@@ -1228,7 +1231,7 @@ class Assigner {
           const double seconds = Boxing(static_cast<ValueId>(v), have, key.first, key.second);
           const Price p = seconds > 0 ? Priced(static_cast<ValueId>(v), have, key.first, key.second) : Price{};
           a_.edges.push_back({static_cast<ValueId>(v), key.first, have, key.second, seconds, Rate(per_step_[v]) * p.latency,
-                              per_step_[v], p.bucketed});
+                              Rate(per_step_[v]) * p.p2p_messages, per_step_[v], p.bucketed});
         }
       }
     }

@@ -74,6 +74,12 @@ struct Cluster {
   double latency_inter = 5e-6;
   int devices_per_node = 0;     // global rank r sits on node r / devices_per_node; 0 = one node
   double p2p_latency = 0;       // seconds per point-to-point message within a node; 0 = latency
+  // Optional: a point-to-point message's latency by how long its receiver had waited for it,
+  // [wait, latency] points in increasing wait (linear between them, the nearest beyond): a waiting
+  // rank's polls back off, so the longer it waits the later it sees a message. The step model
+  // prices a pipeline's hops between stages with it (sbp/step.h).
+  std::vector<std::pair<double, double>> p2p_wake;
+  double WakeLatency(double wait) const;
   double op_overhead = 0;       // seconds per op run (and per boxing message), besides its kernel
   // Seconds per element an op that is not a matrix product reads and writes, per device: `stream`
   // for ops that move data with little arithmetic (Add, Transpose, Accumulate, ...), `special` for
@@ -137,6 +143,7 @@ struct PricedEdge {
   NdSbp have, want;
   double seconds = 0;      // per step (micro-batch edges count M times)
   double latency = 0;      // of which: collectives' and messages' latency and per-task overhead
+  double p2p_messages = 0; // per step, the point-to-point messages in `latency` at Cluster::p2p_latency each
   bool per_step = false;   // moves once a step, not once per micro-batch
   bool bucketed = false;   // in a gradient or parameter bucket: `latency` is its share of the buckets'
 };

@@ -5,6 +5,17 @@
 
 namespace fr::sbp {
 
+double Cluster::WakeLatency(double wait) const {
+  if (p2p_wake.empty()) return p2p_latency;
+  if (wait <= p2p_wake.front().first) return p2p_wake.front().second;
+  for (size_t i = 1; i < p2p_wake.size(); ++i) {
+    const auto [w0, l0] = p2p_wake[i - 1];
+    const auto [w1, l1] = p2p_wake[i];
+    if (wait <= w1) return l0 + (l1 - l0) * (wait - w0) / (w1 - w0);
+  }
+  return p2p_wake.back().second;
+}
+
 StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment& a, int ranks) {
   const int S = static_cast<int>(o.stages.size());
   const double M = static_cast<double>(o.micro_batches);
@@ -37,6 +48,15 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
       st.micro_s += a.node_seconds[n] / M / speedup[static_cast<size_t>(s)];
       crowded[static_cast<size_t>(s)] += a.node_seconds[n] / M / all_busy;
     }
+  }
+  // Per stage, one micro-batch's forward and backward compute as W counts it: how long a stage
+  // waits for a hop (below).
+  std::vector<double> fwd(static_cast<size_t>(S), 0.0), bwd(static_cast<size_t>(S), 0.0);
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const ir::Phase phase = g.nodes[n].phase;
+    if (phase == ir::Phase::kOptimizer) continue;
+    const auto s = static_cast<size_t>(o.node_stage[n]);
+    (phase == ir::Phase::kForward || phase == ir::Phase::kLoss ? fwd : bwd)[s] += a.node_seconds[n] / M / speedup[s];
   }
   // A micro-batch's gradient on its way to its accumulator (read by accumulators only): the
   // runtime starts its movement when the backward op that made it finishes, and only the
@@ -77,6 +97,25 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
       seconds -= e.latency - std::max(0.0, e.latency - wait);
       wait = std::max(wait, e.latency);
     }
+    // A hop between pipeline stages reaches a rank that has waited for it: a forward hop into
+    // stage d while the stages before d computed their forward, a backward hop into d while the
+    // stages after it computed forward and backward (the first micro-batch, as W counts it). A
+    // waiting rank's polls back off, so it sees a message the later the longer it waited
+    // (Cluster::p2p_wake, as `flowrun env` measured it: 21-28 us after 0.15-0.2 ms, 120-150 us
+    // after 0.7-0.9 ms on this project's 2-core VM; traced, the MLP's 4-stage hops, whose stages
+    // compute 20-130 us, took 40-75 us where one price for every hop gave 131).
+    double latency = e.latency;
+    const int from = a.value_stage[v];
+    if (!cl.p2p_wake.empty() && e.p2p_messages > 0 && !e.per_step && from != e.dst_stage) {
+      double waited = 0;
+      for (int j = 0; j < S; ++j) {
+        const auto k = static_cast<size_t>(j);
+        if (from < e.dst_stage ? j < e.dst_stage : j > e.dst_stage) waited += fwd[k] + (from < e.dst_stage ? 0 : bwd[k]);
+      }
+      const double wake = e.p2p_messages * (cl.WakeLatency(waited) - cl.p2p_latency);
+      seconds += wake;
+      latency += wake;
+    }
     if (e.per_step) {
       st.step_s += seconds;
     } else {
@@ -86,7 +125,7 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
       // its own; ranks that share cores wait for the receiver to be scheduled (gpt_mini's and the
       // MLP's pipelines on 4 ranks on 2 cores measured 1.2-1.9x their price with it hidden).
       const bool hop = a.value_stage[v] != e.dst_stage && cl.busy_speedup.empty();
-      crowded[static_cast<size_t>(e.dst_stage)] += (hop ? seconds - e.latency : seconds) / M;
+      crowded[static_cast<size_t>(e.dst_stage)] += (hop ? seconds - latency : seconds) / M;
     }
     st.comm_s += seconds;
   }

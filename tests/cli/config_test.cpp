@@ -199,6 +199,22 @@ TEST(Config, ClusterElementSecondsRoundTrip) {
   EXPECT_EQ(ConfigToYaml(*none).find("element_seconds"), std::string::npos);
 }
 
+TEST(Config, ClusterP2pWakeRoundTrips) {
+  Result<Config> r = ParseConfig(kBase, "t.yaml", {"cluster.p2p_wake=[[2.0e-4, 1.6e-5], [9.0e-4, 9.5e-5]]"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->cluster.p2p_wake.size(), 2u);
+  EXPECT_DOUBLE_EQ(r->cluster.p2p_wake[0].first, 2.0e-4);
+  EXPECT_DOUBLE_EQ(r->cluster.p2p_wake[1].second, 9.5e-5);
+  Result<Config> back = ParseConfig(ConfigToYaml(*r), "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.status().message() << "\n" << ConfigToYaml(*r);
+  EXPECT_EQ(back->cluster.p2p_wake, r->cluster.p2p_wake);
+  // Not given: one price for every message (p2p_latency), and nothing written.
+  Result<Config> none = ParseConfig(kBase, "t.yaml", {"cluster.flops=1.0e+10"});
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  EXPECT_TRUE(none->cluster.p2p_wake.empty());
+  EXPECT_EQ(ConfigToYaml(*none).find("p2p_wake"), std::string::npos);
+}
+
 TEST(Config, OverrideCreatesSections) {
   std::string text = kBase;
   text = text.substr(0, text.find("schedule:"));  // no schedule, parallel or log
@@ -356,6 +372,12 @@ const BadCase kBadCases[] = {
      "cluster.element_seconds.stream: expected seconds per element > 0, got 0"},
     {"", "", {"cluster.element_seconds={stream: 2.0e-10, special: 1.0e-9, exp: 1}"},
      "unknown key 'exp' in cluster.element_seconds"},
+    // cluster.p2p_wake: [wait, latency] pairs, >= 0, the waits increasing.
+    {"", "", {"cluster.p2p_wake=[[9.0e-4, 9.5e-5], [2.0e-4, 1.6e-5]]"},
+     "cluster.p2p_wake[1]: expected a list of [wait, latency] pairs in seconds, >= 0, the waits increasing"},
+    {"", "", {"cluster.p2p_wake=[[2.0e-4, 1.6e-5, 3]]"}, "cluster.p2p_wake[0]: expected a list of [wait, latency] pairs"},
+    {"", "", {"cluster.p2p_wake=[[2.0e-4, -1.0e-5]]"}, "cluster.p2p_wake[0]: expected a list of [wait, latency] pairs"},
+    {"", "", {"cluster.p2p_wake=2.0e-4"}, "cluster.p2p_wake"},
     // An override that fixes the file's value is not blamed for a later, unrelated error.
     {"  micro_batch: 8", "  micro_batch: 5", {"train.steps=10"},
      "[config] t.yaml:12:16: train.micro_batch: expected a divisor"},

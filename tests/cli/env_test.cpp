@@ -82,6 +82,12 @@ TEST(Env, WritesClusterSection_1n2d) {
   EXPECT_LT(c.latency_intra, 1) << section;
   EXPECT_EQ(c.latency_inter, c.latency_intra);
   EXPECT_GT(c.p2p_latency, 0) << section;
+  // A message to a rank that waited briefly, then to one that waited long: the latter is
+  // p2p_latency (the reader checks that the waits increase).
+  ASSERT_EQ(c.p2p_wake.size(), 2u) << section;
+  EXPECT_GT(c.p2p_wake[0].first, 0) << section;
+  EXPECT_GE(c.p2p_wake[0].second, 0) << section;
+  EXPECT_EQ(c.p2p_wake[1].second, c.p2p_latency) << section;
   // flowrun's Add and Gelu kernels per element: well under a microsecond, Gelu (erf per element)
   // dearer than Add.
   EXPECT_GT(c.stream_element, 0) << section;

@@ -307,6 +307,41 @@ TEST(Search, PipelineMicroBatchesOverlap) {
   EXPECT_LT(m4->bubble_s, m1->bubble_s);
 }
 
+// With cluster.p2p_wake a pipeline's hops are priced by how long their receiver waited: the MLP's
+// 4-stage pipeline, whose stages compute tens of microseconds, gets cheaper with a table whose
+// short waits see messages sooner than p2p_latency says; a table that is p2p_latency at every wait
+// changes nothing, and neither changes a layout without hops between stages.
+TEST(Search, HopsPricedByTheReceiversWait) {
+  const std::vector<std::string> base = {"cluster.devices_per_node=4", "cluster.p2p_latency=1.0e-4",
+                                         "cluster.busy_speedup=[1.8, 1.8, 1.0, 1.0]"};
+  auto with = [&](const std::string& wake) {
+    std::vector<std::string> set = base;
+    set.push_back("cluster.p2p_wake=" + wake);
+    return set;
+  };
+  auto plain = SearchFor("configs/mlp.yaml", 4, base, /*exact=*/1000);
+  auto flat = SearchFor("configs/mlp.yaml", 4, with("[[1.0e-4, 1.0e-4], [1.0e-3, 1.0e-4]]"), 1000);
+  auto wake = SearchFor("configs/mlp.yaml", 4, with("[[2.0e-4, 2.0e-5], [9.0e-4, 1.0e-4]]"), 1000);
+  ASSERT_OK(plain);
+  ASSERT_OK(flat);
+  ASSERT_OK(wake);
+  std::map<std::string, double> p, f, w;
+  for (const Candidate& c : plain->ranked) p[c.Name()] = c.step_s;
+  for (const Candidate& c : flat->ranked) f[c.Name()] = c.step_s;
+  for (const Candidate& c : wake->ranked) w[c.Name()] = c.step_s;
+  ASSERT_TRUE(p.count("dp1 tp1 pp4 m1") && w.count("dp1 tp1 pp4 m1"));
+  for (const auto& [name, step] : p) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(f.count(name) && w.count(name));
+    EXPECT_DOUBLE_EQ(f[name], step);
+    if (Contains(name, " pp1 ")) {
+      EXPECT_DOUBLE_EQ(w[name], step);
+    }
+  }
+  // Six hops a step, each to a rank that waited well under 0.2 ms: 80 us cheaper each.
+  EXPECT_NEAR(p["dp1 tp1 pp4 m1"] - w["dp1 tp1 pp4 m1"], 6 * 80e-6, 1e-9);
+}
+
 using fr::testing::Flowrun;
 using fr::testing::Output;
 
