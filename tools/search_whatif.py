@@ -5,12 +5,15 @@
 
 Each VALIDATE_LOG is the saved output of `flowrun search CONFIG --validate K ...`. The script runs
 `flowrun search CONFIG --top 100 --out ""` with the extra arguments, takes its predicted step
-times, and prints, per log, Spearman's rank correlation between those and the log's measured times
-and how far the newly predicted best measured behind the measured best. It answers "would this
+times, and prints, per log, Spearman's rank correlation between those and the log's measured times,
+how far the newly predicted best measured behind the measured best, and the spread of measured
+over predicted step time across the log's candidates (standard deviation over mean: how evenly the
+model prices them, whatever their order). It answers "would this
 change of model or of `cluster:` figures have ranked those measurements better?" in seconds.
 Needs only the standard library and ./build/src/flowrun.
 """
 import re
+import statistics
 import subprocess
 import sys
 
@@ -60,8 +63,11 @@ def main():
             continue
         best = min(keys, key=lambda k: p[k])
         mbest = min(keys, key=lambda k: m[k])
+        ratios = [m[k] / p[k] for k in keys]
+        spread = statistics.pstdev(ratios) / statistics.mean(ratios)
         print(f"{log}: Spearman {spearman([p[k] for k in keys], [m[k] for k in keys]):.2f} over {len(keys)}; "
-              f"predicted best {best} measured {m[best] / m[mbest] - 1:+.0%} behind the measured best {mbest}")
+              f"predicted best {best} measured {m[best] / m[mbest] - 1:+.0%} behind the measured best {mbest}; "
+              f"spread of measured/predicted {spread:.2f}")
 
 
 if __name__ == "__main__":
