@@ -390,8 +390,8 @@ std::vector<double> BusySpeedup(int n, int rank, int ranks) {
 // sgemms and sends its clock first in the message, the odd one posts its receive at once, waits
 // with the runtime's back-off and takes the difference (one machine: steady_clock is the same for
 // every process). The longer a rank has waited, the longer its polls are apart and the later it
-// sees the message: after about 0.3 ms of waiting a 64 KiB message took 68-74 us here, after
-// about a millisecond 141-152 us. The odd ranks' medians, of the wait and of the message.
+// sees the message: after 0.15-0.2 ms of waiting a 64 KiB message took 58-79 us here, after
+// 0.7-0.9 ms 144-186 us. The odd ranks' medians, of the wait and of the message.
 struct IdleMessage {
   double wait = 0;     // s, from posting the receive to the message leaving
   double seconds = 0;  // s, from leaving to received

@@ -137,9 +137,9 @@ class Progress {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_ < every_) return;
     last_ = now;
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(now - t0_).count();
     sink_("search: " + std::to_string(graphs_) + " training graph(s) built, " + std::to_string(quick_) +
-          " candidate(s) priced quickly, " + std::to_string(full_) + " in full, " + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - t0_).count()) +
-          " s so far");
+          " candidate(s) priced quickly, " + std::to_string(full_) + " in full, " + std::to_string(seconds) + " s so far");
   }
   const std::function<void(const std::string&)>& sink_;
   const std::chrono::milliseconds every_;
