@@ -426,6 +426,23 @@ TEST(Cli, ConfigFromAPipe) {  // `flowrun plan <(generate-config)` and `... | fl
   EXPECT_NE(r.out.find(" tasks, "), std::string::npos) << r.out;
 }
 
+// 1 MiB of data through a pipe (its buffer grows from 64 KiB): the same samples, so the same losses.
+TEST(Cli, DataFromAPipe) {
+  Output file = Flowrun({"train", "tests/golden/mlp_sgd.yaml", "--set", "train.steps=3"});
+  Output pipe = Flowrun({"train", "tests/golden/mlp_sgd.yaml", "--set", "train.steps=3", "--set", "data.x=/dev/stdin"},
+                        "cat data/mlp_x.npy | ");
+  ASSERT_EQ(file.code, 0) << file.out;
+  ASSERT_EQ(pipe.code, 0) << pipe.out;
+  auto losses = [](const std::string& out) {
+    std::string l;
+    for (size_t at = out.find("| loss "); at != std::string::npos; at = out.find("| loss ", at + 1))
+      l += out.substr(at, out.find(" |", at + 2) - at) + "\n";
+    return l;
+  };
+  EXPECT_FALSE(losses(file.out).empty()) << file.out;
+  EXPECT_EQ(losses(pipe.out), losses(file.out));
+}
+
 TEST(Cli, OutOfMemoryIsAnError) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "a sanitizer's allocator reserves far more than the limit and aborts on failure by design";
