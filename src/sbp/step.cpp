@@ -81,7 +81,9 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
   for (const PricedEdge& e : a.edges)
     if (e.bucketed && e.per_step && g.value(e.value).kind == ir::ValueKind::kParam)
       together[static_cast<size_t>(e.dst_stage)][1] += e.latency;
-  for (const PricedEdge& e : a.edges) {
+  t.edge_s.assign(a.edges.size(), 0.0);
+  for (size_t i = 0; i < a.edges.size(); ++i) {
+    const PricedEdge& e = a.edges[i];
     StageTime& st = t.stages[static_cast<size_t>(e.dst_stage)];
     double seconds = e.seconds;
     const ir::Value& val = g.value(e.value);
@@ -127,6 +129,7 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
       crowded[static_cast<size_t>(e.dst_stage)] += (hop ? seconds - latency : seconds) / M;
     }
     st.comm_s += seconds;
+    t.edge_s[i] = seconds;
   }
   double sum_w = 0, slowest = 0, u = 0;
   auto work = [&](int s) { return t.stages[static_cast<size_t>(s)].micro_s * M + t.stages[static_cast<size_t>(s)].step_s; };

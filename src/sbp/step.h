@@ -51,6 +51,9 @@ struct StepTime {
   double bubble_s = 0;
   int busiest = 0;                 // the stage with the most work per step
   double compute_s = 0, comm_s = 0;  // the busiest stage's work per step, split
+  // Per Assignment::edges entry, what it adds to its stage's work per step: its price less the
+  // latency it shares with movements in flight with it, its hop latency by the receiver's wait.
+  std::vector<double> edge_s;
 };
 
 // `ranks`: the world size (ranks per node when the cluster gives no devices_per_node).

@@ -201,12 +201,13 @@ void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* pric
   cand->bubble_s = t.bubble_s;
   cand->comm_s = t.comm_s;
   cand->compute_s = t.compute_s;
-  for (const sbp::PricedEdge& e : a->edges) {
+  for (size_t i = 0; i < a->edges.size(); ++i) {
+    const sbp::PricedEdge& e = a->edges[i];
     if (e.seconds <= 0) continue;
     std::string where = S > 1 ? " on stage " + std::to_string(e.dst_stage) : "";
     cand->edges.push_back({g.value(e.value).name + ": " + e.have.ToString() + " -> " + e.want.ToString() + where +
                                (e.per_step ? ", per step" : ", per micro-batch"),
-                           e.seconds});
+                           t.edge_s[i]});
   }
   std::sort(cand->edges.begin(), cand->edges.end(), [](const EdgeCost& x, const EdgeCost& y) {
     return x.seconds != y.seconds ? x.seconds > y.seconds : x.what < y.what;

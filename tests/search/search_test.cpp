@@ -340,6 +340,16 @@ TEST(Search, HopsPricedByTheReceiversWait) {
   }
   // Six hops a step, each to a rank that waited well under 0.2 ms: 80 us cheaper each.
   EXPECT_NEAR(p["dp1 tp1 pp4 m1"] - w["dp1 tp1 pp4 m1"], 6 * 80e-6, 1e-9);
+  // --explain's per-edge costs are the step model's: the first hop 80 us cheaper there too.
+  auto hop = [](const Outcome& o) {
+    for (const Candidate& c : o.ranked)
+      if (c.Name() == "dp1 tp1 pp4 m1")
+        for (const fr::search::EdgeCost& e : c.edges)
+          if (e.what.starts_with("/fc1/Gemm_output_0:")) return e.seconds;
+    return -1.0;
+  };
+  ASSERT_GT(hop(*plain), 0);
+  EXPECT_NEAR(hop(*plain) - hop(*wake), 80e-6, 1e-9);
 }
 
 using fr::testing::Flowrun;
