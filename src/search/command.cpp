@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -93,6 +94,20 @@ int Validate(const Outcome& o, const SearchArgs& a) {
     std::printf("the predicted best (%s) measured %s ms; the measured best (%s) %s ms: %.0f%% slower\n",
                 o.ranked[0].Name().c_str(), HumanMs(measured[0]).c_str(), o.ranked[best].Name().c_str(),
                 HumanMs(measured[best]).c_str(), 100 * (measured[0] / measured[best] - 1));
+    // How evenly the model prices the candidates, whatever their order, and its scale here: far
+    // from 1 all alike, the cluster: section no longer describes this machine (flowrun env).
+    std::vector<double> ratio;
+    double sum = 0, sq = 0;
+    for (size_t i = 0; i < k; ++i) {
+      ratio.push_back(measured[i] / predicted[i]);
+      sum += ratio.back();
+      sq += ratio.back() * ratio.back();
+    }
+    const double mean = sum / static_cast<double>(k);
+    const double spread = std::sqrt(std::max(0.0, sq / static_cast<double>(k) - mean * mean)) / mean;
+    std::sort(ratio.begin(), ratio.end());
+    std::printf("measured / predicted: %.2f-%.2f, median %.2f, spread %.2f (standard deviation over mean)\n", ratio.front(),
+                ratio.back(), k % 2 ? ratio[k / 2] : (ratio[k / 2 - 1] + ratio[k / 2]) / 2, spread);
   }
   fs::remove_all(dir, ec);
   return 0;

@@ -366,6 +366,16 @@ TEST(Search, CommandLine) {
   EXPECT_EQ(p.code, 0) << p.out;
   EXPECT_TRUE(Contains(p.out, "predicted step time")) << p.out;
 
+  // --validate runs the top candidates under mpirun and compares: here 2 of them, 6 steps, 1 round.
+  Output v = Flowrun({"search", "configs/mlp.yaml", "--ranks", "2", "--validate", "2", "--validate-steps", "6",
+                      "--validate-repeats", "1", "--out", ""},
+                     "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ");
+  ASSERT_EQ(v.code, 0) << v.out;
+  for (const char* want : {"validate: the top 2 on this machine, 6 steps each under mpirun -n 2", "predicted ms",
+                           "measured ms", "Spearman rank correlation, predicted vs measured: ", "the predicted best (",
+                           "measured / predicted: ", "spread "})
+    EXPECT_TRUE(Contains(v.out, want)) << want << "\n" << v.out;
+
   Output bad = Flowrun({"search", "configs/mlp_ln_gelu.yaml"});  // no parallel.ranks, no cluster: section
   EXPECT_EQ(bad.code, 2) << bad.out;
   EXPECT_TRUE(Contains(bad.out, "[search] configs/mlp_ln_gelu.yaml")) << bad.out;
