@@ -79,7 +79,6 @@ struct Cluster {
   // rank's polls back off, so the longer it waits the later it sees a message. The step model
   // prices a pipeline's hops between stages with it (sbp/step.h).
   std::vector<std::pair<double, double>> p2p_wake;
-  double WakeLatency(double wait) const;
   double op_overhead = 0;       // seconds per op run (and per boxing message), besides its kernel
   // Seconds per element an op that is not a matrix product reads and writes, per device: `stream`
   // for ops that move data with little arithmetic (Add, Transpose, Accumulate, ...), `special` for

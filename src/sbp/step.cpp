@@ -5,16 +5,21 @@
 
 namespace fr::sbp {
 
-double Cluster::WakeLatency(double wait) const {
-  if (p2p_wake.empty()) return p2p_latency;
-  if (wait <= p2p_wake.front().first) return p2p_wake.front().second;
-  for (size_t i = 1; i < p2p_wake.size(); ++i) {
-    const auto [w0, l0] = p2p_wake[i - 1];
-    const auto [w1, l1] = p2p_wake[i];
+namespace {
+
+// Cluster::p2p_wake at `wait`: linear between its points, the nearest beyond them.
+double WakeLatency(const Cluster& cl, double wait) {
+  const auto& w = cl.p2p_wake;
+  if (wait <= w.front().first) return w.front().second;
+  for (size_t i = 1; i < w.size(); ++i) {
+    const auto [w0, l0] = w[i - 1];
+    const auto [w1, l1] = w[i];
     if (wait <= w1) return l0 + (l1 - l0) * (wait - w0) / (w1 - w0);
   }
-  return p2p_wake.back().second;
+  return w.back().second;
 }
+
+}  // namespace
 
 StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment& a, int ranks) {
   const int S = static_cast<int>(o.stages.size());
@@ -37,26 +42,21 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
       speedup[static_cast<size_t>(s)] = cl.busy_speedup[static_cast<size_t>(busy - 1)];
     }
   }
-  // Per stage, one micro-batch's work with every stage busy (compute without busy_speedup).
-  std::vector<double> crowded(static_cast<size_t>(S), 0.0);
+  // Per stage, one micro-batch's work with every stage busy (compute without busy_speedup), and
+  // its forward and backward compute as W counts it: how long a stage waits for a hop (below).
+  std::vector<double> crowded(static_cast<size_t>(S), 0.0), fwd = crowded, bwd = crowded;
   for (size_t n = 0; n < g.nodes.size(); ++n) {
-    const int s = o.node_stage[n];
-    StageTime& st = t.stages[static_cast<size_t>(s)];
-    if (g.nodes[n].phase == ir::Phase::kOptimizer) {
+    const auto s = static_cast<size_t>(o.node_stage[n]);
+    StageTime& st = t.stages[s];
+    const ir::Phase phase = g.nodes[n].phase;
+    if (phase == ir::Phase::kOptimizer) {
       st.step_s += a.node_seconds[n];
     } else {
-      st.micro_s += a.node_seconds[n] / M / speedup[static_cast<size_t>(s)];
-      crowded[static_cast<size_t>(s)] += a.node_seconds[n] / M / all_busy;
+      const double w = a.node_seconds[n] / M / speedup[s];
+      st.micro_s += w;
+      (phase == ir::Phase::kForward || phase == ir::Phase::kLoss ? fwd : bwd)[s] += w;
+      crowded[s] += a.node_seconds[n] / M / all_busy;
     }
-  }
-  // Per stage, one micro-batch's forward and backward compute as W counts it: how long a stage
-  // waits for a hop (below).
-  std::vector<double> fwd(static_cast<size_t>(S), 0.0), bwd(static_cast<size_t>(S), 0.0);
-  for (size_t n = 0; n < g.nodes.size(); ++n) {
-    const ir::Phase phase = g.nodes[n].phase;
-    if (phase == ir::Phase::kOptimizer) continue;
-    const auto s = static_cast<size_t>(o.node_stage[n]);
-    (phase == ir::Phase::kForward || phase == ir::Phase::kLoss ? fwd : bwd)[s] += a.node_seconds[n] / M / speedup[s];
   }
   // A micro-batch's gradient on its way to its accumulator (read by accumulators only): the
   // runtime starts its movement when the backward op that made it finishes, and only the
@@ -113,7 +113,7 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
       double waited = 0;
       for (int j = forward ? 0 : e.dst_stage + 1; j < (forward ? e.dst_stage : S); ++j)
         waited += fwd[static_cast<size_t>(j)] + (forward ? 0 : bwd[static_cast<size_t>(j)]);
-      const double wake = e.p2p_messages * (cl.WakeLatency(waited) - cl.p2p_latency);
+      const double wake = e.p2p_messages * (WakeLatency(cl, waited) - cl.p2p_latency);
       seconds += wake;
       latency += wake;
     }
