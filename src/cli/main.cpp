@@ -239,6 +239,7 @@ int main(int argc, char** argv) {
   search->add_flag("--explain", search_args.explain, "compare the winner with the runner-up, per stage and per boxing edge");
   search->add_option("--micro-batches", search_args.micro_batches, "micro-batch counts per step to try (default 1, 2, 4, ... 32 that divide)")
       ->check(CLI::Range(1, 1 << 20));
+  search->add_option("--mesh", search_args.mesh, "only layouts whose stages have this device mesh: AxB (dp A, tp B) or N (dp N or tp N)");
   search->add_option("--validate", search_args.validate, "run the top K candidates here and compare predicted with measured step time")
       ->check(CLI::Range(0, 1 << 20));
   search->add_option("--validate-steps", search_args.validate_steps, "steps per validation run (default 12)")->check(CLI::Range(2, 1 << 20));

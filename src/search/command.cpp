@@ -121,6 +121,11 @@ int RunSearch(const SearchArgs& a) {
   Options opt;
   opt.ranks = a.ranks;
   opt.micro_batches = a.micro_batches;
+  if (!a.mesh.empty()) {
+    auto mesh = ParseMesh(a.mesh);
+    if (!mesh.ok()) return Fail(mesh.status());
+    opt.mesh = *mesh;
+  }
   opt.exact = std::max(opt.exact, a.validate);
   opt.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   auto o = Search(*cfg, opt);
@@ -128,7 +133,8 @@ int RunSearch(const SearchArgs& a) {
   if (!cfg->cluster.given) {
     std::cout << "note: " << cfg->path << " has no cluster: section; prices use the defaults (run `flowrun env`)\n";
   }
-  std::cout << "search: " << cfg->path << " on " << o->ranks << " rank(s)\n" << Table(*o, a.top);
+  std::cout << "search: " << cfg->path << " on " << o->ranks << " rank(s)" << (a.mesh.empty() ? "" : ", stage mesh " + a.mesh)
+            << "\n" << Table(*o, a.top);
   if (a.explain) std::cout << Explain(*o);
   std::printf("search time %.2f s (training graphs %.2f s, quick pricing %.2f s, full pricing %.2f s)\n", o->seconds,
               o->graphs_s, o->quick_s, o->exact_s);

@@ -15,6 +15,7 @@ struct SearchArgs {
   std::string out = "best.yaml";        // the best candidate as a runnable config; empty: none
   bool explain = false;                 // the winner against the runner-up
   std::vector<int64_t> micro_batches;   // --micro-batches; empty: powers of two that divide
+  std::string mesh;                     // --mesh AxB or N: each stage's device mesh; empty: any
   int validate = 0;                     // run the top K candidates on this machine
   int validate_steps = 12;              // steps per validation run
   int validate_warm = 4;                // steps left out of the measured median

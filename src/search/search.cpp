@@ -25,6 +25,13 @@ using ir::NodeId;
 using ir::ValueId;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// "2x2", "4": how --mesh is written.
+std::string MeshText(const std::vector<int64_t>& mesh) {
+  std::string s;
+  for (int64_t a : mesh) s += (s.empty() ? "" : "x") + std::to_string(a);
+  return s;
+}
+
 std::vector<int> Divisors(int n) {
   std::vector<int> d;
   for (int i = 1; i <= n; ++i)
@@ -313,6 +320,22 @@ void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* pric
 
 }  // namespace
 
+Result<std::vector<int64_t>> ParseMesh(const std::string& text) {
+  std::vector<int64_t> mesh;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t end = text.find('x', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string axis = text.substr(at, end - at);
+    if (axis.empty() || axis.size() > 7 || axis.find_first_not_of("0123456789") != std::string::npos) {
+      return Status::Invalid("[search] --mesh '" + text + "': expected N or AxB, such as 4 or 2x2");
+    }
+    mesh.push_back(std::stoll(axis));
+    at = end + 1;
+  }
+  return mesh;
+}
+
 std::string Candidate::Name() const {
   std::string s = "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " m" +
                   std::to_string(micro_batches);
@@ -338,6 +361,22 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
                            " ranks searched for");
   }
   out.capacity = cl.memory_gib * static_cast<double>(1LL << 30);
+  const std::string mesh_text = MeshText(opt.mesh);
+  if (!opt.mesh.empty()) {
+    int64_t devices = 1;
+    for (int64_t a : opt.mesh) devices *= a;
+    if (opt.mesh.size() > 2 || devices < 1 || std::any_of(opt.mesh.begin(), opt.mesh.end(), [](int64_t a) { return a < 1; })) {
+      return Status::Invalid("[search] --mesh " + mesh_text + ": a stage's mesh is N or AxB (data x tensor parallel)");
+    }
+    if (opt.mesh.size() == 2 && (opt.mesh[0] == 1 || opt.mesh[1] == 1)) {
+      return Status::Invalid("[search] --mesh " + mesh_text + ": an axis of 1 divides nothing; write --mesh " +
+                             std::to_string(devices));
+    }
+    if (out.ranks % devices) {
+      return Status::Invalid("[search] --mesh " + mesh_text + ": " + std::to_string(devices) +
+                             " devices a stage do not divide the " + std::to_string(out.ranks) + " ranks");
+    }
+  }
 
   std::vector<int64_t> counts = opt.micro_batches;
   if (counts.empty())
@@ -441,6 +480,7 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
             for (const auto& [input, field] : cfg.model.inputs) par.sbp.emplace_back(input, nd);
           }
           par.zero = zero;
+          if (!opt.mesh.empty() && par.mesh != opt.mesh) continue;
           if (c.config.train.micro_batch % dp) {
             c.pruned = "a micro-batch of " + std::to_string(c.config.train.micro_batch) + " does not split over dp " +
                        std::to_string(dp);
@@ -449,6 +489,12 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
         }
       }
     }
+  }
+
+  if (cands.empty()) {  // only a mesh rules every layout out; any rank count has dp = ranks
+    return Status::Invalid("[search] --mesh " + mesh_text + ": " + cfg.path + "'s model cuts into at most " +
+                           std::to_string(prepared.begin()->second->cuts.ops.size()) + " pipeline stages, and " +
+                           std::to_string(out.ranks) + " ranks with this mesh need more");
   }
 
   // Price them in parallel (candidates are independent, the graphs read only): first all of them

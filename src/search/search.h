@@ -42,6 +42,9 @@ struct Options {
   int ranks = 0;                       // 0: cluster nodes x devices_per_node, else parallel.ranks
   std::vector<int64_t> micro_batches;  // micro-batch counts to try; empty: 1, 2, 4, ..., 32 that divide
   bool zero = true;                    // also try ZeRO where dp > 1
+  // Only layouts whose stages have this device mesh (`--mesh 2x2`): [dp, tp] with both above 1,
+  // or one axis, [n], for dp n or tp n; pp is what the ranks leave. Empty: every mesh.
+  std::vector<int64_t> mesh;
   int exact = 16;                      // re-price this many of the quickest with the full assignment
   // Called with a line such as "search: 2 training graph(s) built, 40 candidate(s) priced quickly,
   // 0 in full, 25 s so far" at most every `progress_every` while a search runs (a million ranks
@@ -87,6 +90,9 @@ struct Outcome {
 };
 
 Result<Outcome> Search(const Config& cfg, const Options& opt);
+
+// `--mesh`'s text, "2x2" or "4", as Options::mesh; an error names the flag.
+Result<std::vector<int64_t>> ParseMesh(const std::string& text);
 
 // The ranked table (top `top` rows), the pruning summary, and what failed when nothing fits.
 std::string Table(const Outcome& o, int top);

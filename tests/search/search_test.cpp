@@ -13,6 +13,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/config.h"
@@ -94,6 +95,54 @@ TEST(Search, EnumeratesAndRanks_4) {
   EXPECT_EQ(layouts.size(), 54u) << "(pp, dp, tp) = 6 layouts x 6 counts + ZeRO where dp > 1 (3 x 6)";
   for (const char* want : {"dp4 tp1 pp1 m1", "dp1 tp4 pp1 m1", "dp2 tp2 pp1 m1 zero", "dp1 tp1 pp4 m1", "dp2 tp1 pp2 m1"})
     EXPECT_TRUE(ranked.count(want)) << want;
+}
+
+// --mesh keeps the layouts whose stages have that device mesh: 2x2 is dp2 x tp2 in one stage, 2
+// is two stages of dp2 or tp2, 1 is a 4-stage pipeline; what does not fit is an error naming --mesh.
+TEST(Search, MeshRestrictsLayouts) {
+  ASSERT_OK(fr::search::ParseMesh("2x2"));
+  EXPECT_EQ(*fr::search::ParseMesh("2x2"), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(*fr::search::ParseMesh("16"), (std::vector<int64_t>{16}));
+  for (const char* bad : {"", "x", "2x", "x2", "2*2", "-2", "2x2x", "99999999"}) {
+    auto m = fr::search::ParseMesh(bad);
+    ASSERT_FALSE(m.ok()) << bad;
+    EXPECT_TRUE(Contains(m.status().message(), "--mesh '" + std::string(bad) + "'")) << m.status().message();
+  }
+  auto cfg = fr::LoadConfig("configs/mlp.yaml", {});
+  ASSERT_OK(cfg);
+  auto search = [&](std::vector<int64_t> mesh, int ranks = 4) {
+    fr::search::Options o;
+    o.ranks = ranks;
+    o.mesh = std::move(mesh);
+    return fr::search::Search(*cfg, o);
+  };
+  struct Want {
+    std::vector<int64_t> mesh;
+    std::set<std::string> layouts;  // dp tp pp of the ranked and planned candidates
+  };
+  for (const Want& w : {Want{{2, 2}, {"dp2 tp2 pp1"}}, Want{{2}, {"dp2 tp1 pp2", "dp1 tp2 pp2"}},
+                        Want{{1}, {"dp1 tp1 pp4"}}, Want{{4}, {"dp4 tp1 pp1", "dp1 tp4 pp1"}}}) {
+    auto o = search(w.mesh);
+    ASSERT_OK(o);
+    ASSERT_FALSE(o->ranked.empty());
+    std::set<std::string> seen;
+    for (const auto* list : {&o->ranked, &o->pruned})
+      for (const Candidate& c : *list) {
+        seen.insert("dp" + std::to_string(c.dp) + " tp" + std::to_string(c.tp) + " pp" + std::to_string(c.pp));
+        EXPECT_EQ(c.config.parallel.mesh, w.mesh) << c.Name();
+      }
+    EXPECT_EQ(seen, w.layouts) << w.mesh.size();
+  }
+  for (auto [mesh, ranks, want] : {std::tuple{std::vector<int64_t>{3}, 4, "3 devices a stage do not divide the 4 ranks"},
+                                   std::tuple{std::vector<int64_t>{2, 1}, 4, "write --mesh 2"},
+                                   std::tuple{std::vector<int64_t>{2, 2, 2}, 8, "N or AxB"},
+                                   std::tuple{std::vector<int64_t>{0}, 4, "N or AxB"},
+                                   std::tuple{std::vector<int64_t>{1}, 8, "cuts into at most 5 pipeline stages"}}) {
+    auto o = search(mesh, ranks);
+    ASSERT_FALSE(o.ok()) << want;
+    EXPECT_TRUE(Contains(o.status().message(), "[search] --mesh ")) << o.status().message();
+    EXPECT_TRUE(Contains(o.status().message(), want)) << o.status().message();
+  }
 }
 
 // A search reports how far it has got through Options::progress (`flowrun search` prints it on
@@ -383,6 +432,14 @@ TEST(Search, CommandLine) {
   Output big = Flowrun({"search", "configs/gpt.yaml", "--ranks", "8"});  // its cluster: has 1 x 4 devices
   EXPECT_EQ(big.code, 2) << big.out;
   EXPECT_TRUE(Contains(big.out, "fewer than the 8 ranks")) << big.out;
+  Output mesh = Flowrun({"search", "configs/mlp.yaml", "--ranks", "4", "--mesh", "2x2", "--out", ""});
+  ASSERT_EQ(mesh.code, 0) << mesh.out;
+  EXPECT_TRUE(Contains(mesh.out, "on 4 rank(s), stage mesh 2x2")) << mesh.out;
+  EXPECT_TRUE(Contains(mesh.out, "dp2 tp2 pp1 m1")) << mesh.out;
+  EXPECT_FALSE(Contains(mesh.out, "dp4")) << mesh.out;
+  Output bad_mesh = Flowrun({"search", "configs/mlp.yaml", "--ranks", "4", "--mesh", "2by2"});
+  EXPECT_EQ(bad_mesh.code, 2) << bad_mesh.out;
+  EXPECT_TRUE(Contains(bad_mesh.out, "--mesh '2by2'")) << bad_mesh.out;
   Output odd = Flowrun({"search", "configs/mlp.yaml", "--ranks", "4", "--micro-batches", "3"});
   EXPECT_EQ(odd.code, 2) << odd.out;
   EXPECT_TRUE(Contains(odd.out, "micro-batch count 3")) << odd.out;
