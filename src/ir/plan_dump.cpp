@@ -85,6 +85,9 @@ std::string DumpText(const Plan& p, const Graph& g) {
          << t->name;
       if (t->kind == TaskKind::kBoxing && !t->move.group.empty()) os << " (collective " << t->move.collective << ")";
       if (t->kind == TaskKind::kBoxing && t->move.peer >= 0) os << " (peer " << t->move.peer << ", tag " << t->move.tag << ")";
+      if (t->kind == TaskKind::kCompute && p.nodes[static_cast<size_t>(t->node)].attrs.Int("accumulate")) {
+        os << " (runs " << Def(p.nodes[static_cast<size_t>(t->node)].op).name << ", adding into the step's sum)";
+      }
       os << (t->per_step ? ", per step" : "") << "\n";
       for (int r : t->out) {
         const RegstDesc& rd = p.regsts[static_cast<size_t>(r)];

@@ -103,7 +103,7 @@ Status ErfGrad(const KernelCtx& c) {
 Status SumTo(const KernelCtx& c) {
   const Tensor& x = c.in[0];
   const Tensor& y = c.out[0];
-  y.Zero();
+  if (!AddsInto(c)) y.Zero();
   const float* px = x.data<float>();
   float* py = y.data<float>();
   // Iterate x's rows; y is "broadcast" onto x's shape with stride 0 along the summed dims.

@@ -23,17 +23,18 @@ Status MatMul(const KernelCtx& c) {
   const Tensor &A = c.in[0], &B = c.in[1], &Y = c.out[0];
   bool ta = c.node.attrs.Int("transA"), tb = c.node.attrs.Int("transB");
   float alpha = static_cast<float>(c.node.attrs.Float("alpha", 1.0));
+  const float beta = AddsInto(c) ? 1.f : 0.f;
   const fr::Shape &as = A.shape(), &bs = B.shape(), &ys = Y.shape();
   int64_t m = ys[ys.rank() - 2], n = ys[ys.rank() - 1];
   int64_t k = ta ? as[as.rank() - 2] : as[as.rank() - 1];
   if (c.node.attrs.Int("contract_batch")) {  // Y = A^T B over the flattened rows
     const int64_t rows = as[as.rank() - 1] ? A.numel() / as[as.rank() - 1] : 0;
-    Sgemm(true, false, m, n, rows, alpha, A.data<float>(), B.data<float>(), 0.f, Y.data<float>());
+    Sgemm(true, false, m, n, rows, alpha, A.data<float>(), B.data<float>(), beta, Y.data<float>());
     return Status::Ok();
   }
   if (bs.rank() == 2 && !ta) {  // fold A's batch into M
     int64_t rows = A.numel() / (k ? k : 1);
-    Sgemm(false, tb, rows, n, k, alpha, A.data<float>(), B.data<float>(), 0.f, Y.data<float>());
+    Sgemm(false, tb, rows, n, k, alpha, A.data<float>(), B.data<float>(), beta, Y.data<float>());
     return Status::Ok();
   }
   fr::Shape yb = BatchOf(ys);
@@ -45,7 +46,7 @@ Status MatMul(const KernelCtx& c) {
   ForEachRow(BatchOf(as), BatchOf(bs), yb.rank() ? yb : fr::Shape{1},
              [&](int64_t oa, int64_t ob, int64_t oy, int64_t cnt, int64_t sa, int64_t sb) {
                for (int64_t i = 0; i < cnt; ++i) {
-                 Sgemm(ta, tb, m, n, k, alpha, pa + (oa + i * sa) * a_mat, pb + (ob + i * sb) * b_mat, 0.f,
+                 Sgemm(ta, tb, m, n, k, alpha, pa + (oa + i * sa) * a_mat, pb + (ob + i * sb) * b_mat, beta,
                        py + (oy + i) * m * n);
                }
              });

@@ -160,7 +160,7 @@ Status GatherGrad(const KernelCtx& c) {
   const fr::Shape& xs = dX.shape();
   const int64_t outer = Prod(xs, 0, a), dim = xs[a], inner = Prod(xs, a + 1, xs.rank());
   ASSIGN_OR_RETURN(std::vector<int64_t> idx, Indices(c, c.in[1], dim));
-  dX.Zero();
+  if (!AddsInto(c)) dX.Zero();
   const float* dy = dY.data<float>();
   float* dx = dX.data<float>();
   const auto n = static_cast<int64_t>(idx.size());
