@@ -42,7 +42,14 @@ class Lowering {
     FoldProducts();
     std::vector<std::vector<int>> node_tasks(g_.nodes.size());
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
-      if (!is_update[n] && !folded_away_[n]) node_tasks[n] = AddCompute(static_cast<NodeId>(n));
+      // A folded accumulator's tasks take the place of the op they run (backward order, which the
+      // memory plan's lifetimes follow), not the accumulator's after the whole backward.
+      if (folded_away_[n]) {
+        const auto acc = static_cast<size_t>(std::find(runs_.begin(), runs_.end(), static_cast<NodeId>(n)) - runs_.begin());
+        node_tasks[acc] = AddCompute(static_cast<NodeId>(acc));
+      } else if (!is_update[n] && runs_[n] < 0) {
+        node_tasks[n] = AddCompute(static_cast<NodeId>(n));
+      }
     }
     // Wire every node input, boxing where the producer's layout is not the one wanted; a folded
     // accumulator's task reads its product's inputs.
@@ -192,31 +199,17 @@ class Lowering {
   }
   std::vector<std::vector<NodeId>> consumers_;
 
-  // A micro-batch's gradient read only by its accumulator, in the layout the accumulator keeps (no
-  // boxing between them), and made by an op whose kernel can add into its output (a matrix
-  // product's GEMM with beta 1, a sum over broadcast axes, an embedding's scatter-add: cpu::AddsInto)
-  // is not made apart: the accumulator's task runs that op on the step's sum. One act a
-  // micro-batch instead of two, one pass over the gradient fewer, and no register for it
-  // (gpt_mini: 20 of its 29 gradients). The logical graph, its assignment and its price are
-  // unchanged: only the tasks are fewer.
-  static bool AddsIntoOutput(OpKind k) { return k == OpKind::kMatMul || k == OpKind::kSumTo || k == OpKind::kGatherGrad; }
+  // A micro-batch's gradient that sbp::FoldedGradientOps finds made for its accumulator alone
+  // is not made apart: the accumulator's task runs the op that makes it, marked "accumulate", and
+  // the kernel adds into the step's sum (a GEMM with beta 1, a sum or scatter-add without zeroing
+  // first: cpu::AddsInto). One act a micro-batch instead of two, one pass over the gradient fewer,
+  // and no register for it (gpt_mini: 19 of its 29 gradients, all but LayerNorm's). The logical
+  // graph and its assignment are unchanged; the step model prices the pair as the op alone.
   void FoldProducts() {
-    runs_.assign(g_.nodes.size(), -1);
+    runs_ = sbp::FoldedGradientOps(g_, a_.value_sbp, a_.node_sig, o_.node_stage);
     folded_away_.assign(g_.nodes.size(), false);
-    std::vector<bool> output(g_.values.size(), false);
-    for (ValueId v : g_.outputs) output[static_cast<size_t>(v)] = true;
-    for (size_t n = 0; n < g_.nodes.size(); ++n) {
-      const ir::Node& acc = g_.nodes[n];
-      if (acc.op != OpKind::kAccumulate || acc.in.size() != 1) continue;
-      const ValueId v = acc.in[0];
-      const NodeId made = g_.value(v).producer;
-      if (made < 0 || !AddsIntoOutput(g_.node(made).op) || g_.node(made).out.size() != 1) continue;
-      if (output[static_cast<size_t>(v)] || Consumers(v).size() != 1) continue;
-      if (o_.node_stage[static_cast<size_t>(made)] != o_.node_stage[n]) continue;
-      if (!(a_.value_sbp[static_cast<size_t>(v)] == a_.node_sig[n].in[0])) continue;
-      runs_[n] = made;
-      folded_away_[static_cast<size_t>(made)] = true;
-    }
+    for (NodeId made : runs_)
+      if (made >= 0) folded_away_[static_cast<size_t>(made)] = true;
   }
   std::vector<NodeId> runs_;         // per node: the op an accumulator's task runs, or -1
   std::vector<bool> folded_away_;    // per node: an op run by its accumulator's task
