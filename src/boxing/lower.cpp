@@ -199,17 +199,32 @@ class Lowering {
   }
   std::vector<std::vector<NodeId>> consumers_;
 
-  // A micro-batch's gradient that sbp::FoldedGradientOps finds made for its accumulator alone
-  // is not made apart: the accumulator's task runs the op that makes it, marked "accumulate", and
-  // the kernel adds into the step's sum (a GEMM with beta 1, a sum or scatter-add without zeroing
-  // first: cpu::AddsInto). One act a micro-batch instead of two, one pass over the gradient fewer,
-  // and no register for it (gpt_mini: 19 of its 29 gradients, all but LayerNorm's). The logical
-  // graph and its assignment are unchanged; the step model prices the pair as the op alone.
+  // A micro-batch's gradient made by MatMul, SumTo or GatherGrad, read by nothing but its
+  // accumulator, on the same stage and in the layout the accumulator keeps (no boxing between
+  // them), is not made apart: the accumulator's task runs the op that makes it, marked
+  // "accumulate", and the kernel adds into the step's sum (a GEMM with beta 1, a sum or
+  // scatter-add without zeroing first: cpu::AddsInto). One act a micro-batch instead of two, one
+  // pass over the gradient fewer, and no register for it (gpt_mini: 19 of its 29 gradients, all
+  // but LayerNorm's). The logical graph, its assignment and the step model are unchanged: the
+  // model still prices the accumulator's act (README, "Gradient accumulation", says why).
   void FoldProducts() {
-    runs_ = sbp::FoldedGradientOps(g_, a_.value_sbp, a_.node_sig, o_.node_stage);
+    runs_.assign(g_.nodes.size(), -1);
     folded_away_.assign(g_.nodes.size(), false);
-    for (NodeId made : runs_)
-      if (made >= 0) folded_away_[static_cast<size_t>(made)] = true;
+    std::vector<bool> output(g_.values.size(), false);
+    for (ValueId v : g_.outputs) output[static_cast<size_t>(v)] = true;
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      const ir::Node& acc = g_.nodes[n];
+      if (acc.op != OpKind::kAccumulate || acc.in.size() != 1) continue;
+      const ValueId v = acc.in[0];
+      const NodeId made = g_.value(v).producer;
+      if (made < 0 || output[static_cast<size_t>(v)] || Consumers(v).size() != 1) continue;
+      const ir::Node& m = g_.node(made);
+      if ((m.op != OpKind::kMatMul && m.op != OpKind::kSumTo && m.op != OpKind::kGatherGrad) || m.out.size() != 1) continue;
+      if (o_.node_stage[static_cast<size_t>(made)] != o_.node_stage[n]) continue;
+      if (!(a_.value_sbp[static_cast<size_t>(v)] == a_.node_sig[n].in[0])) continue;
+      runs_[n] = made;
+      folded_away_[static_cast<size_t>(made)] = true;
+    }
   }
   std::vector<NodeId> runs_;         // per node: the op an accumulator's task runs, or -1
   std::vector<bool> folded_away_;    // per node: an op run by its accumulator's task

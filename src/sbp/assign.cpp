@@ -34,29 +34,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 }  // namespace
 
-std::vector<ir::NodeId> FoldedGradientOps(const ir::Graph& g, const std::vector<NdSbp>& value_sbp,
-                                          const std::vector<NdSignature>& node_sig, const std::vector<int>& node_stage) {
-  std::vector<ir::NodeId> runs(g.nodes.size(), -1);
-  std::vector<int> readers(g.values.size(), 0);
-  for (const ir::Node& n : g.nodes)
-    for (ValueId v : n.in)
-      if (v != ir::kNoValue) ++readers[static_cast<size_t>(v)];
-  for (ValueId v : g.outputs) ++readers[static_cast<size_t>(v)];
-  for (size_t n = 0; n < g.nodes.size(); ++n) {
-    const ir::Node& acc = g.nodes[n];
-    if (acc.op != OpKind::kAccumulate || acc.in.size() != 1) continue;
-    const ValueId v = acc.in[0];
-    const NodeId made = g.value(v).producer;
-    if (made < 0 || readers[static_cast<size_t>(v)] != 1) continue;
-    const ir::Node& m = g.node(made);
-    if ((m.op != OpKind::kMatMul && m.op != OpKind::kSumTo && m.op != OpKind::kGatherGrad) || m.out.size() != 1) continue;
-    if (node_stage[static_cast<size_t>(made)] != node_stage[n]) continue;
-    if (!(value_sbp[static_cast<size_t>(v)] == node_sig[n].in[0])) continue;
-    runs[n] = made;
-  }
-  return runs;
-}
-
 double OpFlops(const ir::Graph& g, const ir::Node& n) {
   if (n.op != OpKind::kMatMul && n.op != OpKind::kGemm) return 0;
   const Shape& a = g.type(n.in[0]).shape;
@@ -1237,9 +1214,7 @@ class Assigner {
   // Per node compute and per edge boxing, for the plan's readers and `flowrun search`.
   void Breakdown() {
     a_.node_seconds.assign(g_.nodes.size(), 0);
-    const std::vector<NodeId> folded = FoldedGradientOps(g_, a_.value_sbp, a_.node_sig, o_.node_stage);
-    for (size_t n = 0; n < g_.nodes.size(); ++n)
-      if (folded[n] < 0) a_.node_seconds[n] = Compute(static_cast<NodeId>(n), Sig(static_cast<NodeId>(n)));
+    for (size_t n = 0; n < g_.nodes.size(); ++n) a_.node_seconds[n] = Compute(static_cast<NodeId>(n), Sig(static_cast<NodeId>(n)));
     a_.edges.clear();
     for (size_t v = 0; v < g_.values.size(); ++v) {
       const NdSbp& have = a_.value_sbp[v];

@@ -157,14 +157,6 @@ struct Assignment {
   std::vector<PricedEdge> edges;      // every boxing edge with a cost or a change of SBP
 };
 
-// Per node: for an accumulator whose micro-batch gradient is made by MatMul, SumTo or GatherGrad,
-// read by nothing else, on the same stage and in the layout the accumulator keeps (no boxing
-// between them), the node that makes it, which the runtime runs in the accumulator's task adding
-// into the step's sum (boxing/lower.cpp; the kernels' cpu::AddsInto); -1 for every other node.
-// The step model prices such an accumulator at nothing: its act is the gradient op's.
-std::vector<ir::NodeId> FoldedGradientOps(const ir::Graph& g, const std::vector<NdSbp>& value_sbp,
-                                          const std::vector<NdSignature>& node_sig, const std::vector<int>& node_stage);
-
 // A matrix product's FLOPs: 2 x output x K for MatMul and Gemm; 0 for other ops.
 double OpFlops(const ir::Graph& g, const ir::Node& n);
 // What one op takes on one device of `c` with the whole op to itself (all ranks busy, as `flops`

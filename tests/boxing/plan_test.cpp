@@ -856,34 +856,6 @@ TEST(Plan, GradientOpsRunInTheirAccumulators) {
   }
 }
 
-// The step model charges op_overhead once per act the runtime runs on a rank: a folded
-// accumulator's act is its gradient op's, so it is not charged twice. Data parallel on 2 ranks,
-// every compute and variable act of a step.
-TEST(Plan, StepModelChargesEveryActOnce) {
-  for (const char* config : {"configs/mlp.yaml", "configs/gpt.yaml"}) {
-    SCOPED_TRACE(config);
-    const std::string batch = std::string(config) == "configs/mlp.yaml" ? "x" : "idx";
-    auto with = [&](const char* overhead) {
-      return Build(config, 2, {"parallel.sbp={" + batch + ": [\"S(0)\"]}", "cluster.busy_speedup=[]",
-                               std::string("cluster.op_overhead=") + overhead});
-    };
-    auto a = with("1.0e-3");
-    auto b = with("2.0e-3");
-    ASSERT_BUILT(a);
-    ASSERT_BUILT(b);
-    const Plan& p = a->plan;
-    ASSERT_GT(p.micro_batches, 1);
-    int64_t acts = 0, folded = 0;
-    for (const TaskDesc& t : p.tasks) {
-      if (t.rank != 0 || (t.kind != TaskKind::kCompute && t.kind != TaskKind::kVariable)) continue;
-      acts += t.per_step || t.kind == TaskKind::kVariable ? 1 : p.micro_batches;
-      if (t.kind == TaskKind::kCompute && p.nodes[static_cast<size_t>(t.node)].attrs.Int("accumulate")) ++folded;
-    }
-    EXPECT_GT(folded, 0);
-    EXPECT_NEAR((b->plan.predicted.compute_s - p.predicted.compute_s) / 1.0e-3, static_cast<double>(acts), 1e-6);
-  }
-}
-
 // The cost model's price of one op (sbp::OpSeconds): a matrix product its FLOPs at `flops`; any
 // other op the elements it reads and writes, at the stream price, or the special one for ops
 // with exp or erf per element; without measured prices, 16 and 80 FLOPs' time per element.
