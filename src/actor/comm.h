@@ -51,10 +51,7 @@ class Communicator {
 
   // Creates what collectives over each group need (see the rules above). Errors for a group that
   // is empty, names a rank twice or a rank outside the world.
-  // `shared_bytes`, when given, has an entry per group: for a sum all-reduce of float32 whose
-  // members share a node, the most bytes one act reduces (0 for any other collective). Such
-  // all-reduces then run through memory the members share instead of MPI (mpi_comm.cpp).
-  virtual Status Prepare(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& shared_bytes = {}) = 0;
+  virtual Status Prepare(const std::vector<std::vector<int>>& groups) = 0;
 
   // Starts the movement of task `t` (a collective, kSend or kRecv, with t.rank == rank()) with
   // this rank's inputs (per t.in: one for collectives and kSend, none for kRecv) and outputs
@@ -73,8 +70,6 @@ class Communicator {
   virtual Result<std::vector<CommHandle>> Poll() = 0;
   // Movements started and not yet reported done.
   virtual int in_flight() const = 0;
-  // All-reduce acts started through shared memory so far (see Prepare).
-  virtual int64_t shared_acts() const = 0;
 
   // Ends every rank of the job with exit code `code` (MPI_Abort). Does not return.
   [[noreturn]] virtual void Abort(int code) = 0;

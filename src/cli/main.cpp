@@ -124,25 +124,12 @@ int Train(const Args& a) {
     return fail(s);
   if (world->comm) {
     std::vector<std::vector<int>> groups;  // entry i: the group of collective i
-    std::vector<int64_t> shared;           // entry i: the bytes of its largest float32 sum all-reduce
     for (const ir::TaskDesc& t : plan.tasks) {
       if (t.kind != ir::TaskKind::kBoxing || t.move.collective < 0) continue;
-      const auto id = static_cast<size_t>(t.move.collective);
-      if (groups.size() <= id) {
-        groups.resize(id + 1);
-        shared.resize(id + 1, 0);
-      }
-      if (groups[id].empty()) groups[id] = t.move.group;
-      if (t.move.op != boxing::Op::kAllReduce || t.move.reduce != sbp::Reduce::kSum) continue;
-      int64_t bytes = 0;
-      bool f32 = true;
-      for (int r : t.move.in) {
-        bytes += plan.regsts[static_cast<size_t>(r)].bytes();
-        f32 = f32 && plan.regsts[static_cast<size_t>(r)].type.dtype == DType::kF32;
-      }
-      if (f32) shared[id] = std::max(shared[id], bytes);
+      if (groups.size() <= static_cast<size_t>(t.move.collective)) groups.resize(static_cast<size_t>(t.move.collective) + 1);
+      if (groups[static_cast<size_t>(t.move.collective)].empty()) groups[static_cast<size_t>(t.move.collective)] = t.move.group;
     }
-    if (Status s = world->comm->Prepare(groups, shared); !s.ok()) return fail(s);
+    if (Status s = world->comm->Prepare(groups); !s.ok()) return fail(s);
   }
   data::Loader loader(*c->dataset, c->input_field, cfg->data, cfg->train);
   StepLogOptions lo;
