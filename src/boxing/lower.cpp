@@ -44,9 +44,8 @@ class Lowering {
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       // A folded accumulator's tasks take the place of the op they run (backward order, which the
       // memory plan's lifetimes follow), not the accumulator's after the whole backward.
-      if (folded_away_[n]) {
-        const auto acc = static_cast<size_t>(std::find(runs_.begin(), runs_.end(), static_cast<NodeId>(n)) - runs_.begin());
-        node_tasks[acc] = AddCompute(static_cast<NodeId>(acc));
+      if (const NodeId acc = folded_into_[n]; acc >= 0) {
+        node_tasks[static_cast<size_t>(acc)] = AddCompute(acc);
       } else if (!is_update[n] && runs_[n] < 0) {
         node_tasks[n] = AddCompute(static_cast<NodeId>(n));
       }
@@ -54,7 +53,7 @@ class Lowering {
     // Wire every node input, boxing where the producer's layout is not the one wanted; a folded
     // accumulator's task reads its product's inputs.
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
-      if (folded_away_[n]) continue;
+      if (folded_into_[n] >= 0) continue;
       auto id = static_cast<NodeId>(n);
       const std::vector<int>& tasks = is_update[n] ? variable_tasks_[id] : node_tasks[n];
       RETURN_IF_ERROR(Wire(runs_[n] >= 0 ? runs_[n] : id, tasks));
@@ -209,7 +208,7 @@ class Lowering {
   // model still prices the accumulator's act (README, "Gradient accumulation", says why).
   void FoldProducts() {
     runs_.assign(g_.nodes.size(), -1);
-    folded_away_.assign(g_.nodes.size(), false);
+    folded_into_.assign(g_.nodes.size(), -1);
     std::vector<bool> output(g_.values.size(), false);
     for (ValueId v : g_.outputs) output[static_cast<size_t>(v)] = true;
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
@@ -223,11 +222,11 @@ class Lowering {
       if (o_.node_stage[static_cast<size_t>(made)] != o_.node_stage[n]) continue;
       if (!(a_.value_sbp[static_cast<size_t>(v)] == a_.node_sig[n].in[0])) continue;
       runs_[n] = made;
-      folded_away_[static_cast<size_t>(made)] = true;
+      folded_into_[static_cast<size_t>(made)] = static_cast<NodeId>(n);
     }
   }
   std::vector<NodeId> runs_;         // per node: the op an accumulator's task runs, or -1
-  std::vector<bool> folded_away_;    // per node: an op run by its accumulator's task
+  std::vector<NodeId> folded_into_;  // per node: the accumulator whose task runs it, or -1
 
   std::vector<int> AddCompute(NodeId id) {
     const ir::Node& n = g_.node(id);
