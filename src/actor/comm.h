@@ -29,6 +29,7 @@
 // be called from any thread.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -37,6 +38,11 @@
 #include "boxing/boxing.h"
 
 namespace fr::actor {
+
+// The most bytes of shared-memory windows a rank joins for all-reduces (Communicator::Prepare's
+// shared_bytes): gpt_mini's data-parallel gradients take 0.6 MiB. Shared memory is often scarce
+// in containers (Docker gives /dev/shm 64 MiB), so a model's gradients beyond this go through MPI.
+inline constexpr int64_t kSharedReduceBytesPerRank = 16 << 20;
 
 // One data movement in flight; spent once Poll has reported it done.
 struct CommHandle {
@@ -51,7 +57,12 @@ class Communicator {
 
   // Creates what collectives over each group need (see the rules above). Errors for a group that
   // is empty, names a rank twice or a rank outside the world.
-  virtual Status Prepare(const std::vector<std::vector<int>>& groups) = 0;
+  // `shared_bytes`, when given, has an entry per group: for a sum all-reduce of float32 whose
+  // members share a node, the most bytes one act reduces (0 for any other collective). Such
+  // all-reduces then run through memory the members share instead of MPI (mpi_comm.cpp): each
+  // member's share is a window of that many bytes, so callers bound the total
+  // (kSharedReduceBytesPerRank).
+  virtual Status Prepare(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& shared_bytes = {}) = 0;
 
   // Starts the movement of task `t` (a collective, kSend or kRecv, with t.rank == rank()) with
   // this rank's inputs (per t.in: one for collectives and kSend, none for kRecv) and outputs
@@ -70,6 +81,8 @@ class Communicator {
   virtual Result<std::vector<CommHandle>> Poll() = 0;
   // Movements started and not yet reported done.
   virtual int in_flight() const = 0;
+  // All-reduce acts started through shared memory so far (see Prepare).
+  virtual int64_t shared_acts() const = 0;
 
   // Ends every rank of the job with exit code `code` (MPI_Abort). Does not return.
   [[noreturn]] virtual void Abort(int code) = 0;

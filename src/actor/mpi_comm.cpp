@@ -4,7 +4,9 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
+#include <new>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -196,6 +198,26 @@ class Stage {
   size_t capacity_ = 0, size_ = 0;
 };
 
+// A sum all-reduce of float32 among ranks of one node, through a window of memory they share:
+// each member copies its inputs into its own slot and says so, then every member sums all slots,
+// in member order (the same bits on every member), into its outputs and says so; a member writes
+// its slot for the next act once every member has read the last. Starting takes one copy and
+// completing one pass over the slots, where Open MPI's nonblocking all-reduce builds a schedule
+// and advances it only inside the progress passes the rank makes between its acts.
+struct SharedReduce {
+  static constexpr size_t kHeader = 128;  // two counters, each on its own cache line
+  static_assert(std::atomic<int64_t>::is_always_lock_free);
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Win win = MPI_WIN_NULL;
+  int64_t capacity = 0;                   // bytes of a member's slot
+  int k = 0;                              // this member's index
+  std::vector<char*> base;                // per member: its counters, then its slot
+  int64_t acts = 0;                       // acts started here
+  std::atomic<int64_t>& arrived(size_t j) { return *reinterpret_cast<std::atomic<int64_t>*>(base[j]); }
+  std::atomic<int64_t>& read(size_t j) { return *reinterpret_cast<std::atomic<int64_t>*>(base[j] + 64); }
+  float* slot(size_t j) { return reinterpret_cast<float*>(base[j] + kHeader); }
+};
+
 // One movement in flight: its request and everything MPI reads or writes until it completes.
 struct Pending {
   MPI_Request req = MPI_REQUEST_NULL;
@@ -208,6 +230,10 @@ struct Pending {
   int parts = 0;
   bool bucket = false;               // recv_stage holds every output, one after another
   bool gathered = false;             // recv_stage holds each member's part of every output in turn
+  SharedReduce* shared = nullptr;    // an all-reduce through shared memory (no request)
+  int64_t act = 0;                   // its act
+  bool written = false;              // this member's slot holds its inputs
+  bool reduced = false;              // its outputs hold the sums
 };
 
 class MpiCommunicator final : public Communicator {
@@ -221,10 +247,11 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  Status Prepare(const std::vector<std::vector<int>>& groups) override;
+  Status Prepare(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& shared_bytes) override;
   Result<CommHandle> Start(const Task& t, std::vector<Tensor> in, std::vector<Tensor> out) override;
   Result<std::vector<CommHandle>> Poll() override;
   int in_flight() const override { return static_cast<int>(pending_.size()); }
+  int64_t shared_acts() const override { return shared_acts_; }
   [[noreturn]] void Abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::abort();  // MPI_Abort should not return
@@ -240,6 +267,10 @@ class MpiCommunicator final : public Communicator {
   Status CheckTensors(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) const;
   Status CheckBucket(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) const;
   Status StartCollective(Pending& p, MPI_Comm comm, int k);
+  Status PrepareShared(int id, MPI_Comm group, int64_t bytes);
+  void FreeShared(int id);
+  // Advances an all-reduce through shared memory; true once its outputs hold the sums.
+  bool AdvanceShared(Pending& p);
   // Completes a movement MPI reported done: checks a receive's length, unpacks staged parts.
   Status Complete(Pending& p, const MPI_Status& st);
 
@@ -251,6 +282,8 @@ class MpiCommunicator final : public Communicator {
   // One communicator per collective id this rank takes part in (with its group), so collectives of
   // different tasks never have to start in the same order on every rank: each task's acts do.
   std::map<int, std::pair<std::vector<int>, MPI_Comm>> comms_;
+  std::map<int, SharedReduce> shared_;  // by collective id, where Prepare set one up
+  int64_t shared_acts_ = 0;
   std::unordered_map<int, Pending> pending_;
   int next_id_ = 0;
   // Staging buffers of completed movements, for the next ones (Stage).
@@ -271,13 +304,62 @@ MpiCommunicator::~MpiCommunicator() {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  while (!shared_.empty()) FreeShared(shared_.begin()->first);
   for (auto& [id, gc] : comms_) MPI_Comm_free(&gc.second);
   MPI_Comm_free(&data_);
   MPI_Comm_free(&setup_);
   if (owns_mpi_) MPI_Finalize();
 }
 
-Status MpiCommunicator::Prepare(const std::vector<std::vector<int>>& groups) {
+Status MpiCommunicator::PrepareShared(int id, MPI_Comm group, int64_t bytes) {
+  const std::string what = "prepare shared memory for collective " + std::to_string(id);
+  int members = 0, on_node = 0;
+  MPI_Comm node = MPI_COMM_NULL;
+  RETURN_IF_ERROR(Mpi(MPI_Comm_size(group, &members), "MPI_Comm_size", what));
+  RETURN_IF_ERROR(Mpi(MPI_Comm_split_type(group, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type", what));
+  MPI_Comm_size(node, &on_node);
+  int all_here = on_node == members, everywhere = 0;  // the members agree: some may share a node, others not
+  Status s = Mpi(MPI_Allreduce(&all_here, &everywhere, 1, MPI_INT, MPI_LAND, group), "MPI_Allreduce", what);
+  if (!s.ok() || !everywhere) {
+    MPI_Comm_free(&node);
+    return s;
+  }
+  SharedReduce r;
+  r.node = node;
+  r.capacity = (bytes + 63) / 64 * 64;
+  MPI_Comm_rank(node, &r.k);
+  char* mine = nullptr;
+  s = Mpi(MPI_Win_allocate_shared(static_cast<MPI_Aint>(SharedReduce::kHeader + static_cast<size_t>(r.capacity)), 1,
+                                  MPI_INFO_NULL, node, &mine, &r.win),
+          "MPI_Win_allocate_shared", what);
+  if (!s.ok()) {
+    MPI_Comm_free(&node);
+    return s;
+  }
+  new (mine) std::atomic<int64_t>(0);
+  new (mine + 64) std::atomic<int64_t>(0);
+  for (int j = 0; j < on_node && s.ok(); ++j) {
+    MPI_Aint size = 0;
+    int unit = 0;
+    char* at = nullptr;
+    s = Mpi(MPI_Win_shared_query(r.win, j, &size, &unit, &at), "MPI_Win_shared_query", what);
+    r.base.push_back(at);
+  }
+  if (s.ok()) s = Mpi(MPI_Barrier(node), "MPI_Barrier", what);  // every member's counters are zero
+  shared_[id] = std::move(r);
+  if (!s.ok()) FreeShared(id);
+  return s;
+}
+
+void MpiCommunicator::FreeShared(int id) {
+  auto it = shared_.find(id);
+  if (it == shared_.end()) return;
+  MPI_Win_free(&it->second.win);
+  MPI_Comm_free(&it->second.node);
+  shared_.erase(it);
+}
+
+Status MpiCommunicator::Prepare(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& shared_bytes) {
   for (const std::vector<int>& g : groups) {
     std::set<int> seen(g.begin(), g.end());
     if (g.empty() || seen.size() != g.size() || *seen.begin() < 0 || *seen.rbegin() >= size_)
@@ -290,8 +372,12 @@ Status MpiCommunicator::Prepare(const std::vector<std::vector<int>>& groups) {
   for (size_t i = 0; i < groups.size() && s.ok(); ++i) {
     const std::vector<int>& g = groups[i];
     const int id = static_cast<int>(i);
+    const int64_t bytes = i < shared_bytes.size() ? shared_bytes[i] : 0;
     auto have = comms_.find(id);
-    if (have != comms_.end() && have->second.first == g) continue;  // prepared before
+    auto was = shared_.find(id);
+    const int64_t had = was == shared_.end() ? 0 : was->second.capacity;
+    if (have != comms_.end() && have->second.first == g && had == (bytes + 63) / 64 * 64) continue;  // prepared before
+    FreeShared(id);
     if (have != comms_.end()) {
       MPI_Comm_free(&have->second.second);
       comms_.erase(have);
@@ -307,6 +393,7 @@ Status MpiCommunicator::Prepare(const std::vector<std::vector<int>>& groups) {
     MPI_Group_free(&sub);
     if (s.ok()) s = Mpi(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", what);
     if (c != MPI_COMM_NULL) comms_.emplace(id, std::make_pair(g, c));
+    if (s.ok() && bytes > 0 && g.size() > 1) s = PrepareShared(id, c, bytes);
   }
   MPI_Group_free(&world);
   return s;
@@ -553,7 +640,18 @@ Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in,
     if (it == comms_.end() || it->second.first != t.group)
       return Fail(what, "group not prepared (Prepare it on every rank first)");
     const int k = static_cast<int>(std::find(t.group.begin(), t.group.end(), rank_) - t.group.begin());
-    RETURN_IF_ERROR(StartCollective(p, it->second.second, k));
+    auto sh = shared_.find(t.collective);
+    int64_t bytes = 0;
+    for (const Tensor& x : p.in) bytes += x.bytes();
+    if (sh != shared_.end() && t.op == Op::kAllReduce && t.reduce == sbp::Reduce::kSum &&
+        p.in[0].dtype() == DType::kF32 && bytes <= sh->second.capacity) {
+      p.shared = &sh->second;
+      p.act = sh->second.acts++;
+      ++shared_acts_;
+      AdvanceShared(p);
+    } else {
+      RETURN_IF_ERROR(StartCollective(p, it->second.second, k));
+    }
   }
   const int id = next_id_++;
   pending_.emplace(id, std::move(p));  // moving keeps the staging buffers where MPI sees them
@@ -582,15 +680,63 @@ Status MpiCommunicator::Complete(Pending& p, const MPI_Status& st) {
   return Status::Ok();
 }
 
+bool MpiCommunicator::AdvanceShared(Pending& p) {
+  if (p.reduced) return true;
+  SharedReduce& r = *p.shared;
+  const size_t members = r.base.size();
+  if (!p.written) {  // every member has read the last act's slots: write this one's
+    for (size_t j = 0; j < members; ++j)
+      if (r.read(j).load(std::memory_order_acquire) < p.act) return false;
+    char* at = reinterpret_cast<char*>(r.slot(static_cast<size_t>(r.k)));
+    for (const Tensor& x : p.in) {
+      std::memcpy(at, x.raw(), x.bytes());
+      at += x.bytes();
+    }
+    r.arrived(static_cast<size_t>(r.k)).store(p.act + 1, std::memory_order_release);
+    p.written = true;
+  }
+  for (size_t j = 0; j < members; ++j)
+    if (r.arrived(j).load(std::memory_order_acquire) < p.act + 1) return false;
+  int64_t at = 0;
+  for (const Tensor& y : p.out) {
+    float* out = y.data<float>();
+    const int64_t n = y.numel();
+    const float* first = r.slot(0) + at;
+    for (int64_t e = 0; e < n; ++e) out[e] = first[e];
+    for (size_t j = 1; j < members; ++j) {
+      const float* part = r.slot(j) + at;
+      for (int64_t e = 0; e < n; ++e) out[e] += part[e];
+    }
+    at += n;
+  }
+  r.read(static_cast<size_t>(r.k)).store(p.act + 1, std::memory_order_release);
+  p.reduced = true;
+  return true;
+}
+
 Result<std::vector<CommHandle>> MpiCommunicator::Poll() {
   std::vector<CommHandle> done;
   if (pending_.empty()) return done;
   poll_ids_.clear();
   poll_reqs_.clear();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (!it->second.shared) {
+      ++it;
+      continue;
+    }
+    if (AdvanceShared(it->second)) {
+      done.push_back(CommHandle{it->first});
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   for (auto& [id, p] : pending_) {
+    if (p.shared) continue;
     poll_ids_.push_back(id);
     poll_reqs_.push_back(p.req);
   }
+  if (poll_reqs_.empty()) return done;
   const int n = static_cast<int>(poll_reqs_.size());
   poll_index_.resize(poll_reqs_.size());
   poll_status_.resize(poll_reqs_.size());

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -56,6 +57,39 @@ Status AgreeOnPlan(const World& w, uint64_t plan_hash) {
     return Status::Runtime("[actor] ranks" + differ + " compiled a different plan than rank 0 (configs or files differ between ranks?)");
   }
   return Status::Ok();
+}
+
+CollectiveSetup SetUpCollectives(const ir::Plan& plan, int64_t shared_per_rank) {
+  CollectiveSetup c;
+  for (const ir::TaskDesc& t : plan.tasks) {
+    if (t.kind != ir::TaskKind::kBoxing || t.move.collective < 0) continue;
+    const auto id = static_cast<size_t>(t.move.collective);
+    if (c.groups.size() <= id) {
+      c.groups.resize(id + 1);
+      c.shared.resize(id + 1, 0);
+    }
+    if (c.groups[id].empty()) c.groups[id] = t.move.group;
+    if (t.move.op != boxing::Op::kAllReduce || t.move.reduce != sbp::Reduce::kSum) continue;
+    int64_t bytes = 0;
+    bool f32 = true;
+    for (int r : t.move.in) {
+      bytes += plan.regsts[static_cast<size_t>(r)].bytes();
+      f32 = f32 && plan.regsts[static_cast<size_t>(r)].type.dtype == DType::kF32;
+    }
+    if (f32) c.shared[id] = std::max(c.shared[id], bytes);
+  }
+  std::map<int, int64_t> used;  // per rank: shared bytes taken so far
+  for (size_t id = 0; id < c.shared.size(); ++id) {
+    if (c.shared[id] == 0) continue;
+    bool fits = true;
+    for (int r : c.groups[id]) fits = fits && used[r] + c.shared[id] <= shared_per_rank;
+    if (!fits) {
+      c.shared[id] = 0;
+      continue;
+    }
+    for (int r : c.groups[id]) used[r] += c.shared[id];
+  }
+  return c;
 }
 
 }  // namespace fr::actor

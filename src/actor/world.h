@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "actor/comm.h"
 #include "base/status.h"
+#include "ir/plan.h"
 
 namespace fr::actor {
 
@@ -31,5 +33,16 @@ void WaitAsRuntime(MPI_Request& req, int ranks);
 // Every rank compiled the same Plan: compares the hashes of all ranks (collective). An error names
 // the ranks whose plan differs from rank 0's.
 Status AgreeOnPlan(const World& w, uint64_t plan_hash);
+
+// What Communicator::Prepare needs from a plan: each collective's group and, for a float32 sum
+// all-reduce, the most bytes one of its acts reduces, so that it can run through memory its
+// members share (Communicator::Prepare). Collectives take shared memory in id order while every
+// member's total stays within `shared_per_rank`; the rest go through MPI. Every rank computes the
+// same from the same plan, so a collective's members agree on its path.
+struct CollectiveSetup {
+  std::vector<std::vector<int>> groups;  // entry i: the group of collective i
+  std::vector<int64_t> shared;           // entry i: its shared bytes, or 0
+};
+CollectiveSetup SetUpCollectives(const ir::Plan& plan, int64_t shared_per_rank = kSharedReduceBytesPerRank);
 
 }  // namespace fr::actor

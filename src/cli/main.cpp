@@ -123,13 +123,8 @@ int Train(const Args& a) {
   if (Status s = actor::AgreeOnPlan(*world, ir::PlanHash(plan)); !s.ok())
     return fail(s);
   if (world->comm) {
-    std::vector<std::vector<int>> groups;  // entry i: the group of collective i
-    for (const ir::TaskDesc& t : plan.tasks) {
-      if (t.kind != ir::TaskKind::kBoxing || t.move.collective < 0) continue;
-      if (groups.size() <= static_cast<size_t>(t.move.collective)) groups.resize(static_cast<size_t>(t.move.collective) + 1);
-      if (groups[static_cast<size_t>(t.move.collective)].empty()) groups[static_cast<size_t>(t.move.collective)] = t.move.group;
-    }
-    if (Status s = world->comm->Prepare(groups); !s.ok()) return fail(s);
+    const actor::CollectiveSetup setup = actor::SetUpCollectives(plan);
+    if (Status s = world->comm->Prepare(setup.groups, setup.shared); !s.ok()) return fail(s);
   }
   data::Loader loader(*c->dataset, c->input_field, cfg->data, cfg->train);
   StepLogOptions lo;

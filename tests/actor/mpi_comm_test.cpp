@@ -415,6 +415,84 @@ TEST(MpiComm, AllReduceBucketLaidOut_1nNd) {
   }
 }
 
+// Sum all-reduces of float32 prepared with shared bytes run through memory the ranks share:
+// buckets (one input in place) reduced exactly, act after act, so that a rank starts the next act
+// while another still reads the last; two collectives in flight at once; a bucket larger than
+// the shared slot and an int64 all-reduce on the same collective still go through MPI.
+TEST(MpiComm, SharedAllReduce_1nNd) {
+  Communicator& comm = *g_comm;
+  const int me = comm.rank();
+  const std::vector<Shape> shapes = {Shape{3, 4}, Shape{1}, Shape{5, 2, 2}};
+  const int64_t bytes = (12 + 1 + 20) * 4;
+  ASSERT_TRUE(comm.Prepare({World(), World()}, {bytes, bytes}).ok());
+  const int64_t shared_before = comm.shared_acts();
+  auto bucket = [&](int act, int64_t scale) {
+    std::vector<Tensor> in, out;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Tensor x(DType::kF32, Shape{shapes[i].numel() * scale});
+      for (int64_t e = 0; e < x.numel(); ++e) x.data<float>()[e] = BucketValue(i, e, me) + static_cast<float>(act);
+      in.push_back(x);
+      out.push_back(i == 1 ? x : Tensor(DType::kF32, x.shape()));
+    }
+    return std::make_pair(in, out);
+  };
+  auto check = [&](const std::vector<Tensor>& out, int act) {
+    for (size_t i = 0; i < out.size(); ++i)
+      for (int64_t e = 0; e < out[i].numel(); ++e) {
+        float want = 0;
+        for (int r = 0; r < comm.size(); ++r) want += BucketValue(i, e, r) + static_cast<float>(act);
+        ASSERT_EQ(out[i].data<float>()[e], want) << "act " << act << " output " << i << " element " << e;
+      }
+  };
+  Task t0{.op = Op::kAllReduce, .rank = me, .in = {0, 1, 2}, .out = -1, .group = World(), .collective = 0};
+  Task t1 = t0;
+  t1.collective = 1;
+  for (int act = 0; act < 20; ++act) {
+    auto [in, out] = bucket(act, 1);
+    ASSERT_NO_FATAL_FAILURE(Complete(comm, t0, in, out));
+    ASSERT_NO_FATAL_FAILURE(check(out, act));
+  }
+  // Both collectives in flight, started in the opposite order on odd ranks.
+  auto [in0, out0] = bucket(100, 1);
+  auto [in1, out1] = bucket(200, 1);
+  std::vector<std::pair<const Task*, std::pair<std::vector<Tensor>, std::vector<Tensor>>>> both = {{&t0, {in0, out0}}, {&t1, {in1, out1}}};
+  if (me % 2) std::swap(both[0], both[1]);
+  std::set<int> waiting;
+  for (auto& [t, io] : both) {
+    Result<CommHandle> h = comm.Start(*t, io.first, io.second);
+    ASSERT_TRUE(h.ok()) << h.status().message();
+    waiting.insert(h->id);
+  }
+  while (!waiting.empty()) {
+    Result<std::vector<CommHandle>> got = comm.Poll();
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    for (CommHandle c : *got) waiting.erase(c.id);
+  }
+  ASSERT_NO_FATAL_FAILURE(check(out0, 100));
+  ASSERT_NO_FATAL_FAILURE(check(out1, 200));
+  EXPECT_EQ(comm.shared_acts() - shared_before, comm.size() > 1 ? 22 : 0);
+  // Twice the slot: MPI's all-reduce, the same sums.
+  auto [big_in, big_out] = bucket(7, 2);
+  ASSERT_NO_FATAL_FAILURE(Complete(comm, t0, big_in, big_out));
+  ASSERT_NO_FATAL_FAILURE(check(big_out, 7));
+  Task ti{.op = Op::kAllReduce, .rank = me, .in = {0}, .out = 1, .group = World(), .collective = 0};
+  Tensor xi(DType::kI64, Shape{4}), yi(DType::kI64, Shape{4});
+  for (int64_t e = 0; e < 4; ++e) xi.data<int64_t>()[e] = e + 10 * me;
+  ASSERT_NO_FATAL_FAILURE(Complete(comm, ti, {xi}, {yi}));
+  for (int64_t e = 0; e < 4; ++e) EXPECT_EQ(yi.data<int64_t>()[e], comm.size() * e + 10 * (comm.size() * (comm.size() - 1) / 2));
+  // One more shared act after the fallbacks: the act count stayed in step on every rank.
+  auto [in2, out2] = bucket(21, 1);
+  ASSERT_NO_FATAL_FAILURE(Complete(comm, t0, in2, out2));
+  ASSERT_NO_FATAL_FAILURE(check(out2, 21));
+  EXPECT_EQ(comm.shared_acts() - shared_before, comm.size() > 1 ? 23 : 0);
+  // Prepared without shared bytes, the same collective goes through MPI again.
+  ASSERT_TRUE(comm.Prepare({World(), World()}).ok());
+  auto [in3, out3] = bucket(22, 1);
+  ASSERT_NO_FATAL_FAILURE(Complete(comm, t0, in3, out3));
+  ASSERT_NO_FATAL_FAILURE(check(out3, 22));
+  EXPECT_EQ(comm.shared_acts() - shared_before, comm.size() > 1 ? 23 : 0);
+}
+
 TEST(MpiComm, Int64_1nNd) {
   RunAll(Pairs({Shape{7, 5}}, Ranks(World()), Ranks(World()), {kS0, kS1, kB, kP, kPMax}, DType::kI64), "Int64_1nNd");
 }

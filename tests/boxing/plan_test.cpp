@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "actor/world.h"
 #include "base/glob.h"
 #include "cli/config.h"
 #include "cli/pipeline.h"
@@ -924,6 +925,51 @@ TEST(Plan, PipelineNormPartsPayOneLatency_1n2d) {
   const fr::sbp::StepTime with_t = fr::sbp::ModelStep(g, *o, *a, 2);
   const fr::sbp::StepTime without_t = fr::sbp::ModelStep(g, *o, without, 2);
   EXPECT_NEAR(with_t.stages[0].step_s - without_t.stages[0].step_s, most, 1e-12);
+}
+
+// The collectives a run prepares: gpt_mini's 2-rank data parallelism reduces its gradients in 7
+// buckets, each a float32 sum all-reduce over both ranks that may go through shared memory with
+// its largest act's bytes; under a smaller budget only the buckets that fit, in id order, do, and
+// the rest take 0 (MPI). The loss's and norm's point-to-point moves have no collective id.
+TEST(Plan, SharedMemoryAllReducesStayWithinTheBudget) {
+  auto c = Build("configs/gpt.yaml", 2, {"parallel.sbp={idx: [\"S(0)\"]}"});
+  ASSERT_BUILT(c);
+  const Plan& p = c->plan;
+  std::map<int, int64_t> bucket_bytes;  // collective id -> its bytes per rank
+  for (const TaskDesc& t : p.tasks) {
+    if (t.kind != TaskKind::kBoxing || t.move.collective < 0) continue;
+    ASSERT_EQ(t.move.op, fr::boxing::Op::kAllReduce) << t.name;
+    int64_t bytes = 0;
+    for (int r : t.move.in) bytes += p.regsts[static_cast<size_t>(r)].bytes();
+    bucket_bytes[t.move.collective] = bytes;
+  }
+  ASSERT_EQ(bucket_bytes.size(), 7u);
+  int64_t all = 0;
+  for (const auto& [id, bytes] : bucket_bytes) all += bytes;
+  EXPECT_EQ(all, 136960 * 4);  // every parameter's gradient, once
+  const fr::actor::CollectiveSetup whole = fr::actor::SetUpCollectives(p);
+  ASSERT_EQ(whole.groups.size(), 7u);
+  for (const auto& [id, bytes] : bucket_bytes) {
+    EXPECT_EQ(whole.groups[static_cast<size_t>(id)], (std::vector<int>{0, 1}));
+    EXPECT_EQ(whole.shared[static_cast<size_t>(id)], bytes) << "collective " << id;
+  }
+  const int64_t budget = 300 << 10;
+  const fr::actor::CollectiveSetup part = fr::actor::SetUpCollectives(p, budget);
+  int64_t used = 0;
+  int admitted = 0;
+  for (const auto& [id, bytes] : bucket_bytes) {
+    const int64_t got = part.shared[static_cast<size_t>(id)];
+    EXPECT_TRUE(got == 0 || got == bytes) << "collective " << id;
+    if (got == 0) {
+      EXPECT_GT(used + bytes, budget) << "collective " << id << " fits but was left to MPI";
+    } else {
+      used += got;
+      ++admitted;
+    }
+  }
+  EXPECT_LE(used, budget);
+  EXPECT_GE(admitted, 1);
+  EXPECT_LT(admitted, 7);
 }
 
 }  // namespace
