@@ -701,9 +701,11 @@ bool MpiCommunicator::AdvanceShared(Pending& p) {
   for (const Tensor& y : p.out) {
     float* out = y.data<float>();
     const int64_t n = y.numel();
+    // In member order, the first two in one pass: (s0 + s1) + s2 + ...
     const float* first = r.slot(0) + at;
-    for (int64_t e = 0; e < n; ++e) out[e] = first[e];
-    for (size_t j = 1; j < members; ++j) {
+    const float* second = r.slot(1) + at;
+    for (int64_t e = 0; e < n; ++e) out[e] = first[e] + second[e];
+    for (size_t j = 2; j < members; ++j) {
       const float* part = r.slot(j) + at;
       for (int64_t e = 0; e < n; ++e) out[e] += part[e];
     }
