@@ -39,11 +39,6 @@
 
 namespace fr::actor {
 
-// The most bytes of shared-memory windows a rank joins for all-reduces (Communicator::Prepare's
-// shared_bytes): gpt_mini's data-parallel gradients take 0.6 MiB. Shared memory is often scarce
-// in containers (Docker gives /dev/shm 64 MiB), so a model's gradients beyond this go through MPI.
-inline constexpr int64_t kSharedReduceBytesPerRank = 16 << 20;
-
 // One data movement in flight; spent once Poll has reported it done.
 struct CommHandle {
   int id = -1;
@@ -61,7 +56,7 @@ class Communicator {
   // members share a node, the most bytes one act reduces (0 for any other collective). Such
   // all-reduces then run through memory the members share instead of MPI (mpi_comm.cpp): each
   // member's share is a window of that many bytes, so callers bound the total
-  // (kSharedReduceBytesPerRank).
+  // (boxing::kSharedReduceBytesPerRank).
   virtual Status Prepare(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& shared_bytes = {}) = 0;
 
   // Starts the movement of task `t` (a collective, kSend or kRecv, with t.rank == rank()) with

@@ -23,19 +23,27 @@ Result<World> JoinWorld(int* argc, char*** argv) {
   return w;
 }
 
-void WaitAsRuntime(MPI_Request& req, int ranks) {
+void WaitAsRuntime(const std::function<bool()>& done, int ranks) {
   const int cores = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   const auto most = Stream::PollMaxFor(ranks, cores);
   const auto spin_until = std::chrono::steady_clock::now() + Stream::PollSpinFor(ranks, cores);
   auto wait = Stream::kPollMin;
-  for (int done = 0;;) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (!done) MPI_Test(&req, &done, MPI_STATUS_IGNORE);  // twice, as the runtime's poll looks
-    if (done) return;
+  while (!done()) {
     if (std::chrono::steady_clock::now() < spin_until) continue;
     std::this_thread::sleep_for(wait);
     wait = std::min(wait * 2, most);
   }
+}
+
+void WaitAsRuntime(MPI_Request& req, int ranks) {
+  WaitAsRuntime(
+      [&req] {
+        int done = 0;
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (!done) MPI_Test(&req, &done, MPI_STATUS_IGNORE);  // twice, as the runtime's poll looks
+        return done != 0;
+      },
+      ranks);
 }
 
 Status AgreeOnPlan(const World& w, uint64_t plan_hash) {
@@ -69,7 +77,7 @@ CollectiveSetup SetUpCollectives(const ir::Plan& plan, int64_t shared_per_rank) 
       c.shared.resize(id + 1, 0);
     }
     if (c.groups[id].empty()) c.groups[id] = t.move.group;
-    if (t.move.op != boxing::Op::kAllReduce || t.move.reduce != sbp::Reduce::kSum) continue;
+    if (!t.per_step || t.move.op != boxing::Op::kAllReduce || t.move.reduce != sbp::Reduce::kSum) continue;
     int64_t bytes = 0;
     bool f32 = true;
     for (int r : t.move.in) {

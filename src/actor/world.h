@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -29,20 +30,23 @@ Result<World> JoinWorld(int* argc, char*** argv);
 // ranks on this machine's cores. A rank that spun in a blocking call instead would take the core
 // from a rank sharing it (Open MPI's yield when idle is off: MpiWorld).
 void WaitAsRuntime(MPI_Request& req, int ranks);
+// The same for any movement: `done` polls it once and says whether it completed.
+void WaitAsRuntime(const std::function<bool()>& done, int ranks);
 
 // Every rank compiled the same Plan: compares the hashes of all ranks (collective). An error names
 // the ranks whose plan differs from rank 0's.
 Status AgreeOnPlan(const World& w, uint64_t plan_hash);
 
-// What Communicator::Prepare needs from a plan: each collective's group and, for a float32 sum
-// all-reduce, the most bytes one of its acts reduces, so that it can run through memory its
-// members share (Communicator::Prepare). Collectives take shared memory in id order while every
+// What Communicator::Prepare needs from a plan: each collective's group and, for a once-a-step
+// float32 sum all-reduce (the gradients' buckets, the norm's), the most bytes one of its acts
+// reduces, so that it can run through memory its members share (Communicator::Prepare). Per
+// micro-batch all-reduces go through MPI, as the cost model prices them (sbp::Cluster). Collectives take shared memory in id order while every
 // member's total stays within `shared_per_rank`; the rest go through MPI. Every rank computes the
 // same from the same plan, so a collective's members agree on its path.
 struct CollectiveSetup {
   std::vector<std::vector<int>> groups;  // entry i: the group of collective i
   std::vector<int64_t> shared;           // entry i: its shared bytes, or 0
 };
-CollectiveSetup SetUpCollectives(const ir::Plan& plan, int64_t shared_per_rank = kSharedReduceBytesPerRank);
+CollectiveSetup SetUpCollectives(const ir::Plan& plan, int64_t shared_per_rank = boxing::kSharedReduceBytesPerRank);
 
 }  // namespace fr::actor

@@ -146,6 +146,15 @@ struct Estimate {
   // Latency rounds of those collectives on the busiest rank: one over p ranks takes ceil(log2 p),
   // as tree and recursive-doubling algorithms do, and the cost model charges a latency per round.
   int rounds = 0;
+  // The all-reduces among those collectives (their part of the figures above, on the busiest
+  // rank), and what they read summed over them: members x the tensor's bytes, as an all-reduce
+  // through shared memory does (each member sums every member's copy). The cost model prices a
+  // float32 sum all-reduce within a node by these (sbp::Cluster::shared_latency).
+  struct AllReduces {
+    int count = 0, rounds = 0;
+    double bytes = 0, read = 0;
+  };
+  AllReduces allreduces;
 };
 
 // Latency rounds of one collective over p ranks: ceil(log2 p) (Estimate::rounds).
@@ -163,5 +172,11 @@ Estimate Price(const Request& r);
 // KiB buckets (3), 400-490 with 128 KiB (7), 360-410 with 64 KiB (14 collectives a step), three
 // traced 60-step runs each.
 inline constexpr int64_t kGradientBucketBytes = 128 << 10;
+
+// The most bytes of shared-memory windows a rank joins for all-reduces (actor::Communicator::
+// Prepare's shared_bytes): gpt_mini's data-parallel gradients take 0.6 MiB. Shared memory is often
+// scarce in containers (Docker gives /dev/shm 64 MiB), so a model's gradients beyond this go
+// through MPI (actor::SetUpCollectives), and the cost model prices them so.
+inline constexpr int64_t kSharedReduceBytesPerRank = 16 << 20;
 
 }  // namespace fr::boxing

@@ -120,7 +120,7 @@ std::vector<int> Builder::Collective(const CollectiveSpec& spec, const std::vect
     FR_CHECK(buffer(ins[k]).rank == group[k], "input on its member's rank");
     int out = NewBuffer(group[k], outs[k]);
     out_ids.push_back(out);
-    traffic_.Member(group[k], per_rank, static_cast<int>(group.size()));
+    traffic_.Member(group[k], per_rank, static_cast<int>(group.size()), spec.op, size);
     Add(Task{.op = spec.op, .rank = group[k], .in = {ins[k]}, .out = out, .reduce = spec.reduce,
              .group = members, .concat_axis = spec.concat_axis, .split_axis = spec.split_axis, .collective = id});
   }
@@ -133,12 +133,29 @@ double CollectiveBytes(Op op, double p, double size) {
                                : (p - 1) / p * size;
 }
 
-void Traffic::Member(int rank, double bytes, int group_size) {
+void Traffic::Member(int rank, double bytes, int group_size, Op op, double size) {
   PerRank& m = At(rank);
   m.sent += bytes;
   m.received += bytes;
   m.collectives += 1;
   m.rounds += CollectiveRounds(group_size);
+  if (op == Op::kAllReduce) {
+    m.allreduces.count += 1;
+    m.allreduces.rounds += CollectiveRounds(group_size);
+    m.allreduces.bytes += bytes;
+    m.allreduces.read += group_size * size;
+  }
+}
+
+Estimate::AllReduces Traffic::allreduces_max() const {
+  Estimate::AllReduces m;
+  for (const PerRank& r : by_rank) {
+    m.count = std::max(m.count, r.allreduces.count);
+    m.rounds = std::max(m.rounds, r.allreduces.rounds);
+    m.bytes = std::max(m.bytes, r.allreduces.bytes);
+    m.read = std::max(m.read, r.allreduces.read);
+  }
+  return m;
 }
 
 int CollectiveRounds(int p) {

@@ -36,6 +36,7 @@ struct Traffic {
   struct PerRank {
     double sent = 0, received = 0;
     int collectives = 0, rounds = 0, sends = 0, recvs = 0;
+    Estimate::AllReduces allreduces;  // the all-reduces among those collectives
   };
   std::vector<PerRank> by_rank;  // indexed by global rank, grown as ranks appear (pricing a
                                  // movement over 1024 ranks counts up to a million messages)
@@ -54,7 +55,10 @@ struct Traffic {
     t.received += bytes;
     t.recvs += messages;
   }
-  void Member(int rank, double bytes, int group_size);  // one collective's member
+  // One member of a collective of `op` over `group_size` ranks: `bytes` on the wire, for a group
+  // tensor of `size` bytes.
+  void Member(int rank, double bytes, int group_size, Op op, double size);
+  Estimate::AllReduces allreduces_max() const;  // each figure's max over ranks
   double bytes_max() const;
   int collectives_max() const;
   int rounds_max() const;

@@ -110,6 +110,7 @@ std::vector<int> Build(Builder& b, NdSbp cur, const std::vector<int>& order, con
 struct Count {
   double bytes = 0;
   int collectives = 0, rounds = 0;
+  Estimate::AllReduces allreduces;
 };
 std::optional<Count> EvenCount(const Request& r, NdSbp cur, const std::vector<int>& order, const std::vector<Step>& steps) {
   const sbp::Placement& pl = r.src_place;
@@ -127,9 +128,17 @@ std::optional<Count> EvenCount(const Request& r, NdSbp cur, const std::vector<in
       size *= static_cast<double>(r.logical[k] / parts);
     }
     if (std::optional<Op> op = CollectiveOf(steps[s])) {
-      n.bytes += CollectiveBytes(*op, static_cast<double>(pl.hierarchy()[a]), size);
+      const int p = static_cast<int>(pl.hierarchy()[a]);
+      const double bytes = CollectiveBytes(*op, p, size);
+      n.bytes += bytes;
       n.collectives += 1;
-      n.rounds += CollectiveRounds(static_cast<int>(pl.hierarchy()[a]));
+      n.rounds += CollectiveRounds(p);
+      if (*op == Op::kAllReduce) {
+        n.allreduces.count += 1;
+        n.allreduces.rounds += CollectiveRounds(p);
+        n.allreduces.bytes += bytes;
+        n.allreduces.read += p * size;
+      }
     }
     cur[a] = r.dst[a];
   }
@@ -210,12 +219,12 @@ std::optional<Built> SamePlacement(Builder& b) {
 }
 
 std::optional<Estimate> PriceOnePlacement(const Request& r) {
-  if (IsIdentity(r)) return Estimate{"identity", 0, 0, 0};
+  if (IsIdentity(r)) return Estimate{"identity", 0, 0, 0, 0, {}};
   std::optional<Route> route = Choose(r);
   if (!route) return CountScatter(r);
   std::optional<Count> n = EvenCount(r, route->start, route->order, route->steps);
   if (!n) return std::nullopt;
-  return Estimate{StepNames(r.src_place, route->order, route->steps), n->bytes, n->collectives, 0, n->rounds};
+  return Estimate{StepNames(r.src_place, route->order, route->steps), n->bytes, n->collectives, 0, n->rounds, n->allreduces};
 }
 
 }  // namespace fr::boxing

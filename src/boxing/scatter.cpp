@@ -237,7 +237,7 @@ Estimate CountScatter(const Request& r) {
     if (messages > 0) traffic.Sent(sp.ranks()[static_cast<size_t>(i)], bytes, messages);
   }
   return Estimate{r.src_place == r.dst_place || !partial.empty() ? "fallback" : "send-recv", traffic.bytes_max(), 0,
-                  traffic.messages_max()};
+                  traffic.messages_max(), 0, {}};
 }
 
 }  // namespace fr::boxing

@@ -46,14 +46,14 @@ Result<Plan> Box(const Request& r) {
 }
 
 Estimate Price(const Request& r) {
-  if (!CheckRequest(r).ok()) return Estimate{"invalid", std::numeric_limits<double>::infinity(), 0};
+  if (!CheckRequest(r).ok()) return Estimate{"invalid", std::numeric_limits<double>::infinity(), 0, 0, 0, {}};
   if (!(r.src_place == r.dst_place)) return CountScatter(r);
   if (std::optional<Estimate> e = PriceOnePlacement(r)) return *e;
   for (StrategyFn strategy : kChain) {
     Builder b(r, /*dry=*/true);
     if (std::optional<Built> got = strategy(b))
       return Estimate{std::move(got->strategy), b.traffic().bytes_max(), b.traffic().collectives_max(), b.traffic().messages_max(),
-                      b.traffic().rounds_max()};
+                      b.traffic().rounds_max(), b.traffic().allreduces_max()};
   }
   Fatal(__FILE__, __LINE__, "boxing:", "the fallback declined");
 }

@@ -331,7 +331,8 @@ Status ReadP2pWake(const Val& v, ClusterConfig* c) {
 
 Status ReadCluster(const Val& v, ClusterConfig* c) {
   ASSIGN_OR_RETURN(Section s, Section::Open(v, {"nodes", "devices_per_node", "memory_gib", "flops", "bandwidth",
-                                                "latency", "p2p_latency", "p2p_wake", "op_overhead", "element_seconds", "busy_speedup",
+                                                "latency", "p2p_latency", "p2p_wake", "shared_allreduce", "op_overhead",
+                                                "element_seconds", "busy_speedup",
                                                 "measured"}));
   c->given = true;
   RETURN_IF_ERROR(s.Read("nodes", &c->nodes, Need::kOptional));
@@ -347,6 +348,13 @@ Status ReadCluster(const Val& v, ClusterConfig* c) {
   RETURN_IF_ERROR(s.Read("p2p_latency", &c->p2p_latency, Need::kOptional));
   RETURN_IF_ERROR(s.Check("p2p_latency", c->p2p_latency >= 0, "seconds per message >= 0 (0 = latency.intra)"));
   if (const Val* w = s.Find("p2p_wake")) RETURN_IF_ERROR(ReadP2pWake(*w, c));
+  if (const Val* v = s.Find("shared_allreduce")) {
+    ASSIGN_OR_RETURN(Section e, Section::Open(*v, {"latency", "bandwidth"}));
+    RETURN_IF_ERROR(e.Read("latency", &c->shared_latency, Need::kRequired));
+    RETURN_IF_ERROR(e.Check("latency", c->shared_latency > 0, "seconds per all-reduce > 0"));
+    RETURN_IF_ERROR(e.Read("bandwidth", &c->shared_bandwidth, Need::kRequired));
+    RETURN_IF_ERROR(e.Check("bandwidth", c->shared_bandwidth > 0, "bytes read per second per rank > 0"));
+  }
   RETURN_IF_ERROR(s.Read("op_overhead", &c->op_overhead, Need::kOptional));
   RETURN_IF_ERROR(s.Check("op_overhead", c->op_overhead >= 0, "seconds per op >= 0"));
   if (const Val* v = s.Find("element_seconds")) {
@@ -513,6 +521,9 @@ std::string ConfigToYaml(const Config& c) {
       std::string list;
       for (const auto& [wait, latency] : k.p2p_wake) list += (list.empty() ? "[" : ", [") + Exact(wait) + ", " + Exact(latency) + "]";
       line("  p2p_wake: [" + list + "]");
+    }
+    if (k.shared_latency > 0) {
+      line("  shared_allreduce: {latency: " + Exact(k.shared_latency) + ", bandwidth: " + Exact(k.shared_bandwidth) + "}");
     }
     line("  op_overhead: " + Exact(k.op_overhead));
     if (k.stream_element > 0) {

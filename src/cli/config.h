@@ -104,6 +104,9 @@ struct ClusterConfig {
   // [wait, latency] points: a point-to-point message's latency by how long its receiver had waited
   // (sbp::Cluster::p2p_wake); `flowrun env` measures two. Empty: p2p_latency for every message.
   std::vector<std::pair<double, double>> p2p_wake;
+  // shared_allreduce: {latency, bandwidth} of a float32 sum all-reduce through shared memory
+  // within a node (sbp::Cluster::shared_latency); 0 = not given.
+  double shared_latency = 0, shared_bandwidth = 0;
   double op_overhead = 0;             // seconds per op run on a rank, besides its kernel
   // element_seconds: {stream, special}, seconds per element read and written by ops that are not
   // matrix products, per rank, all ranks at once (sbp::Cluster says which ops are which); 0 = not

@@ -469,6 +469,78 @@ double AllReduceSeconds() {
   return Median(t);
 }
 
+// cluster.shared_allreduce: the runtime's float32 sum all-reduce through memory the ranks share
+// (actor/comm.h), over every rank. `latency`: as BusyCollectiveSeconds measures MPI's, a burst of
+// compute then 8 bytes, waited for as the runtime waits; `seconds`: kBandwidthFloats with every
+// rank polling without a pause, and `driven` 8 bytes the same way. `used`: every act went through
+// shared memory (false where the ranks share no node, or the window could not be made).
+struct Shared {
+  double latency = 0, driven = 0, seconds = 0;
+  bool used = false;
+};
+
+Result<Shared> SharedAllReduce(actor::Communicator& comm, int ranks) {
+  std::vector<int> all(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) all[static_cast<size_t>(r)] = r;
+  RETURN_IF_ERROR(comm.Prepare({all}, {kBandwidthFloats * static_cast<int64_t>(sizeof(float))}));
+  const int64_t acts_before = comm.shared_acts();
+  int64_t acts = 0;
+  const boxing::Task t{.op = boxing::Op::kAllReduce, .rank = comm.rank(), .in = {0}, .out = 1, .group = all, .collective = 0};
+  const Tensor small = Tensor::Full(Shape{2}, 1), small_sum = Tensor::Full(Shape{2}, 0);
+  const Tensor big = Tensor::Full(Shape{kBandwidthFloats}, 1), big_sum = Tensor::Full(Shape{kBandwidthFloats}, 0);
+  auto run = [&](const Tensor& x, const Tensor& y, bool as_runtime) -> Status {
+    ASSIGN_OR_RETURN(actor::CommHandle h, comm.Start(t, {x}, {y}));
+    ++acts;
+    Status failed = Status::Ok();
+    auto done = [&] {
+      Result<std::vector<actor::CommHandle>> got = comm.Poll();
+      if (!got.ok()) failed = got.status();
+      if (!got.ok()) return true;
+      return std::any_of(got->begin(), got->end(), [&](actor::CommHandle c) { return c.id == h.id; });
+    };
+    if (as_runtime) {
+      actor::WaitAsRuntime(done, ranks);
+    } else {
+      while (!done()) sched_yield();  // as WaitDriving: a rank sharing the core gets its turn
+    }
+    return failed;
+  };
+  Shared s;
+  Burst work(kBurstN);
+  std::vector<double> alone, with, driven, moving;
+  for (int r = -3; r < kRuntimeReps; ++r) {
+    for (int collective = 0; collective < 2; ++collective) {
+      Barrier();
+      const double t0 = SteadySeconds();
+      work.Run(kBurstGemms);
+      if (collective) RETURN_IF_ERROR(run(small, small_sum, true));
+      const double t1 = SteadySeconds();
+      const double first = AllReduce(t0, MPI_MIN), last = AllReduce(t1, MPI_MAX);
+      if (r >= 0) (collective ? with : alone).push_back(last - first);
+    }
+  }
+  s.latency = std::max(0.0, Median(with) - Median(alone));
+  for (int r = -2; r < kLatencyReps; ++r) {
+    Barrier();
+    const double t0 = MPI_Wtime();
+    RETURN_IF_ERROR(run(small, small_sum, false));
+    if (r >= 0) driven.push_back(MPI_Wtime() - t0);
+  }
+  s.driven = AllReduce(Median(driven), MPI_MAX);
+  for (int r = -2; r < kBandwidthReps; ++r) {
+    Barrier();
+    const double t0 = MPI_Wtime();
+    RETURN_IF_ERROR(run(big, big_sum, false));
+    if (r >= 0) moving.push_back(MPI_Wtime() - t0);
+  }
+  s.seconds = AllReduce(Median(moving), MPI_MAX);
+  if (big_sum.data<float>()[0] != static_cast<float>(ranks))
+    return Status::Runtime("[env] the shared-memory all-reduce summed to " + std::to_string(big_sum.data<float>()[0]));
+  s.used = AllReduce(comm.shared_acts() - acts_before == acts ? 1 : 0, MPI_MIN) > 0;
+  RETURN_IF_ERROR(comm.Prepare({all}));  // frees the window
+  return s;
+}
+
 struct Figures {
   double gemm_flops[std::size(kGemmSizes)] = {};  // per rank, the slowest rank's median
   double flops = 0;
@@ -489,9 +561,11 @@ struct Figures {
   double wire_bytes = 0;     // what boxing::Price charges each rank for it
   int collectives = 1;
   double bandwidth = 0;      // bytes/s per rank
+  Shared shared;             // the all-reduce through shared memory
+  double shared_bandwidth = 0;  // bytes it reads per second per rank (ranks x the tensor's bytes)
 };
 
-Result<Figures> Measure(int ranks) {
+Result<Figures> Measure(int ranks, actor::Communicator& comm) {
   Figures f;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -518,6 +592,9 @@ Result<Figures> Measure(int ranks) {
   f.idle_wait = AllReduce(idle.wait, MPI_MAX);
   f.idle_message = AllReduce(idle.seconds, MPI_MAX);
   f.allreduce_s = AllReduce(AllReduceSeconds(), MPI_MAX);
+  ASSIGN_OR_RETURN(f.shared, SharedAllReduce(comm, ranks));
+  const double read = static_cast<double>(ranks) * kBandwidthFloats * static_cast<double>(sizeof(float));
+  f.shared_bandwidth = read / (f.shared.seconds > f.shared.driven ? f.shared.seconds - f.shared.driven : f.shared.seconds);
   const sbp::Placement all = sbp::Placement::Range(DeviceType::kCpu, 0, ranks);
   boxing::Estimate e = boxing::Price(boxing::Request{Shape{kBandwidthFloats}, DType::kF32, all,
                                                      sbp::NdSbp{sbp::Sbp::P()}, all, sbp::NdSbp{sbp::Sbp::B()}});
@@ -560,6 +637,11 @@ Figures MedianFigures(const std::vector<Figures>& rounds) {
   m.special_element = median([](const Figures& f) { return f.special_element; });
   m.allreduce_s = median([](const Figures& f) { return f.allreduce_s; });
   m.bandwidth = median([](const Figures& f) { return f.bandwidth; });
+  m.shared.latency = median([](const Figures& f) { return f.shared.latency; });
+  m.shared.driven = median([](const Figures& f) { return f.shared.driven; });
+  m.shared.seconds = median([](const Figures& f) { return f.shared.seconds; });
+  m.shared_bandwidth = median([](const Figures& f) { return f.shared_bandwidth; });
+  for (const Figures& f : rounds) m.shared.used = m.shared.used && f.shared.used;
   for (size_t b = m.busy_speedup.size(); b-- > 0;) {
     m.busy_speedup[b] = median([&](const Figures& f) { return f.busy_speedup[b]; });
     if (b + 1 < m.busy_speedup.size()) m.busy_speedup[b] = std::max(m.busy_speedup[b], m.busy_speedup[b + 1]);
@@ -608,6 +690,10 @@ std::string Section(const Host& h, const Figures& f, int ranks, int threads, int
     line("  p2p_wake: [[" + Num(f.quick_wait) + ", " + Num(f.p2p_quick) + "], [" + Num(f.idle_wait) + ", " +
              Num(f.p2p_latency) + "]]",
          "[receiver's wait, latency]: the later, the longer");
+  }
+  if (f.shared.used) {
+    line("  shared_allreduce: {latency: " + Num(f.shared.latency) + ", bandwidth: " + Num(f.shared_bandwidth) + "}",
+         "float32 sum all-reduce through shared memory: seconds, amid compute; bytes read/s per rank");
   }
   line("  op_overhead: " + Num(f.dispatch), "seconds per op run, besides its kernel");
   line("  element_seconds: {stream: " + Num(f.stream_element) + ", special: " + Num(f.special_element) + "}",
@@ -661,6 +747,15 @@ void Summary(const Host& h, const Figures& f, int ranks, int threads, int repeat
                 "[env] all-reduce of 4 MiB: %.3f ms (median of %d); %.2f MiB per rank on the wire -> %.2f GB/s per rank\n",
                 f.allreduce_s * 1e3, kBandwidthReps, f.wire_bytes / (1 << 20), f.bandwidth / 1e9);
   std::cerr << b;
+  if (f.shared.used) {
+    std::snprintf(b, sizeof b,
+                  "[env] all-reduce through shared memory: 8 B %.2f us driven, %.2f us after a burst as the runtime waits; "
+                  "4 MiB %.3f ms, %.2f GB/s read per rank\n",
+                  f.shared.driven * 1e6, f.shared.latency * 1e6, f.shared.seconds * 1e3, f.shared_bandwidth / 1e9);
+  } else {
+    std::snprintf(b, sizeof b, "[env] all-reduce through shared memory: not available here (the ranks share no node's memory)\n");
+  }
+  std::cerr << b;
   std::snprintf(b, sizeof b, "[env] memory: %.1f GiB MemTotal / %d ranks\n", h.mem_total_gib, ranks);
   std::cerr << b;
 }
@@ -705,7 +800,7 @@ int Measured(const EnvArgs& a, int* argc, char*** argv) {
 
   std::vector<Figures> rounds;
   for (int r = 0; r < a.repeats; ++r) {
-    auto f = Measure(p);
+    auto f = Measure(p, *world->comm);
     if (!f.ok()) {
       Fail(f.status());
       world->comm->Abort(1);

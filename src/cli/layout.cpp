@@ -49,6 +49,8 @@ sbp::Cluster ClusterOf(const ClusterConfig& cl) {
   c.latency_inter = cl.latency_inter;
   c.devices_per_node = static_cast<int>(cl.devices_per_node);
   c.op_overhead = cl.op_overhead;
+  c.shared_latency = cl.shared_latency;
+  c.shared_bandwidth = cl.shared_bandwidth;
   c.stream_element = cl.stream_element;
   c.special_element = cl.special_element;
   c.busy_speedup = cl.busy_speedup;

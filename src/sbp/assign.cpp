@@ -524,7 +524,23 @@ class Assigner {
     const double latency = inter ? o_.cluster.latency_inter : o_.cluster.latency;
     const bool p2p = !inter && o_.cluster.p2p_latency > 0;
     const double message = p2p ? o_.cluster.p2p_latency : latency;
-    const double waits = e.rounds * latency + e.messages * message;
+    // A once-a-step float32 sum all-reduce within a node (a gradient's, the norm's) runs through
+    // shared memory (actor::SetUpCollectives, Cluster::shared_latency): one latency, no rounds, and
+    // what it reads at its bandwidth. As the runtime does, only while the stage's gradients fit
+    // the ranks' shared windows (boxing::kSharedReduceBytesPerRank: the runtime sends a larger
+    // model's partly through MPI; this prices them all so). Per micro-batch all-reduces (tensor
+    // parallelism's activations) stay with MPI: priced through shared memory, they made partial
+    // activations cheap enough that the assignment left data parallelism for mixed layouts
+    // (gpt_mini's 2-rank data parallelism all-reduced its residual stream before every
+    // LayerNorm, 19.6 ms by the objective against 15.4).
+    const size_t from = static_cast<size_t>(a_.value_stage[static_cast<size_t>(v)]);
+    bool shared = per_step_[static_cast<size_t>(v)] && !inter && o_.cluster.shared_latency > 0 && e.allreduces.count > 0 &&
+                  g_.type(v).dtype == DType::kF32 && grad_bytes_[from] <= static_cast<double>(boxing::kSharedReduceBytesPerRank);
+    for (int a = 0; a < have.size(); ++a) shared = shared && !(have[a].is_partial() && have[a].reduce() != Reduce::kSum);
+    const boxing::Estimate::AllReduces moved_here = shared ? e.allreduces : boxing::Estimate::AllReduces{};
+    const double waits = (e.rounds - moved_here.rounds) * latency + moved_here.count * o_.cluster.shared_latency +
+                         e.messages * message;
+    const double through_shared = shared ? moved_here.read / o_.cluster.shared_bandwidth : 0.0;
     const double overhead = (e.collectives + e.messages) * o_.cluster.op_overhead;
     double wait = waits + overhead;
     // A gradient accumulator reduced by one all-reduce or reduce-scatter rides in a bucket
@@ -548,7 +564,7 @@ class Assigner {
       const double buckets = std::ceil(all / static_cast<double>(boxing::kGradientBucketBytes));
       wait = bytes / all * (waits + overhead * std::max(1.0, buckets));
     }
-    return {e.bytes_per_rank / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) + wait, wait,
+    return {(e.bytes_per_rank - moved_here.bytes) / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) + through_shared + wait, wait,
             p2p && !bucketed ? static_cast<double>(e.messages) : 0.0, bucketed};
   }
 

@@ -79,6 +79,10 @@ struct Cluster {
   // rank's polls back off, so the longer it waits the later it sees a message. The step model
   // prices a pipeline's hops between stages with it (sbp/step.h).
   std::vector<std::pair<double, double>> p2p_wake;
+  // Optional: a float32 sum all-reduce among ranks of one node runs through memory they share
+  // (actor/comm.h), so it pays `shared_latency` once (no rounds) and reads members x its tensor's
+  // bytes at `shared_bandwidth` per rank, instead of the figures above. 0: priced as the others.
+  double shared_latency = 0, shared_bandwidth = 0;
   double op_overhead = 0;       // seconds per op run (and per boxing message), besides its kernel
   // Seconds per element an op that is not a matrix product reads and writes, per device: `stream`
   // for ops that move data with little arithmetic (Add, Transpose, Accumulate, ...), `special` for

@@ -160,6 +160,31 @@ TEST(Boxing, PToB_1n4d) {
   EXPECT_EQ(m.tasks[0].reduce, Reduce::kMax);
 }
 
+// Price counts the all-reduces apart from the other collectives, with what a shared-memory
+// all-reduce reads (members x the tensor's bytes), for the cost model to price those through
+// shared memory (sbp::Cluster::shared_latency).
+TEST(Boxing, PriceCountsAllReducesApart_1n4d) {
+  Estimate e = Price(Req(k84, Ranks({0, 1, 2, 3}), {kP}, Ranks({0, 1, 2, 3}), {kB}));
+  EXPECT_EQ(e.allreduces.count, 1);
+  EXPECT_EQ(e.allreduces.rounds, 2);
+  EXPECT_EQ(e.allreduces.bytes, 192);
+  EXPECT_EQ(e.allreduces.read, 4 * 128);
+  Estimate rs = Price(Req(k84, Ranks({0, 1, 2, 3}), {kP}, Ranks({0, 1, 2, 3}), {kS1}));
+  EXPECT_EQ(rs.collectives, 1);
+  EXPECT_EQ(rs.allreduces.count, 0);
+  EXPECT_EQ(rs.allreduces.read, 0);
+  // On a 2 x 2 mesh, partial on both axes: one all-reduce per axis over 2 ranks each.
+  Estimate both = Price(Req(k84, Mesh({2, 2}), {kP, kP}, Mesh({2, 2}), {kB, kB}));
+  EXPECT_EQ(both.allreduces.count, 2);
+  EXPECT_EQ(both.allreduces.rounds, 2);
+  EXPECT_EQ(both.allreduces.bytes, both.bytes_per_rank);
+  EXPECT_EQ(both.allreduces.read, 2 * (2 * 128));
+  // Partial on one axis, split on the other: the all-reduce is of the half each group holds.
+  Estimate half = Price(Req(k84, Mesh({2, 2}), {kS0, kP}, Mesh({2, 2}), {kS0, kB}));
+  EXPECT_EQ(half.allreduces.count, 1);
+  EXPECT_EQ(half.allreduces.read, 2 * 64);
+}
+
 TEST(Boxing, PToS_1n4d) {
   Plan p = MustBox(Req(k84, Ranks({0, 1, 2, 3}), {kP}, Ranks({0, 1, 2, 3}), {kS1}));
   EXPECT_EQ(p.strategy, "reduce-scatter");

@@ -811,7 +811,9 @@ TEST(Plan, Serialize_1n4d) {
 // marked "accumulate"): no task of its own, no register, no boxing. gpt_mini on one rank and data
 // parallel on two: 19 of 29 (the 10 LayerNorm gradients come from a node with three outputs). A
 // gradient that moves before it is accumulated stays apart: on the 2 x 2 mesh of
-// GradientsIntoAccumulatorsOverlap_2x2, all but the embeddings' are all-reduced over axis 0 first.
+// GradientsIntoAccumulatorsOverlap_2x2, all but three are all-reduced over axis 0 first; the
+// embeddings' and blocks.0.attn.proj.bias's (256 bytes, whose once-a-step all-reduce runs
+// through shared memory, cluster.shared_allreduce) are summed first and reduced once a step.
 TEST(Plan, GradientOpsRunInTheirAccumulators) {
   struct Case {
     std::vector<std::string> set;
@@ -823,7 +825,7 @@ TEST(Plan, GradientOpsRunInTheirAccumulators) {
                                "cluster.latency={intra: 1.0e-04, inter: 1.0e-04}", "cluster.p2p_latency=1.1e-04", "cluster.op_overhead=1.0e-05",
                                "cluster.element_seconds={stream: 2.0e-10, special: 1.7e-09}",
                                "cluster.busy_speedup=[2.41, 1.92, 1.21, 1.00]"},
-                              4, 2, 2}}) {
+                              4, 3, 3}}) {
     SCOPED_TRACE(testing::Message() << tc.ranks << " rank(s)");
     auto c = Build("configs/gpt.yaml", tc.ranks, tc.set);
     ASSERT_BUILT(c);
@@ -970,6 +972,27 @@ TEST(Plan, SharedMemoryAllReducesStayWithinTheBudget) {
   EXPECT_LE(used, budget);
   EXPECT_GE(admitted, 1);
   EXPECT_LT(admitted, 7);
+}
+
+// A once-a-step float32 sum all-reduce within a node is priced by cluster.shared_allreduce: one
+// latency for the step's gradient buckets together and the bytes read (2 ranks x each gradient)
+// at its bandwidth. gpt_mini's 2-rank data parallelism: a latency 10 us longer makes the step
+// 10 us longer, half the bandwidth adds 2 x 547,840 bytes at it; with the two ranks on two nodes
+// the figures change nothing.
+TEST(Plan, OnceAStepAllReducesArePricedThroughSharedMemory_1n2d) {
+  auto step = [](const std::string& shared, std::vector<std::string> more = {}) {
+    more.push_back("parallel.sbp={idx: [\"S(0)\"]}");
+    more.push_back("cluster.shared_allreduce=" + shared);
+    auto c = Build("configs/gpt.yaml", 2, more);
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return c.ok() ? c->plan.predicted.step_s : 0.0;
+  };
+  const double base = step("{latency: 7.5e-05, bandwidth: 5.3e+09}");
+  EXPECT_NEAR(step("{latency: 8.5e-05, bandwidth: 5.3e+09}") - base, 1e-5, 1e-9);
+  const double read = 2.0 * 136960 * 4;
+  EXPECT_NEAR(step("{latency: 7.5e-05, bandwidth: 2.65e+09}") - base, read / 2.65e9 - read / 5.3e9, 1e-9);
+  const std::vector<std::string> two_nodes = {"cluster.devices_per_node=1", "cluster.busy_speedup=[]"};
+  EXPECT_EQ(step("{latency: 7.5e-05, bandwidth: 5.3e+09}", two_nodes), step("{latency: 8.5e-04, bandwidth: 1.0e+09}", two_nodes));
 }
 
 }  // namespace

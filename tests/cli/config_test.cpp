@@ -215,6 +215,22 @@ TEST(Config, ClusterP2pWakeRoundTrips) {
   EXPECT_EQ(ConfigToYaml(*none).find("p2p_wake"), std::string::npos);
 }
 
+TEST(Config, ClusterSharedAllReduceRoundTrips) {
+  Result<Config> r = ParseConfig(kBase, "t.yaml", {"cluster.shared_allreduce={latency: 7.5e-5, bandwidth: 5.3e+9}"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_DOUBLE_EQ(r->cluster.shared_latency, 7.5e-5);
+  EXPECT_DOUBLE_EQ(r->cluster.shared_bandwidth, 5.3e9);
+  Result<Config> back = ParseConfig(ConfigToYaml(*r), "back.yaml");
+  ASSERT_TRUE(back.ok()) << back.status().message() << "\n" << ConfigToYaml(*r);
+  EXPECT_EQ(back->cluster.shared_latency, r->cluster.shared_latency);
+  EXPECT_EQ(back->cluster.shared_bandwidth, r->cluster.shared_bandwidth);
+  // Not given: all-reduces priced as the other collectives, and nothing written.
+  Result<Config> none = ParseConfig(kBase, "t.yaml", {"cluster.flops=1.0e+10"});
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  EXPECT_EQ(none->cluster.shared_latency, 0);
+  EXPECT_EQ(ConfigToYaml(*none).find("shared_allreduce"), std::string::npos);
+}
+
 TEST(Config, OverrideCreatesSections) {
   std::string text = kBase;
   text = text.substr(0, text.find("schedule:"));  // no schedule, parallel or log
@@ -378,6 +394,12 @@ const BadCase kBadCases[] = {
     {"", "", {"cluster.p2p_wake=[[2.0e-4, 1.6e-5, 3]]"}, "cluster.p2p_wake[0]: expected a list of [wait, latency] pairs"},
     {"", "", {"cluster.p2p_wake=[[2.0e-4, -1.0e-5]]"}, "cluster.p2p_wake[0]: expected a list of [wait, latency] pairs"},
     {"", "", {"cluster.p2p_wake=2.0e-4"}, "cluster.p2p_wake"},
+    // cluster.shared_allreduce: both figures, each > 0.
+    {"", "", {"cluster.shared_allreduce={latency: 7.5e-5}"}, "cluster.shared_allreduce.bandwidth is required"},
+    {"", "", {"cluster.shared_allreduce={latency: 0, bandwidth: 5.3e+9}"},
+     "cluster.shared_allreduce.latency: expected seconds per all-reduce > 0, got 0"},
+    {"", "", {"cluster.shared_allreduce={latency: 7.5e-5, bandwidth: 5.3e+9, rounds: 1}"},
+     "unknown key 'rounds' in cluster.shared_allreduce"},
     // An override that fixes the file's value is not blamed for a later, unrelated error.
     {"  micro_batch: 8", "  micro_batch: 5", {"train.steps=10"},
      "[config] t.yaml:12:16: train.micro_batch: expected a divisor"},

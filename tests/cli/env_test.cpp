@@ -82,6 +82,11 @@ TEST(Env, WritesClusterSection_1n2d) {
   EXPECT_LT(c.latency_intra, 1) << section;
   EXPECT_EQ(c.latency_inter, c.latency_intra);
   EXPECT_GT(c.p2p_latency, 0) << section;
+  // The all-reduce through shared memory (both ranks share this machine): a latency under a
+  // second and a bandwidth, as the reader requires both > 0.
+  EXPECT_GT(c.shared_latency, 0) << section;
+  EXPECT_LT(c.shared_latency, 1) << section;
+  EXPECT_GT(c.shared_bandwidth, 1e6) << section;
   // A message to a rank that waited briefly, then to one that waited long: the latter is
   // p2p_latency (the reader checks that the waits increase).
   ASSERT_EQ(c.p2p_wake.size(), 2u) << section;
