@@ -283,6 +283,7 @@ class MpiCommunicator final : public Communicator {
   // different tasks never have to start in the same order on every rank: each task's acts do.
   std::map<int, std::pair<std::vector<int>, MPI_Comm>> comms_;
   std::map<int, SharedReduce> shared_;  // by collective id, where Prepare set one up
+  bool shared_unavailable_ = false;      // a window could not be made: said once
   int64_t shared_acts_ = 0;
   std::unordered_map<int, Pending> pending_;
   int next_id_ = 0;
@@ -329,12 +330,23 @@ Status MpiCommunicator::PrepareShared(int id, MPI_Comm group, int64_t bytes) {
   r.capacity = (bytes + 63) / 64 * 64;
   MPI_Comm_rank(node, &r.k);
   char* mine = nullptr;
-  s = Mpi(MPI_Win_allocate_shared(static_cast<MPI_Aint>(SharedReduce::kHeader + static_cast<size_t>(r.capacity)), 1,
-                                  MPI_INFO_NULL, node, &mine, &r.win),
-          "MPI_Win_allocate_shared", what);
-  if (!s.ok()) {
+  const int made = MPI_Win_allocate_shared(static_cast<MPI_Aint>(SharedReduce::kHeader + static_cast<size_t>(r.capacity)), 1,
+                                           MPI_INFO_NULL, node, &mine, &r.win) == MPI_SUCCESS;
+  // Where Open MPI cannot make the window (no shared-memory one-sided component, say), the
+  // collective goes through MPI as it would off one node: every member fails alike, and says so
+  // once. A window made on some members only cannot be freed without the others: an error.
+  int all_made = 0, any_made = 0;
+  RETURN_IF_ERROR(Mpi(MPI_Allreduce(&made, &all_made, 1, MPI_INT, MPI_LAND, node), "MPI_Allreduce", what));
+  RETURN_IF_ERROR(Mpi(MPI_Allreduce(&made, &any_made, 1, MPI_INT, MPI_LOR, node), "MPI_Allreduce", what));
+  if (!all_made) {
     MPI_Comm_free(&node);
-    return s;
+    if (any_made) return Fail(what, "MPI_Win_allocate_shared failed on some members of the node only");
+    if (!shared_unavailable_ && rank_ == 0) {
+      std::fprintf(stderr, "[actor] rank 0: no shared-memory window for all-reduces (MPI_Win_allocate_shared failed); they go through MPI\n");
+      std::fflush(stderr);
+    }
+    shared_unavailable_ = true;
+    return Status::Ok();
   }
   new (mine) std::atomic<int64_t>(0);
   new (mine + 64) std::atomic<int64_t>(0);

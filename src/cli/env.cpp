@@ -753,7 +753,7 @@ void Summary(const Host& h, const Figures& f, int ranks, int threads, int repeat
                   "4 MiB %.3f ms, %.2f GB/s read per rank\n",
                   f.shared.driven * 1e6, f.shared.latency * 1e6, f.shared.seconds * 1e3, f.shared_bandwidth / 1e9);
   } else {
-    std::snprintf(b, sizeof b, "[env] all-reduce through shared memory: not available here (the ranks share no node's memory)\n");
+    std::snprintf(b, sizeof b, "[env] all-reduce through shared memory: not available here (the ranks share no node, or no shared-memory window could be made)\n");
   }
   std::cerr << b;
   std::snprintf(b, sizeof b, "[env] memory: %.1f GiB MemTotal / %d ranks\n", h.mem_total_gib, ranks);

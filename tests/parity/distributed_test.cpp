@@ -147,6 +147,23 @@ const std::vector<std::string> kGptShort = {"schedule.warmup=2"};
 TEST(Distributed, Gpt_DataParallel_1n2d) {
   ExpectSameLosses({"gpt_dp2", kGpt, 2, {"parallel.sbp={idx: [\"S(0)\"]}"}, kGptShort});
 }
+// Where Open MPI cannot make a shared-memory window (here its one-sided component forced to one
+// without them), the gradients' all-reduces go through MPI: the run says so once and gives the
+// same losses.
+TEST(Distributed, Gpt_DataParallel_WithoutSharedMemory_1n2d) {
+  ::setenv("OMPI_MCA_osc", "pt2pt", 1);
+  const Case c{"gpt_dp2_mpi", kGpt, 2, {"parallel.sbp={idx: [\"S(0)\"]}"}, kGptShort};
+  const auto ref = Train(c, 1, false);
+  const auto got = Train(c, c.ranks, true);
+  ::unsetenv("OMPI_MCA_osc");
+  ASSERT_EQ(ref.code, 0) << ref.out;
+  ASSERT_EQ(got.code, 0) << got.out;
+  EXPECT_NE(got.out.find("no shared-memory window for all-reduces (MPI_Win_allocate_shared failed); they go through MPI"),
+            std::string::npos)
+      << got.out;
+  ASSERT_EQ(got.loss.size(), 20u) << got.out;
+  for (size_t i = 0; i < 20; ++i) EXPECT_NEAR(got.loss[i], ref.loss[i], kRtol * std::fabs(ref.loss[i])) << "step " << i + 1;
+}
 // The plan of tests/boxing/plan_test.cpp's GptTensorParallelFromQkvFcHints: one sequence per
 // micro-batch, planned for a fast interconnect, so attention runs Megatron's way (q, k, v split by
 // heads, the output projection row-parallel).
