@@ -207,6 +207,8 @@ class Stage {
 struct SharedReduce {
   static constexpr size_t kHeader = 128;  // two counters, each on its own cache line
   static_assert(std::atomic<int64_t>::is_always_lock_free);
+  // A member's slot for acts of up to `bytes`, whole cache lines.
+  static int64_t SlotBytes(int64_t bytes) { return (bytes + 63) / 64 * 64; }
   MPI_Comm node = MPI_COMM_NULL;
   MPI_Win win = MPI_WIN_NULL;
   int64_t capacity = 0;                   // bytes of a member's slot
@@ -327,7 +329,7 @@ Status MpiCommunicator::PrepareShared(int id, MPI_Comm group, int64_t bytes) {
   }
   SharedReduce r;
   r.node = node;
-  r.capacity = (bytes + 63) / 64 * 64;
+  r.capacity = SharedReduce::SlotBytes(bytes);
   MPI_Comm_rank(node, &r.k);
   char* mine = nullptr;
   const int made = MPI_Win_allocate_shared(static_cast<MPI_Aint>(SharedReduce::kHeader + static_cast<size_t>(r.capacity)), 1,
@@ -335,12 +337,11 @@ Status MpiCommunicator::PrepareShared(int id, MPI_Comm group, int64_t bytes) {
   // Where Open MPI cannot make the window (no shared-memory one-sided component, say), the
   // collective goes through MPI as it would off one node: every member fails alike, and says so
   // once. A window made on some members only cannot be freed without the others: an error.
-  int all_made = 0, any_made = 0;
-  RETURN_IF_ERROR(Mpi(MPI_Allreduce(&made, &all_made, 1, MPI_INT, MPI_LAND, node), "MPI_Allreduce", what));
-  RETURN_IF_ERROR(Mpi(MPI_Allreduce(&made, &any_made, 1, MPI_INT, MPI_LOR, node), "MPI_Allreduce", what));
-  if (!all_made) {
+  int made_on = 0;  // members that made their part
+  RETURN_IF_ERROR(Mpi(MPI_Allreduce(&made, &made_on, 1, MPI_INT, MPI_SUM, node), "MPI_Allreduce", what));
+  if (made_on < on_node) {
     MPI_Comm_free(&node);
-    if (any_made) return Fail(what, "MPI_Win_allocate_shared failed on some members of the node only");
+    if (made_on > 0) return Fail(what, "MPI_Win_allocate_shared failed on some members of the node only");
     if (!shared_unavailable_ && rank_ == 0) {
       std::fprintf(stderr, "[actor] rank 0: no shared-memory window for all-reduces (MPI_Win_allocate_shared failed); they go through MPI\n");
       std::fflush(stderr);
@@ -388,7 +389,7 @@ Status MpiCommunicator::Prepare(const std::vector<std::vector<int>>& groups, con
     auto have = comms_.find(id);
     auto was = shared_.find(id);
     const int64_t had = was == shared_.end() ? 0 : was->second.capacity;
-    if (have != comms_.end() && have->second.first == g && had == (bytes + 63) / 64 * 64) continue;  // prepared before
+    if (have != comms_.end() && have->second.first == g && had == SharedReduce::SlotBytes(bytes)) continue;  // prepared before
     FreeShared(id);
     if (have != comms_.end()) {
       MPI_Comm_free(&have->second.second);
@@ -653,10 +654,13 @@ Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in,
       return Fail(what, "group not prepared (Prepare it on every rank first)");
     const int k = static_cast<int>(std::find(t.group.begin(), t.group.end(), rank_) - t.group.begin());
     auto sh = shared_.find(t.collective);
-    int64_t bytes = 0;
-    for (const Tensor& x : p.in) bytes += x.bytes();
+    auto fits = [&p](int64_t capacity) {
+      int64_t bytes = 0;
+      for (const Tensor& x : p.in) bytes += x.bytes();
+      return bytes <= capacity;
+    };
     if (sh != shared_.end() && t.op == Op::kAllReduce && t.reduce == sbp::Reduce::kSum &&
-        p.in[0].dtype() == DType::kF32 && bytes <= sh->second.capacity) {
+        p.in[0].dtype() == DType::kF32 && fits(sh->second.capacity)) {
       p.shared = &sh->second;
       p.act = sh->second.acts++;
       ++shared_acts_;

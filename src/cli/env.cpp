@@ -21,6 +21,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 #include <vector>
@@ -348,26 +349,33 @@ double BusyGemmSeconds(int n, int rank, int busy, int ranks) {
 // two interleaved rep by rep: the waiting ranks' wake-ups, and the wait for the rank the
 // scheduler ran last. Ranks that only wait for a collective (no burst) finish it 3-4x sooner,
 // which priced gpt_mini's and the MLP's collectives at half what their traces show.
-double BusyCollectiveSeconds(int ranks) {
+// `collective` runs one 8-byte all-reduce and waits for it as the runtime does.
+Result<double> BusyCollectiveSeconds(const std::function<Status()>& collective) {
   Burst work(kBurstN);
   std::vector<double> alone, with;
-  double one = 1, sum = 0;
   for (int r = -3; r < kRuntimeReps; ++r) {
-    for (int collective = 0; collective < 2; ++collective) {
+    for (int once = 0; once < 2; ++once) {
       Barrier();
       const double t0 = SteadySeconds();
       work.Run(kBurstGemms);
-      if (collective) {
-        MPI_Request req;
-        MPI_Iallreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
-        actor::WaitAsRuntime(req, ranks);
-      }
+      if (once) RETURN_IF_ERROR(collective());
       const double t1 = SteadySeconds();
       const double first = AllReduce(t0, MPI_MIN), last = AllReduce(t1, MPI_MAX);
-      if (r >= 0) (collective ? with : alone).push_back(last - first);
+      if (r >= 0) (once ? with : alone).push_back(last - first);
     }
   }
   return std::max(0.0, Median(with) - Median(alone));
+}
+
+// Open MPI's all-reduce of 8 bytes after a burst (BusyCollectiveSeconds).
+Result<double> BusyMpiCollectiveSeconds(int ranks) {
+  double one = 1, sum = 0;
+  return BusyCollectiveSeconds([&] {
+    MPI_Request req;
+    MPI_Iallreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
+    actor::WaitAsRuntime(req, ranks);
+    return Status::Ok();
+  });
 }
 
 // cluster.busy_speedup: for b = 1..ranks, how much faster each of b busy ranks computes than when
@@ -505,35 +513,21 @@ Result<Shared> SharedAllReduce(actor::Communicator& comm, int ranks) {
     }
     return failed;
   };
-  Shared s;
-  Burst work(kBurstN);
-  std::vector<double> alone, with, driven, moving;
-  for (int r = -3; r < kRuntimeReps; ++r) {
-    for (int collective = 0; collective < 2; ++collective) {
+  // The slowest rank's median over `reps` all-reduces of x into y, every rank polling without a pause.
+  auto driven = [&](const Tensor& x, const Tensor& y, int reps) -> Result<double> {
+    std::vector<double> t;
+    for (int r = -2; r < reps; ++r) {
       Barrier();
-      const double t0 = SteadySeconds();
-      work.Run(kBurstGemms);
-      if (collective) RETURN_IF_ERROR(run(small, small_sum, true));
-      const double t1 = SteadySeconds();
-      const double first = AllReduce(t0, MPI_MIN), last = AllReduce(t1, MPI_MAX);
-      if (r >= 0) (collective ? with : alone).push_back(last - first);
+      const double t0 = MPI_Wtime();
+      RETURN_IF_ERROR(run(x, y, false));
+      if (r >= 0) t.push_back(MPI_Wtime() - t0);
     }
-  }
-  s.latency = std::max(0.0, Median(with) - Median(alone));
-  for (int r = -2; r < kLatencyReps; ++r) {
-    Barrier();
-    const double t0 = MPI_Wtime();
-    RETURN_IF_ERROR(run(small, small_sum, false));
-    if (r >= 0) driven.push_back(MPI_Wtime() - t0);
-  }
-  s.driven = AllReduce(Median(driven), MPI_MAX);
-  for (int r = -2; r < kBandwidthReps; ++r) {
-    Barrier();
-    const double t0 = MPI_Wtime();
-    RETURN_IF_ERROR(run(big, big_sum, false));
-    if (r >= 0) moving.push_back(MPI_Wtime() - t0);
-  }
-  s.seconds = AllReduce(Median(moving), MPI_MAX);
+    return AllReduce(Median(t), MPI_MAX);
+  };
+  Shared s;
+  ASSIGN_OR_RETURN(s.latency, BusyCollectiveSeconds([&] { return run(small, small_sum, true); }));
+  ASSIGN_OR_RETURN(s.driven, driven(small, small_sum, kLatencyReps));
+  ASSIGN_OR_RETURN(s.seconds, driven(big, big_sum, kBandwidthReps));
   if (big_sum.data<float>()[0] != static_cast<float>(ranks))
     return Status::Runtime("[env] the shared-memory all-reduce summed to " + std::to_string(big_sum.data<float>()[0]));
   s.used = AllReduce(comm.shared_acts() - acts_before == acts ? 1 : 0, MPI_MIN) > 0;
@@ -582,7 +576,7 @@ Result<Figures> Measure(int ranks, actor::Communicator& comm) {
   f.special_element = AllReduce(special, MPI_MAX);
   f.busy_speedup = BusySpeedup(f.busy_n, rank, ranks);
   f.latency = AllReduce(LatencySeconds(), MPI_MAX);
-  f.runtime_latency = BusyCollectiveSeconds(ranks);  // the same on every rank
+  ASSIGN_OR_RETURN(f.runtime_latency, BusyMpiCollectiveSeconds(ranks));  // the same on every rank
   f.dispatch = AllReduce(DispatchSeconds(), MPI_MAX);
   f.runtime_message = AllReduce(RuntimeMessageSeconds(rank, ranks), MPI_MAX);
   const IdleMessage quick = IdleMessageAfter(rank, ranks, kShortWaitGemms);
