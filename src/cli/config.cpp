@@ -292,6 +292,21 @@ Status ReadPair(const Section& s, const std::string& key, double* intra, double*
   return p.Check("inter", *inter > 0, what);
 }
 
+// A map of two required numbers, each > 0 (cluster.shared_allreduce, cluster.element_seconds).
+struct Positive {
+  const char* key;
+  double* to;
+  const char* what;
+};
+Status ReadPositives(const Val& v, const Positive& a, const Positive& b) {
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, {a.key, b.key}));
+  for (const Positive& x : {a, b}) {
+    RETURN_IF_ERROR(s.Read(x.key, x.to, Need::kRequired));
+    RETURN_IF_ERROR(s.Check(x.key, *x.to > 0, x.what));
+  }
+  return Status::Ok();
+}
+
 // cluster.busy_speedup: a number >= 1 per busy-rank count 1..devices_per_node, not increasing,
 // ending at 1 (all busy is what `flops` measured); [] for a device per rank.
 Status ReadBusySpeedup(const Val& v, ClusterConfig* c) {
@@ -349,20 +364,14 @@ Status ReadCluster(const Val& v, ClusterConfig* c) {
   RETURN_IF_ERROR(s.Check("p2p_latency", c->p2p_latency >= 0, "seconds per message >= 0 (0 = latency.intra)"));
   if (const Val* w = s.Find("p2p_wake")) RETURN_IF_ERROR(ReadP2pWake(*w, c));
   if (const Val* v = s.Find("shared_allreduce")) {
-    ASSIGN_OR_RETURN(Section e, Section::Open(*v, {"latency", "bandwidth"}));
-    RETURN_IF_ERROR(e.Read("latency", &c->shared_latency, Need::kRequired));
-    RETURN_IF_ERROR(e.Check("latency", c->shared_latency > 0, "seconds per all-reduce > 0"));
-    RETURN_IF_ERROR(e.Read("bandwidth", &c->shared_bandwidth, Need::kRequired));
-    RETURN_IF_ERROR(e.Check("bandwidth", c->shared_bandwidth > 0, "bytes read per second per rank > 0"));
+    RETURN_IF_ERROR(ReadPositives(*v, {"latency", &c->shared_latency, "seconds per all-reduce > 0"},
+                                  {"bandwidth", &c->shared_bandwidth, "bytes read per second per rank > 0"}));
   }
   RETURN_IF_ERROR(s.Read("op_overhead", &c->op_overhead, Need::kOptional));
   RETURN_IF_ERROR(s.Check("op_overhead", c->op_overhead >= 0, "seconds per op >= 0"));
   if (const Val* v = s.Find("element_seconds")) {
-    ASSIGN_OR_RETURN(Section e, Section::Open(*v, {"stream", "special"}));
-    RETURN_IF_ERROR(e.Read("stream", &c->stream_element, Need::kRequired));
-    RETURN_IF_ERROR(e.Check("stream", c->stream_element > 0, "seconds per element > 0"));
-    RETURN_IF_ERROR(e.Read("special", &c->special_element, Need::kRequired));
-    RETURN_IF_ERROR(e.Check("special", c->special_element > 0, "seconds per element > 0"));
+    RETURN_IF_ERROR(ReadPositives(*v, {"stream", &c->stream_element, "seconds per element > 0"},
+                                  {"special", &c->special_element, "seconds per element > 0"}));
   }
   if (const Val* v = s.Find("busy_speedup")) RETURN_IF_ERROR(ReadBusySpeedup(*v, c));
   return s.Read("measured", &c->measured, Need::kOptional);
