@@ -252,14 +252,9 @@ Status Actor::Body(int64_t k) {
       for (const Port& p : out_) RETURN_IF_ERROR(rt_.Feed(p.regst, step, micro, rt_.Slot(p.regst, p.current)));
       return Status::Ok();
     case TaskKind::kBoxing: return Move();
-    case TaskKind::kLossSink: {
-      loss_sum_ += rt_.Slot(in_[0].regst, in_[0].slots.front()).data<float>()[0];
-      if (micro == m - 1) {
-        rt_.ReportLoss(step, loss_sum_ / static_cast<double>(m));
-        loss_sum_ = 0;
-      }
+    case TaskKind::kLossSink:  // the micro-batches' losses summed
+      rt_.ReportLoss(step, rt_.Slot(in_[0].regst, in_[0].slots.front()).data<float>()[0] / static_cast<double>(m));
       return Status::Ok();
-    }
     case TaskKind::kNormSink:
       rt_.ReportGradNormSq(step, rt_.Slot(in_[0].regst, in_[0].slots.front()).data<float>()[0]);
       return Status::Ok();

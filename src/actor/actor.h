@@ -79,7 +79,6 @@ class Actor {
   std::vector<Tensor> state_;  // variable: optimizer state
   int64_t total_ = 0;
   int64_t next_ = 0;           // the next act
-  double loss_sum_ = 0;        // loss sink
   bool in_flight_ = false;     // a data movement started and not finished
   bool deferred_ = false;
   bool announced_ = false;     // deferred: its next act is in the thread's ready set

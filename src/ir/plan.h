@@ -31,7 +31,7 @@ enum class TaskKind : uint8_t {
   kCompute,   // runs one physical node's kernel
   kVariable,  // owns a parameter piece; runs its update node
   kBoxing,    // one boxing::Task: data movement
-  kLossSink,  // collects the loss per micro-batch for the step log
+  kLossSink,  // reports the step's loss (its micro-batches' summed, over M) to the step log
   kNormSink,  // collects the squared gradient norm per step
 };
 const char* Name(TaskKind k);

@@ -64,6 +64,7 @@ Result<TrainingGraph> BuildTraining(Graph forward, const TrainingSpec& spec) {
   auto loss = b.Add(loss_op, {pred, labels}, {}, "loss", Phase::kLoss);
   if (!loss.ok()) return loss.status().With(cfg + "model.loss: ");
   tg.loss = (*loss)[0];
+  tg.loss_sum = b.Op(OpKind::kAccumulate, {tg.loss}, {}, "loss/sum", Phase::kAccumulate);
 
   Tensor seed_t = Tensor::Full(Shape{}, static_cast<float>(1.0 / static_cast<double>(spec.micro_batches)));
   ValueId seed = b.Const("loss/seed", seed_t);
@@ -108,7 +109,7 @@ Result<TrainingGraph> BuildTraining(Graph forward, const TrainingSpec& spec) {
     for (ValueId s : *st) g.value(s).kind = ValueKind::kState;
     updates.push_back(static_cast<NodeId>(g.nodes.size() - 1));
   }
-  RemoveDeadNodes(g, {tg.loss, tg.grad_norm_sq}, updates);
+  RemoveDeadNodes(g, {tg.loss_sum, tg.grad_norm_sq}, updates);
   for (ParamGrad& pg : tg.params) {
     for (size_t n = 0; n < g.nodes.size(); ++n)
       if (g.nodes[n].phase == Phase::kOptimizer && g.nodes[n].in[0] == pg.param) pg.update = static_cast<NodeId>(n);

@@ -2,7 +2,9 @@
 // gradient clipping and optimizer updates, each node tagged with its Phase.
 //
 // Per micro-batch: forward, loss (the mean over the micro-batch), backward seeded with 1/M so the
-// accumulated gradient is that of the mean loss over the global batch. Per step: the gradients'
+// accumulated gradient is that of the mean loss over the global batch. Per step: the micro-batches'
+// losses summed (what the step log reports, over M, so that ranks exchange the loss once a step,
+// with the gradients, not once per micro-batch), the gradients'
 // global L2 norm, PyTorch's clip coefficient when clipping is on, and one update node per
 // parameter. Parameters the loss does not depend on become constants and are listed in `frozen`.
 // Nodes whose results nothing uses are removed.
@@ -43,6 +45,7 @@ struct ParamGrad {
 struct TrainingGraph {
   Graph graph;
   ValueId loss = kNoValue;          // per micro-batch
+  ValueId loss_sum = kNoValue;      // per step: loss summed over the micro-batches
   ValueId grad_norm_sq = kNoValue;  // per step
   std::vector<ParamGrad> params;
   std::vector<std::string> frozen;  // initializers that do not affect the loss

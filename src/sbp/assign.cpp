@@ -75,16 +75,29 @@ class Assigner {
     a_.node_sig.resize(g_.nodes.size());
     consumers_ = g_.Consumers();
     backward_of_.assign(g_.nodes.size(), {});
+    per_step_.assign(g_.values.size(), false);
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      const ir::Node& node = g_.nodes[n];
+      a_.value_stage.resize(g_.values.size());
+      for (ValueId v : node.out) {
+        a_.value_stage[static_cast<size_t>(v)] = o_.node_stage[n];
+        per_step_[static_cast<size_t>(v)] = node.phase == ir::Phase::kOptimizer || node.op == OpKind::kAccumulate;
+      }
+    }
+    for (ValueId p : g_.params) per_step_[static_cast<size_t>(p)] = true;
     std::map<std::pair<std::vector<int64_t>, int>, int> classes;
     for (size_t id = 0; id < g_.values.size(); ++id) {
       const ir::Value& v = g_.values[id];
       // Gradients and parameters price apart from other tensors of their type, and parameters
-      // under ZeRO apart from others (Priced: buckets).
+      // under ZeRO apart from others (Priced: buckets); other tensors moved once a step apart from
+      // those moved every micro-batch (Priced: shared memory). Without that, the scalar loss's
+      // all-reduce per micro-batch, priced while the assigner weighed its accumulator's
+      // signatures, set the price of the gradient norm's once a step.
       const int role = g_.ProducedBy(static_cast<ValueId>(id), OpKind::kAccumulate) ? 1
-                       : v.kind != ir::ValueKind::kParam                             ? 0
+                       : v.kind != ir::ValueKind::kParam                             ? (per_step_[id] ? 4 : 0)
                        : o_.zero                                                     ? 3
                                                                                      : 2;
-      const int kind = 4 * static_cast<int>(v.type.dtype) + role;
+      const int kind = 8 * static_cast<int>(v.type.dtype) + role;
       auto [it, fresh] = classes.emplace(std::make_pair(v.type.shape.dims(), kind), static_cast<int>(classes.size()));
       type_class_.push_back(it->second);
       if (fresh && o_.prices) shared_type_.push_back(o_.prices->TypeId(v.type.shape, v.type.dtype, role));
@@ -97,16 +110,6 @@ class Assigner {
     has_grad_.assign(g_.values.size(), false);
     for (const ir::Value& v : g_.values)
       if (v.grad_of != ir::kNoValue) has_grad_[static_cast<size_t>(v.grad_of)] = true;
-    per_step_.assign(g_.values.size(), false);
-    for (size_t n = 0; n < g_.nodes.size(); ++n) {
-      const ir::Node& node = g_.nodes[n];
-      a_.value_stage.resize(g_.values.size());
-      for (ValueId v : node.out) {
-        a_.value_stage[static_cast<size_t>(v)] = o_.node_stage[n];
-        per_step_[static_cast<size_t>(v)] = node.phase == ir::Phase::kOptimizer || node.op == OpKind::kAccumulate;
-      }
-    }
-    for (ValueId p : g_.params) per_step_[static_cast<size_t>(p)] = true;
     // Each stage's gradients and parameters, whole: what its buckets carry.
     grad_bytes_.assign(o_.stages.size(), 0);
     param_bytes_.assign(o_.stages.size(), 0);
@@ -1319,7 +1322,7 @@ Result<Assignment> Assign(const ir::TrainingGraph& tg, const AssignOptions& opt)
 
 int PriceCache::TypeId(const Shape& shape, DType dtype, int role) {
   std::lock_guard<std::mutex> lock(mu_);
-  const int kind = 4 * static_cast<int>(dtype) + role;
+  const int kind = 8 * static_cast<int>(dtype) + role;
   return types_.emplace(std::make_pair(shape.dims(), kind), static_cast<int>(types_.size())).first->second;
 }
 

@@ -110,7 +110,8 @@ class PriceCache {
   // Small ids for what keys name. Gradient accumulators and parameters price apart from other
   // tensors of their type: they share their buckets' latency, as much as their stage's gradients
   // or parameters weigh (role: 0 another tensor, 1 a gradient, 2 a parameter, 3 a parameter
-  // under ZeRO, whose gathers ride in buckets).
+  // under ZeRO, whose gathers ride in buckets, 4 another tensor made once a step, whose sum
+  // all-reduces run through shared memory).
   int TypeId(const Shape& shape, DType dtype, int role);
   int PlaceId(const Placement& p, double grad_bytes, double param_bytes);
   std::optional<double> Find(const Key& k);

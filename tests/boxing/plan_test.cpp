@@ -155,13 +155,12 @@ struct DataParallelCase {
 //                -> 1.5 x 104488 = 156732 B
 //   mlp_ln_gelu: fc1 64x32 + 64, ln 64 + 64, fc2 64x64 + 64, fc3 8x64 + 8 = 6920 floats = 27680 B
 //                -> 1.5 x 27680 = 41520 B
-// The loss sink: the loss is P over the 4 ranks and the step log reads it on rank 0, so ranks 1-3
-// each send their 4-byte partial loss to rank 0 every micro-batch: 2 micro-batches x 4 B = 8 B.
-// (BytesMoved counts what a rank sends; rank 0 only receives.) The gradient norm is already B,
-// so rank 0 reads its own copy: 0 B.
+// The loss sink: the loss summed over the micro-batches is P over the 4 ranks, and it is
+// all-reduced once a step in the first gradient bucket, so every rank moves 1.5 x 4 B = 6 B more
+// and rank 0 reads its own copy. The gradient norm is already B, so rank 0 reads it too: 0 B.
 const DataParallelCase kDataParallel[] = {
-    {"configs/mlp.yaml", 104488, 156732, 156732 + 8},
-    {"configs/mlp_ln_gelu.yaml", 27680, 41520, 41520 + 8},
+    {"configs/mlp.yaml", 104488, 156732 + 6, 156732 + 6},
+    {"configs/mlp_ln_gelu.yaml", 27680, 41520 + 6, 41520 + 6},
 };
 
 TEST(Plan, DataParallel_1n4d) {
@@ -392,7 +391,8 @@ TEST(Plan, ZeroStaysDataParallel_1n4d) {
 
 // gpt_mini's 29 gradients (550 KiB) on 2 data-parallel ranks fill several buckets, none over
 // kGradientBucketBytes: the runtime starts each when its last gradient is accumulated, so all but
-// the last reduce while backward still runs.
+// the last reduce while backward still runs. The loss's sum over the micro-batches, partial on
+// each rank, rides in the first: the sinks read rank 0's own copy, so no stage of their own.
 TEST(Plan, GradientBuckets_1n2d) {
   auto c = Build("configs/gpt.yaml", 2, {"parallel.sbp={idx: [\"S(0)\"]}"});
   ASSERT_BUILT(c);
@@ -407,12 +407,9 @@ TEST(Plan, GradientBuckets_1n2d) {
     const auto& type = c->training.graph.type(e.value);
     bucket_bytes[e.bucket] += type.shape.numel() * static_cast<int64_t>(fr::SizeOf(type.dtype));
   }
-  EXPECT_EQ(grads, 29);
+  EXPECT_EQ(grads, 29 + 1);  // and the loss's sum
   EXPECT_EQ(bucketed, grads) << "every gradient all-reduce rides in a bucket";
-  // The sinks' stage (rank 0 alone) does not make data parallelism a pipeline: the runtime keeps
-  // arrival order, so each accumulator runs right after its gradient and buckets reduce during
-  // backward (actor/runtime.h).
-  EXPECT_EQ(p.stages.size(), 2u);
+  EXPECT_EQ(p.stages.size(), 1u);
   EXPECT_EQ(p.pipeline_stages, 1);
   int64_t total = 0;
   for (const auto& [b, bytes] : bucket_bytes) {
@@ -468,19 +465,19 @@ struct PipelineCase {
 
 // Stage 0 sends the activation every micro-batch and the clip coefficient once per step; stage 1
 // sends the activation's gradient every micro-batch, a squared gradient norm per parameter it owns
-// per step, and the loss every micro-batch (M = 2):
-//   mlp:         [32,128] f32 = 16384 B; rank 0: 2 x 16384 + 4 = 32772; rank 1: 2 x 16384 + 4 x 4 + 2 x 4 = 32792
-//   mlp_ln_gelu: [16,64] f32 = 4096 B;   rank 0: 2 x 4096 + 4 = 8196;    rank 1: 2 x 4096 + 4 x 4 + 2 x 4 = 8216
+// per step, and the loss summed over the micro-batches once per step (M = 2):
+//   mlp:         [32,128] f32 = 16384 B; rank 0: 2 x 16384 + 4 = 32772; rank 1: 2 x 16384 + 4 x 4 + 4 = 32788
+//   mlp_ln_gelu: [16,64] f32 = 4096 B;   rank 0: 2 x 4096 + 4 = 8196;    rank 1: 2 x 4096 + 4 x 4 + 4 = 8212
 //   gpt (cut after block 0, on the residual stream, which block 1 reads twice: its gradient's two
 //   parts are summed on stage 1 and cross back once):
-//                [8,64,64] f32 = 131072 B; rank 0: 2 x 131072 + 4 = 262148; rank 1: 2 x 131072 + 15 x 4 + 2 x 4 = 262212
+//                [8,64,64] f32 = 131072 B; rank 0: 2 x 131072 + 4 = 262148; rank 1: 2 x 131072 + 15 x 4 + 4 = 262208
 const PipelineCase kPipeline[] = {
     {"configs/mlp.yaml", R"([["/fc1/*", "/Relu"], ["*"]])", {"/fc1/*", "/Relu"}, "/Relu_output_0", 16384, 4,
-     {32772, 32792}},
+     {32772, 32788}},
     {"configs/mlp_ln_gelu.yaml", R"([["/fc1/*", "/ln/*", "/act/*"], ["*"]])", {"/fc1/*", "/ln/*", "/act/*"},
-     "/act/Mul_1_output_0", 4096, 4, {8196, 8216}},
+     "/act/Mul_1_output_0", 4096, 4, {8196, 8212}},
     {"configs/gpt.yaml", R"([["/wte/*", "/wpe/*", "/Add", "/blocks.0/*"], ["*"]])", {"/wte/*", "/wpe/*", "/Add", "/blocks.0/*"},
-     "/blocks.0/Add_1_output_0", 131072, 15, {262148, 262212}},
+     "/blocks.0/Add_1_output_0", 131072, 15, {262148, 262208}},
 };
 
 TEST(Plan, Pipeline_1n2d) {
@@ -932,7 +929,7 @@ TEST(Plan, PipelineNormPartsPayOneLatency_1n2d) {
 // The collectives a run prepares: gpt_mini's 2-rank data parallelism reduces its gradients in 7
 // buckets, each a float32 sum all-reduce over both ranks that may go through shared memory with
 // its largest act's bytes; under a smaller budget only the buckets that fit, in id order, do, and
-// the rest take 0 (MPI). The loss's and norm's point-to-point moves have no collective id.
+// the rest take 0 (MPI). The loss's sum rides in the first bucket.
 TEST(Plan, SharedMemoryAllReducesStayWithinTheBudget) {
   auto c = Build("configs/gpt.yaml", 2, {"parallel.sbp={idx: [\"S(0)\"]}"});
   ASSERT_BUILT(c);
@@ -948,7 +945,7 @@ TEST(Plan, SharedMemoryAllReducesStayWithinTheBudget) {
   ASSERT_EQ(bucket_bytes.size(), 7u);
   int64_t all = 0;
   for (const auto& [id, bytes] : bucket_bytes) all += bytes;
-  EXPECT_EQ(all, 136960 * 4);  // every parameter's gradient, once
+  EXPECT_EQ(all, 136960 * 4 + 4);  // every parameter's gradient, once, and the loss's sum
   const fr::actor::CollectiveSetup whole = fr::actor::SetUpCollectives(p);
   ASSERT_EQ(whole.groups.size(), 7u);
   for (const auto& [id, bytes] : bucket_bytes) {
