@@ -59,6 +59,18 @@ class Communicator {
   // (boxing::kSharedReduceBytesPerRank).
   virtual Status Prepare(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& shared_bytes = {}) = 0;
 
+  // This rank's slot of collective `collective`'s shared-memory window (see Prepare), as storage
+  // for `bytes` of inputs laid out as boxing::BucketOffsets lays out a bucket's, zero-filled; null
+  // where the collective has no window or its slot is smaller. An all-reduce whose inputs lie there
+  // at those offsets starts without copying them; every act of the collective must then take its
+  // inputs from there (another act's would be copied over them). The storage is valid while the
+  // communicator is.
+  virtual std::shared_ptr<Storage> SharedInputs(int collective, int64_t bytes) {
+    (void)collective;
+    (void)bytes;
+    return nullptr;
+  }
+
   // Starts the movement of task `t` (a collective, kSend or kRecv, with t.rank == rank()) with
   // this rank's inputs (per t.in: one for collectives and kSend, none for kRecv) and outputs
   // (allocated with the task's planned shapes and the inputs' dtype; none for kSend, else one).

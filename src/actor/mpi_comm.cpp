@@ -199,11 +199,13 @@ class Stage {
 };
 
 // A sum all-reduce of float32 among ranks of one node, through a window of memory they share:
-// each member copies its inputs into its own slot and says so, then every member sums all slots,
-// in member order (the same bits on every member), into its outputs and says so; a member writes
-// its slot for the next act once every member has read the last. Starting takes one copy and
-// completing one pass over the slots, where Open MPI's nonblocking all-reduce builds a schedule
-// and advances it only inside the progress passes the rank makes between its acts.
+// each member copies its inputs into its own slot (at boxing::BucketOffsets, unless they lie
+// there already: Communicator::SharedInputs) and says so, then every member sums all slots, in
+// member order (the same bits on every member), into its outputs and says so, and the act
+// completes on a member once every member has read the slots: only then may its inputs, and so
+// its slot, be written again. Starting takes at most one copy and completing one pass over the
+// slots, where Open MPI's nonblocking all-reduce builds a schedule and advances it only inside the
+// progress passes the rank makes between its acts.
 struct SharedReduce {
   static constexpr size_t kHeader = 128;  // two counters, each on its own cache line
   static_assert(std::atomic<int64_t>::is_always_lock_free);
@@ -234,6 +236,7 @@ struct Pending {
   bool gathered = false;             // recv_stage holds each member's part of every output in turn
   SharedReduce* shared = nullptr;    // an all-reduce through shared memory (no request)
   int64_t act = 0;                   // its act
+  std::vector<int64_t> at;           // each input's offset in a slot (boxing::BucketOffsets)
   bool written = false;              // this member's slot holds its inputs
   bool reduced = false;              // its outputs hold the sums
 };
@@ -252,6 +255,7 @@ class MpiCommunicator final : public Communicator {
   Status Prepare(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& shared_bytes) override;
   Result<CommHandle> Start(const Task& t, std::vector<Tensor> in, std::vector<Tensor> out) override;
   Result<std::vector<CommHandle>> Poll() override;
+  std::shared_ptr<Storage> SharedInputs(int collective, int64_t bytes) override;
   int in_flight() const override { return static_cast<int>(pending_.size()); }
   int64_t shared_acts() const override { return shared_acts_; }
   [[noreturn]] void Abort(int code) override {
@@ -271,7 +275,8 @@ class MpiCommunicator final : public Communicator {
   Status StartCollective(Pending& p, MPI_Comm comm, int k);
   Status PrepareShared(int id, MPI_Comm group, int64_t bytes);
   void FreeShared(int id);
-  // Advances an all-reduce through shared memory; true once its outputs hold the sums.
+  // Advances an all-reduce through shared memory; true once its outputs hold the sums and every
+  // member has read this one's slot.
   bool AdvanceShared(Pending& p);
   // Completes a movement MPI reported done: checks a receive's length, unpacks staged parts.
   Status Complete(Pending& p, const MPI_Status& st);
@@ -362,6 +367,15 @@ Status MpiCommunicator::PrepareShared(int id, MPI_Comm group, int64_t bytes) {
   shared_[id] = std::move(r);
   if (!s.ok()) FreeShared(id);
   return s;
+}
+
+std::shared_ptr<Storage> MpiCommunicator::SharedInputs(int collective, int64_t bytes) {
+  auto it = shared_.find(collective);
+  if (it == shared_.end() || bytes > it->second.capacity) return nullptr;
+  char* slot = reinterpret_cast<char*>(it->second.slot(static_cast<size_t>(it->second.k)));
+  std::memset(slot, 0, static_cast<size_t>(bytes));
+  // The window is freed with the communicator (FreeShared), not by the storage.
+  return std::make_shared<Storage>(slot, static_cast<size_t>(bytes), std::shared_ptr<const void>(slot, [](const void*) {}));
 }
 
 void MpiCommunicator::FreeShared(int id) {
@@ -654,15 +668,22 @@ Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in,
       return Fail(what, "group not prepared (Prepare it on every rank first)");
     const int k = static_cast<int>(std::find(t.group.begin(), t.group.end(), rank_) - t.group.begin());
     auto sh = shared_.find(t.collective);
-    auto fits = [&p](int64_t capacity) {
-      int64_t bytes = 0;
-      for (const Tensor& x : p.in) bytes += x.bytes();
-      return bytes <= capacity;
-    };
-    if (sh != shared_.end() && t.op == Op::kAllReduce && t.reduce == sbp::Reduce::kSum &&
-        p.in[0].dtype() == DType::kF32 && fits(sh->second.capacity)) {
-      p.shared = &sh->second;
-      p.act = sh->second.acts++;
+    int64_t end = 0;
+    if (sh != shared_.end() && t.op == Op::kAllReduce && t.reduce == sbp::Reduce::kSum && p.in[0].dtype() == DType::kF32) {
+      std::vector<int64_t> bytes;
+      for (const Tensor& x : p.in) bytes.push_back(x.bytes());
+      p.at = boxing::BucketOffsets(bytes, &end);
+    }
+    if (!p.at.empty() && end <= sh->second.capacity) {
+      SharedReduce& r = sh->second;
+      const char* slot = reinterpret_cast<const char*>(r.slot(static_cast<size_t>(r.k)));
+      for (const Tensor& y : p.out) {
+        const auto* o = static_cast<const char*>(y.raw());
+        if (o + y.bytes() > slot && o < slot + r.capacity)
+          return Fail(what, "an output lies in this member's shared-memory slot, which the other members read");
+      }
+      p.shared = &r;
+      p.act = r.acts++;
       ++shared_acts_;
       AdvanceShared(p);
     } else {
@@ -697,39 +718,38 @@ Status MpiCommunicator::Complete(Pending& p, const MPI_Status& st) {
 }
 
 bool MpiCommunicator::AdvanceShared(Pending& p) {
-  if (p.reduced) return true;
   SharedReduce& r = *p.shared;
   const size_t members = r.base.size();
-  if (!p.written) {  // every member has read the last act's slots: write this one's
+  auto all_at = [&](auto counter) {
     for (size_t j = 0; j < members; ++j)
-      if (r.read(j).load(std::memory_order_acquire) < p.act) return false;
-    char* at = reinterpret_cast<char*>(r.slot(static_cast<size_t>(r.k)));
-    for (const Tensor& x : p.in) {
-      std::memcpy(at, x.raw(), x.bytes());
-      at += x.bytes();
-    }
+      if ((r.*counter)(j).load(std::memory_order_acquire) < p.act + 1) return false;
+    return true;
+  };
+  if (!p.written) {  // every member has read the last act's slots: it completed
+    char* slot = reinterpret_cast<char*>(r.slot(static_cast<size_t>(r.k)));
+    for (size_t i = 0; i < p.in.size(); ++i)
+      if (p.in[i].raw() != slot + p.at[i]) std::memcpy(slot + p.at[i], p.in[i].raw(), p.in[i].bytes());
     r.arrived(static_cast<size_t>(r.k)).store(p.act + 1, std::memory_order_release);
     p.written = true;
   }
-  for (size_t j = 0; j < members; ++j)
-    if (r.arrived(j).load(std::memory_order_acquire) < p.act + 1) return false;
-  int64_t at = 0;
-  for (const Tensor& y : p.out) {
-    float* out = y.data<float>();
-    const int64_t n = y.numel();
-    // In member order, the first two in one pass: (s0 + s1) + s2 + ...
-    const float* first = r.slot(0) + at;
-    const float* second = r.slot(1) + at;
-    for (int64_t e = 0; e < n; ++e) out[e] = first[e] + second[e];
-    for (size_t j = 2; j < members; ++j) {
-      const float* part = r.slot(j) + at;
-      for (int64_t e = 0; e < n; ++e) out[e] += part[e];
+  if (!p.reduced) {
+    if (!all_at(&SharedReduce::arrived)) return false;
+    for (size_t i = 0; i < p.out.size(); ++i) {
+      float* out = p.out[i].data<float>();
+      const int64_t n = p.out[i].numel(), at = p.at[i] / static_cast<int64_t>(sizeof(float));
+      // In member order, the first two in one pass: (s0 + s1) + s2 + ...
+      const float* first = r.slot(0) + at;
+      const float* second = r.slot(1) + at;
+      for (int64_t e = 0; e < n; ++e) out[e] = first[e] + second[e];
+      for (size_t j = 2; j < members; ++j) {
+        const float* part = r.slot(j) + at;
+        for (int64_t e = 0; e < n; ++e) out[e] += part[e];
+      }
     }
-    at += n;
+    r.read(static_cast<size_t>(r.k)).store(p.act + 1, std::memory_order_release);
+    p.reduced = true;
   }
-  r.read(static_cast<size_t>(r.k)).store(p.act + 1, std::memory_order_release);
-  p.reduced = true;
-  return true;
+  return all_at(&SharedReduce::read);
 }
 
 Result<std::vector<CommHandle>> MpiCommunicator::Poll() {

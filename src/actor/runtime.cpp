@@ -33,12 +33,11 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
 
 void Runtime::LayOutBucket(const ir::TaskDesc& t) {
   const std::vector<int>& in = t.move.in;
-  if (t.kind != ir::TaskKind::kBoxing || t.move.op != boxing::Op::kAllReduce || in.size() < 2 || t.out.size() != in.size())
+  if (t.kind != ir::TaskKind::kBoxing || t.move.op != boxing::Op::kAllReduce || in.empty() || t.out.size() != in.size())
     return;
   const ir::RegstDesc& first = plan_.regsts[static_cast<size_t>(in[0])];
   if (first.device.type != DeviceType::kCpu) return;
-  std::vector<size_t> offset;
-  size_t end = 0;
+  std::vector<int64_t> bytes;
   for (size_t i = 0; i < in.size(); ++i) {
     const ir::RegstDesc& a = plan_.regsts[static_cast<size_t>(in[i])];
     const ir::RegstDesc& b = plan_.regsts[static_cast<size_t>(t.out[i])];
@@ -47,18 +46,24 @@ void Runtime::LayOutBucket(const ir::TaskDesc& t) {
         !pooled_[static_cast<size_t>(b.id)] || a.type.dtype != first.type.dtype || b.type.dtype != first.type.dtype ||
         a.bytes() != b.bytes() || a.device != first.device || b.device != first.device)
       return;
-    end = (end + 63) / 64 * 64;  // each piece 64-byte aligned for vector kernels; the gaps stay zero
-    offset.push_back(end);
-    end += static_cast<size_t>(a.bytes());
+    bytes.push_back(a.bytes());
   }
+  int64_t end = 0;
+  const std::vector<int64_t> offset = boxing::BucketOffsets(bytes, &end);
+  // The inputs lie in this rank's slot of the bucket's shared-memory window where it has one, so
+  // that its all-reduce starts without copying them there (Communicator::SharedInputs). A bucket
+  // of one tensor needs no layout otherwise: MPI reduces it where it is.
+  std::shared_ptr<Storage> shared = comm_ ? comm_->SharedInputs(t.move.collective, end) : nullptr;
+  if (in.size() < 2 && !shared) return;
   for (const std::vector<int>* side : {&in, &t.out}) {
-    auto storage = std::make_shared<Storage>(end, first.device);  // zero-filled
+    std::shared_ptr<Storage> storage = side == &in ? shared : nullptr;
+    if (!storage) storage = std::make_shared<Storage>(static_cast<size_t>(end), first.device);  // zero-filled
     for (size_t i = 0; i < side->size(); ++i) {
       const ir::RegstDesc& r = plan_.regsts[static_cast<size_t>((*side)[i])];
-      slots_[static_cast<size_t>(r.id)][0] = Tensor(r.type.dtype, r.type.shape, storage, offset[i]);
+      slots_[static_cast<size_t>(r.id)][0] = Tensor(r.type.dtype, r.type.shape, storage, static_cast<size_t>(offset[i]));
       pooled_[static_cast<size_t>(r.id)] = false;
     }
-    bucket_bytes_ += static_cast<int64_t>(end);
+    bucket_bytes_ += end;
   }
 }
 

@@ -125,9 +125,11 @@ class Runtime {
 
  private:
   // A gradient bucket's inputs lie end to end in one allocation, and its outputs in another, for
-  // the whole run, so that its all-reduce copies the inputs once into the outputs and reduces them
-  // there: packed into a staging buffer and unpacked from it, each bucket cost two copies and a
-  // buffer (Communicator::Start).
+  // the whole run (boxing::BucketOffsets), so that its all-reduce copies the inputs once into the
+  // outputs and reduces them there: packed into a staging buffer and unpacked from it, each bucket
+  // cost two copies and a buffer (Communicator::Start). Where the bucket's all-reduce runs through
+  // shared memory, the inputs' allocation is this rank's slot of its window, and nothing is copied
+  // before the sums.
   void LayOutBucket(const ir::TaskDesc& t);
   void MaybeEmit();  // requires mu_
   // Any thread: polls the communicator unless another thread is at it, and sends kCommDone for

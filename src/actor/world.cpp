@@ -78,12 +78,14 @@ CollectiveSetup SetUpCollectives(const ir::Plan& plan, int64_t shared_per_rank) 
     }
     if (c.groups[id].empty()) c.groups[id] = t.move.group;
     if (!t.per_step || t.move.op != boxing::Op::kAllReduce || t.move.reduce != sbp::Reduce::kSum) continue;
-    int64_t bytes = 0;
+    std::vector<int64_t> pieces;
     bool f32 = true;
     for (int r : t.move.in) {
-      bytes += plan.regsts[static_cast<size_t>(r)].bytes();
+      pieces.push_back(plan.regsts[static_cast<size_t>(r)].bytes());
       f32 = f32 && plan.regsts[static_cast<size_t>(r)].type.dtype == DType::kF32;
     }
+    int64_t bytes = 0;
+    boxing::BucketOffsets(pieces, &bytes);  // laid out in the window as a bucket is
     if (f32) c.shared[id] = std::max(c.shared[id], bytes);
   }
   std::map<int, int64_t> used;  // per rank: shared bytes taken so far

@@ -179,4 +179,20 @@ inline constexpr int64_t kGradientBucketBytes = 128 << 10;
 // through MPI (actor::SetUpCollectives), and the cost model prices them so.
 inline constexpr int64_t kSharedReduceBytesPerRank = 16 << 20;
 
+// Where each of a bucket's pieces starts when they lie end to end in one allocation, each at a
+// 64-byte boundary for vector kernels (the gaps stay zero), and in `end` the bytes the allocation
+// needs: the layout of a gradient bucket's inputs and outputs (actor::Runtime) and of a member's
+// slot in a shared-memory all-reduce (actor::Communicator), which must agree.
+inline std::vector<int64_t> BucketOffsets(const std::vector<int64_t>& bytes, int64_t* end) {
+  std::vector<int64_t> at;
+  int64_t e = 0;
+  for (int64_t b : bytes) {
+    e = (e + 63) / 64 * 64;
+    at.push_back(e);
+    e += b;
+  }
+  *end = e;
+  return at;
+}
+
 }  // namespace fr::boxing

@@ -423,7 +423,7 @@ TEST(MpiComm, SharedAllReduce_1nNd) {
   Communicator& comm = *g_comm;
   const int me = comm.rank();
   const std::vector<Shape> shapes = {Shape{3, 4}, Shape{1}, Shape{5, 2, 2}};
-  const int64_t bytes = (12 + 1 + 20) * 4;
+  const int64_t bytes = 64 + 64 + 20 * 4;  // laid out in a slot at 64-byte boundaries (boxing::BucketOffsets)
   ASSERT_TRUE(comm.Prepare({World(), World()}, {bytes, bytes}).ok());
   const int64_t shared_before = comm.shared_acts();
   auto bucket = [&](int act, int64_t scale) {
@@ -491,6 +491,61 @@ TEST(MpiComm, SharedAllReduce_1nNd) {
   ASSERT_NO_FATAL_FAILURE(Complete(comm, t0, in3, out3));
   ASSERT_NO_FATAL_FAILURE(check(out3, 22));
   EXPECT_EQ(comm.shared_acts() - shared_before, comm.size() > 1 ? 23 : 0);
+}
+
+// A bucket whose inputs lie in this member's slot (Communicator::SharedInputs, as the runtime lays
+// out gradient buckets) is summed without copying them, and a member rewrites them for the next
+// act as soon as its act completes: completion waits until every member has read the slots. The
+// last member lingers before each poll, so a member that rewrote its inputs before the others had
+// read them would spoil their sums.
+TEST(MpiComm, SharedAllReduceOfInputsInPlace_1nNd) {
+  Communicator& comm = *g_comm;
+  const int me = comm.rank();
+  const std::vector<int64_t> sizes = {1, 48, 7};  // floats
+  std::vector<int64_t> bytes;
+  for (int64_t n : sizes) bytes.push_back(n * 4);
+  int64_t end = 0;
+  const std::vector<int64_t> at = fr::boxing::BucketOffsets(bytes, &end);
+  EXPECT_EQ(at, (std::vector<int64_t>{0, 64, 256}));
+  EXPECT_EQ(end, 256 + 28);
+  ASSERT_TRUE(comm.Prepare({World()}, {end}).ok());
+  std::shared_ptr<fr::Storage> slot = comm.SharedInputs(0, end);
+  if (comm.size() == 1) {
+    EXPECT_EQ(slot, nullptr);  // one member: MPI's all-reduce, no window
+    return;
+  }
+  ASSERT_NE(slot, nullptr);
+  EXPECT_EQ(comm.SharedInputs(0, end + 64), nullptr) << "larger than the slot";
+  std::vector<Tensor> in, out;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    in.emplace_back(DType::kF32, Shape{sizes[i]}, slot, static_cast<size_t>(at[i]));
+    out.emplace_back(DType::kF32, Shape{sizes[i]});
+  }
+  Task t{.op = Op::kAllReduce, .rank = me, .in = {0, 1, 2}, .out = -1, .group = World(), .collective = 0};
+  const int64_t shared_before = comm.shared_acts();
+  for (int act = 0; act < 30; ++act) {
+    for (size_t i = 0; i < in.size(); ++i)
+      for (int64_t e = 0; e < in[i].numel(); ++e) in[i].data<float>()[e] = BucketValue(i, e, me) + static_cast<float>(act);
+    Result<CommHandle> h = comm.Start(t, in, out);
+    ASSERT_TRUE(h.ok()) << h.status().message();
+    for (bool done = false; !done;) {
+      if (me == comm.size() - 1) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      Result<std::vector<CommHandle>> got = comm.Poll();
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      done = !got->empty();
+    }
+    for (size_t i = 0; i < out.size(); ++i)
+      for (int64_t e = 0; e < out[i].numel(); ++e) {
+        float want = 0;
+        for (int r = 0; r < comm.size(); ++r) want += BucketValue(i, e, r) + static_cast<float>(act);
+        ASSERT_EQ(out[i].data<float>()[e], want) << "act " << act << " output " << i << " element " << e;
+      }
+  }
+  EXPECT_EQ(comm.shared_acts() - shared_before, 30);
+  // An output in the slot, which the other members read, is refused (on every member alike).
+  Result<CommHandle> bad = comm.Start(t, in, in);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("shared-memory slot"), std::string::npos) << bad.status().message();
 }
 
 TEST(MpiComm, Int64_1nNd) {

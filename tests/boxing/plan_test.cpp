@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <numeric>
 #include <set>
 #include <string>
 #include <vector>
@@ -928,23 +929,27 @@ TEST(Plan, PipelineNormPartsPayOneLatency_1n2d) {
 
 // The collectives a run prepares: gpt_mini's 2-rank data parallelism reduces its gradients in 7
 // buckets, each a float32 sum all-reduce over both ranks that may go through shared memory with
-// its largest act's bytes; under a smaller budget only the buckets that fit, in id order, do, and
-// the rest take 0 (MPI). The loss's sum rides in the first bucket.
+// its largest act's bytes, laid out as the runtime lays out a bucket (boxing::BucketOffsets: each
+// piece at a 64-byte boundary); under a smaller budget only the buckets that fit, in id order, do,
+// and the rest take 0 (MPI). The loss's sum rides in the first bucket.
 TEST(Plan, SharedMemoryAllReducesStayWithinTheBudget) {
   auto c = Build("configs/gpt.yaml", 2, {"parallel.sbp={idx: [\"S(0)\"]}"});
   ASSERT_BUILT(c);
   const Plan& p = c->plan;
-  std::map<int, int64_t> bucket_bytes;  // collective id -> its bytes per rank
+  std::map<int, int64_t> bucket_bytes;  // collective id -> its bytes per rank, laid out
+  int64_t all = 0;
   for (const TaskDesc& t : p.tasks) {
     if (t.kind != TaskKind::kBoxing || t.move.collective < 0) continue;
     ASSERT_EQ(t.move.op, fr::boxing::Op::kAllReduce) << t.name;
-    int64_t bytes = 0;
-    for (int r : t.move.in) bytes += p.regsts[static_cast<size_t>(r)].bytes();
-    bucket_bytes[t.move.collective] = bytes;
+    std::vector<int64_t> pieces;
+    for (int r : t.move.in) pieces.push_back(p.regsts[static_cast<size_t>(r)].bytes());
+    int64_t laid_out = 0;
+    fr::boxing::BucketOffsets(pieces, &laid_out);
+    if (t.rank == 0) all += std::accumulate(pieces.begin(), pieces.end(), int64_t{0});
+    EXPECT_LT(laid_out - std::accumulate(pieces.begin(), pieces.end(), int64_t{0}), 64 * static_cast<int64_t>(pieces.size()));
+    bucket_bytes[t.move.collective] = laid_out;
   }
   ASSERT_EQ(bucket_bytes.size(), 7u);
-  int64_t all = 0;
-  for (const auto& [id, bytes] : bucket_bytes) all += bytes;
   EXPECT_EQ(all, 136960 * 4 + 4);  // every parameter's gradient, once, and the loss's sum
   const fr::actor::CollectiveSetup whole = fr::actor::SetUpCollectives(p);
   ASSERT_EQ(whole.groups.size(), 7u);
