@@ -63,13 +63,21 @@ class Communicator {
   // for `bytes` of inputs laid out as boxing::BucketOffsets lays out a bucket's, zero-filled; null
   // where the collective has no window or its slot is smaller. An all-reduce whose inputs lie there
   // at those offsets starts without copying them; every act of the collective must then take its
-  // inputs from there (another act's would be copied over them). The storage is valid while the
-  // communicator is.
+  // inputs from there (another act's would be copied over them), and the caller writes them for
+  // the next act only after AwaitSharedInputs. The storage is valid while the communicator is.
   virtual std::shared_ptr<Storage> SharedInputs(int collective, int64_t bytes) {
     (void)collective;
     (void)bytes;
     return nullptr;
   }
+  // Returns once every member has read this rank's slot for collective `collective`'s acts so far,
+  // so that inputs lying there (SharedInputs) may be written for the next act. An act completes
+  // here as soon as this rank has its sums, before slower members have read its slot, so that no
+  // rank waits on an idle one's wake-up; the wait is here instead, where it is normally long over
+  // (a step's forward pass later). Meanwhile it advances this rank's shared-memory acts in flight,
+  // so members waiting on each other both get there. Called like Start and Poll (one thread at a
+  // time), only after the collective's last act here completed.
+  virtual void AwaitSharedInputs(int collective) { (void)collective; }
 
   // Starts the movement of task `t` (a collective, kSend or kRecv, with t.rank == rank()) with
   // this rank's inputs (per t.in: one for collectives and kSend, none for kRecv) and outputs

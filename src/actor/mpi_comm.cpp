@@ -16,6 +16,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <thread>
 #include <vector>
 
 #include "actor/comm.h"
@@ -199,13 +200,13 @@ class Stage {
 };
 
 // A sum all-reduce of float32 among ranks of one node, through a window of memory they share:
-// each member copies its inputs into its own slot (at boxing::BucketOffsets, unless they lie
-// there already: Communicator::SharedInputs) and says so, then every member sums all slots, in
-// member order (the same bits on every member), into its outputs and says so, and the act
-// completes on a member once every member has read the slots: only then may its inputs, and so
-// its slot, be written again. Starting takes at most one copy and completing one pass over the
-// slots, where Open MPI's nonblocking all-reduce builds a schedule and advances it only inside the
-// progress passes the rank makes between its acts.
+// each member copies its inputs into its own slot (at boxing::BucketOffsets) and says so, then
+// every member sums all slots, in member order (the same bits on every member), into its outputs
+// and says so; a member copies into its slot for the next act once every member has read the
+// last. Inputs that lie in the slot already (Communicator::SharedInputs) are not copied: their
+// writer waits for the readers instead (AwaitSharedInputs). Starting takes at most one copy and
+// completing one pass over the slots, where Open MPI's nonblocking all-reduce builds a schedule
+// and advances it only inside the progress passes the rank makes between its acts.
 struct SharedReduce {
   static constexpr size_t kHeader = 128;  // two counters, each on its own cache line
   static_assert(std::atomic<int64_t>::is_always_lock_free);
@@ -237,6 +238,7 @@ struct Pending {
   SharedReduce* shared = nullptr;    // an all-reduce through shared memory (no request)
   int64_t act = 0;                   // its act
   std::vector<int64_t> at;           // each input's offset in a slot (boxing::BucketOffsets)
+  bool in_place = false;             // every input lies in this member's slot at its offset
   bool written = false;              // this member's slot holds its inputs
   bool reduced = false;              // its outputs hold the sums
 };
@@ -256,6 +258,7 @@ class MpiCommunicator final : public Communicator {
   Result<CommHandle> Start(const Task& t, std::vector<Tensor> in, std::vector<Tensor> out) override;
   Result<std::vector<CommHandle>> Poll() override;
   std::shared_ptr<Storage> SharedInputs(int collective, int64_t bytes) override;
+  void AwaitSharedInputs(int collective) override;
   int in_flight() const override { return static_cast<int>(pending_.size()); }
   int64_t shared_acts() const override { return shared_acts_; }
   [[noreturn]] void Abort(int code) override {
@@ -275,8 +278,7 @@ class MpiCommunicator final : public Communicator {
   Status StartCollective(Pending& p, MPI_Comm comm, int k);
   Status PrepareShared(int id, MPI_Comm group, int64_t bytes);
   void FreeShared(int id);
-  // Advances an all-reduce through shared memory; true once its outputs hold the sums and every
-  // member has read this one's slot.
+  // Advances an all-reduce through shared memory; true once its outputs hold the sums.
   bool AdvanceShared(Pending& p);
   // Completes a movement MPI reported done: checks a receive's length, unpacks staged parts.
   Status Complete(Pending& p, const MPI_Status& st);
@@ -376,6 +378,22 @@ std::shared_ptr<Storage> MpiCommunicator::SharedInputs(int collective, int64_t b
   std::memset(slot, 0, static_cast<size_t>(bytes));
   // The window is freed with the communicator (FreeShared), not by the storage.
   return std::make_shared<Storage>(slot, static_cast<size_t>(bytes), std::shared_ptr<const void>(slot, [](const void*) {}));
+}
+
+void MpiCommunicator::AwaitSharedInputs(int collective) {
+  auto it = shared_.find(collective);
+  if (it == shared_.end()) return;
+  SharedReduce& r = it->second;
+  auto read_by_all = [&r] {
+    for (size_t j = 0; j < r.base.size(); ++j)
+      if (r.read(j).load(std::memory_order_acquire) < r.acts) return false;
+    return true;
+  };
+  while (!read_by_all()) {
+    for (auto& [id, p] : pending_)
+      if (p.shared) AdvanceShared(p);  // Poll reports those that complete
+    std::this_thread::yield();           // a member sharing this core may be the reader
+  }
 }
 
 void MpiCommunicator::FreeShared(int id) {
@@ -682,6 +700,8 @@ Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in,
         if (o + y.bytes() > slot && o < slot + r.capacity)
           return Fail(what, "an output lies in this member's shared-memory slot, which the other members read");
       }
+      p.in_place = true;
+      for (size_t i = 0; i < p.in.size(); ++i) p.in_place = p.in_place && p.in[i].raw() == slot + p.at[i];
       p.shared = &r;
       p.act = r.acts++;
       ++shared_acts_;
@@ -718,38 +738,36 @@ Status MpiCommunicator::Complete(Pending& p, const MPI_Status& st) {
 }
 
 bool MpiCommunicator::AdvanceShared(Pending& p) {
+  if (p.reduced) return true;
   SharedReduce& r = *p.shared;
   const size_t members = r.base.size();
-  auto all_at = [&](auto counter) {
-    for (size_t j = 0; j < members; ++j)
-      if ((r.*counter)(j).load(std::memory_order_acquire) < p.act + 1) return false;
-    return true;
-  };
-  if (!p.written) {  // every member has read the last act's slots: it completed
-    char* slot = reinterpret_cast<char*>(r.slot(static_cast<size_t>(r.k)));
-    for (size_t i = 0; i < p.in.size(); ++i)
-      if (p.in[i].raw() != slot + p.at[i]) std::memcpy(slot + p.at[i], p.in[i].raw(), p.in[i].bytes());
+  if (!p.written) {
+    if (!p.in_place) {  // every member has read the last act's slots: copy this one's in
+      for (size_t j = 0; j < members; ++j)
+        if (r.read(j).load(std::memory_order_acquire) < p.act) return false;
+      char* slot = reinterpret_cast<char*>(r.slot(static_cast<size_t>(r.k)));
+      for (size_t i = 0; i < p.in.size(); ++i) std::memcpy(slot + p.at[i], p.in[i].raw(), p.in[i].bytes());
+    }
     r.arrived(static_cast<size_t>(r.k)).store(p.act + 1, std::memory_order_release);
     p.written = true;
   }
-  if (!p.reduced) {
-    if (!all_at(&SharedReduce::arrived)) return false;
-    for (size_t i = 0; i < p.out.size(); ++i) {
-      float* out = p.out[i].data<float>();
-      const int64_t n = p.out[i].numel(), at = p.at[i] / static_cast<int64_t>(sizeof(float));
-      // In member order, the first two in one pass: (s0 + s1) + s2 + ...
-      const float* first = r.slot(0) + at;
-      const float* second = r.slot(1) + at;
-      for (int64_t e = 0; e < n; ++e) out[e] = first[e] + second[e];
-      for (size_t j = 2; j < members; ++j) {
-        const float* part = r.slot(j) + at;
-        for (int64_t e = 0; e < n; ++e) out[e] += part[e];
-      }
+  for (size_t j = 0; j < members; ++j)
+    if (r.arrived(j).load(std::memory_order_acquire) < p.act + 1) return false;
+  for (size_t i = 0; i < p.out.size(); ++i) {
+    float* out = p.out[i].data<float>();
+    const int64_t n = p.out[i].numel(), at = p.at[i] / static_cast<int64_t>(sizeof(float));
+    // In member order, the first two in one pass: (s0 + s1) + s2 + ...
+    const float* first = r.slot(0) + at;
+    const float* second = r.slot(1) + at;
+    for (int64_t e = 0; e < n; ++e) out[e] = first[e] + second[e];
+    for (size_t j = 2; j < members; ++j) {
+      const float* part = r.slot(j) + at;
+      for (int64_t e = 0; e < n; ++e) out[e] += part[e];
     }
-    r.read(static_cast<size_t>(r.k)).store(p.act + 1, std::memory_order_release);
-    p.reduced = true;
   }
-  return all_at(&SharedReduce::read);
+  r.read(static_cast<size_t>(r.k)).store(p.act + 1, std::memory_order_release);
+  p.reduced = true;
+  return true;
 }
 
 Result<std::vector<CommHandle>> MpiCommunicator::Poll() {

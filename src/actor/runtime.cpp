@@ -12,6 +12,7 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
     : plan_(plan), graph_(graph), rank_(rank), comm_(comm) {
   slots_.resize(plan.regsts.size());
   pooled_.assign(plan.regsts.size(), false);
+  in_window_.assign(plan.regsts.size(), -1);
   for (const ir::RegstDesc& r : plan.regsts) {
     if (r.rank != rank_) continue;
     slots_[static_cast<size_t>(r.id)].resize(static_cast<size_t>(r.regst_num));
@@ -62,12 +63,17 @@ void Runtime::LayOutBucket(const ir::TaskDesc& t) {
       const ir::RegstDesc& r = plan_.regsts[static_cast<size_t>((*side)[i])];
       slots_[static_cast<size_t>(r.id)][0] = Tensor(r.type.dtype, r.type.shape, storage, static_cast<size_t>(offset[i]));
       pooled_[static_cast<size_t>(r.id)] = false;
+      if (storage == shared) in_window_[static_cast<size_t>(r.id)] = t.move.collective;
     }
     bucket_bytes_ += end;
   }
 }
 
 void Runtime::Acquire(int regst, int slot) {
+  if (const int c = in_window_[static_cast<size_t>(regst)]; c >= 0) {  // the other ranks read the last act's
+    std::lock_guard<std::mutex> lock(progress_mu_);
+    comm_->AwaitSharedInputs(c);
+  }
   if (!pooled_[static_cast<size_t>(regst)]) return;
   const ir::RegstDesc& r = plan_.regsts[static_cast<size_t>(regst)];
   FR_CHECK(!Slot(regst, slot).defined(), "slot taken twice: regst " + std::to_string(regst));

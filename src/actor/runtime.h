@@ -129,7 +129,8 @@ class Runtime {
   // outputs and reduces them there: packed into a staging buffer and unpacked from it, each bucket
   // cost two copies and a buffer (Communicator::Start). Where the bucket's all-reduce runs through
   // shared memory, the inputs' allocation is this rank's slot of its window, and nothing is copied
-  // before the sums.
+  // before the sums; their producers write them again only after the other ranks have read them
+  // (Acquire: Communicator::AwaitSharedInputs).
   void LayOutBucket(const ir::TaskDesc& t);
   void MaybeEmit();  // requires mu_
   // Any thread: polls the communicator unless another thread is at it, and sends kCommDone for
@@ -147,6 +148,7 @@ class Runtime {
   RunOptions opt_;
   std::vector<std::vector<Tensor>> slots_;  // per regst
   std::vector<bool> pooled_;                 // per regst
+  std::vector<int> in_window_;               // per regst: the collective whose shared slot holds it, or -1
   int64_t bucket_bytes_ = 0;                 // laid out by LayOutBucket
   RegstPool pool_;
   std::vector<std::unique_ptr<Actor>> actors_;   // by task id; null for other ranks' tasks

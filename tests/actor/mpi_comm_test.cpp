@@ -494,10 +494,10 @@ TEST(MpiComm, SharedAllReduce_1nNd) {
 }
 
 // A bucket whose inputs lie in this member's slot (Communicator::SharedInputs, as the runtime lays
-// out gradient buckets) is summed without copying them, and a member rewrites them for the next
-// act as soon as its act completes: completion waits until every member has read the slots. The
-// last member lingers before each poll, so a member that rewrote its inputs before the others had
-// read them would spoil their sums.
+// out gradient buckets) is summed without copying them. An act completes on a member once it has
+// its sums, and the member rewrites its inputs for the next act right after AwaitSharedInputs,
+// which returns once every member has read them. The last member lingers before each poll, so a
+// member that rewrote its inputs before the others had read them would spoil their sums.
 TEST(MpiComm, SharedAllReduceOfInputsInPlace_1nNd) {
   Communicator& comm = *g_comm;
   const int me = comm.rank();
@@ -524,6 +524,7 @@ TEST(MpiComm, SharedAllReduceOfInputsInPlace_1nNd) {
   Task t{.op = Op::kAllReduce, .rank = me, .in = {0, 1, 2}, .out = -1, .group = World(), .collective = 0};
   const int64_t shared_before = comm.shared_acts();
   for (int act = 0; act < 30; ++act) {
+    comm.AwaitSharedInputs(0);
     for (size_t i = 0; i < in.size(); ++i)
       for (int64_t e = 0; e < in[i].numel(); ++e) in[i].data<float>()[e] = BucketValue(i, e, me) + static_cast<float>(act);
     Result<CommHandle> h = comm.Start(t, in, out);
