@@ -14,9 +14,9 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
-#include <thread>
 #include <vector>
 
 #include "actor/comm.h"
@@ -746,7 +746,8 @@ bool MpiCommunicator::AdvanceShared(Pending& p) {
       for (size_t j = 0; j < members; ++j)
         if (r.read(j).load(std::memory_order_acquire) < p.act) return false;
       char* slot = reinterpret_cast<char*>(r.slot(static_cast<size_t>(r.k)));
-      for (size_t i = 0; i < p.in.size(); ++i) std::memcpy(slot + p.at[i], p.in[i].raw(), p.in[i].bytes());
+      for (size_t i = 0; i < p.in.size(); ++i)
+        if (p.in[i].raw() != slot + p.at[i]) std::memcpy(slot + p.at[i], p.in[i].raw(), p.in[i].bytes());
     }
     r.arrived(static_cast<size_t>(r.k)).store(p.act + 1, std::memory_order_release);
     p.written = true;
