@@ -348,8 +348,10 @@ TEST(Plan, GradientsIntoAccumulatorsOverlap_2x2) {
 
 // ZeRO on gpt_mini's 4 data-parallel ranks, with one and with two micro-batches: the plan stays
 // data-parallel with the parameters sharded. Every parameter is gathered for its readers once a
-// step in a bucket, no forward activation moves between ranks, the step costs at most 10% more than without
-// ZeRO, and with two micro-batches every gradient is reduce-scattered into its shard in a bucket
+// step in a bucket, no forward activation moves between ranks, the step costs at most 20% more than without
+// ZeRO (predicted 11% more with one micro-batch: plain data parallelism's once-a-step all-reduces
+// run through shared memory, priced at 9.2 GB/s read with the inputs in place, while ZeRO's
+// reduce-scatters and gathers go through MPI; this bound was 10% before that price), and with two micro-batches every gradient is reduce-scattered into its shard in a bucket
 // (with one, the plan all-reduces them per micro-batch on their way into the accumulators). The assigner once settled on gathering the tokens and splitting the weights as
 // tensor parallelism does, all-reducing activations every micro-batch: predicted 18.2 and 20.1 ms
 // against 11.3 and 12.9 without ZeRO, and measured about 1.5x slower than sharded data parallelism.
@@ -385,7 +387,7 @@ TEST(Plan, ZeroStaysDataParallel_1n4d) {
     if (std::string(micro) == "8") {
       EXPECT_EQ(scattered, static_cast<int>(g.params.size()));
     }
-    EXPECT_LT(p.predicted.step_s, 1.1 * plain->plan.predicted.step_s)
+    EXPECT_LT(p.predicted.step_s, 1.2 * plain->plan.predicted.step_s)
         << "ZeRO " << p.predicted.step_s << " s, without " << plain->plan.predicted.step_s << " s";
   }
 }
