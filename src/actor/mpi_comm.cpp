@@ -221,6 +221,16 @@ struct SharedReduce {
   std::atomic<int64_t>& arrived(size_t j) { return *reinterpret_cast<std::atomic<int64_t>*>(base[j]); }
   std::atomic<int64_t>& read(size_t j) { return *reinterpret_cast<std::atomic<int64_t>*>(base[j] + 64); }
   float* slot(size_t j) { return reinterpret_cast<float*>(base[j] + kHeader); }
+  // Whether every member's counter has reached n.
+  bool AllArrived(int64_t n) { return AllAt(&SharedReduce::arrived, n); }
+  bool AllRead(int64_t n) { return AllAt(&SharedReduce::read, n); }
+
+ private:
+  bool AllAt(std::atomic<int64_t>& (SharedReduce::*counter)(size_t), int64_t n) {
+    for (size_t j = 0; j < base.size(); ++j)
+      if ((this->*counter)(j).load(std::memory_order_acquire) < n) return false;
+    return true;
+  }
 };
 
 // One movement in flight: its request and everything MPI reads or writes until it completes.
@@ -384,12 +394,7 @@ void MpiCommunicator::AwaitSharedInputs(int collective) {
   auto it = shared_.find(collective);
   if (it == shared_.end()) return;
   SharedReduce& r = it->second;
-  auto read_by_all = [&r] {
-    for (size_t j = 0; j < r.base.size(); ++j)
-      if (r.read(j).load(std::memory_order_acquire) < r.acts) return false;
-    return true;
-  };
-  while (!read_by_all()) {
+  while (!r.AllRead(r.acts)) {
     for (auto& [id, p] : pending_)
       if (p.shared) AdvanceShared(p);  // Poll reports those that complete
     std::this_thread::yield();           // a member sharing this core may be the reader
@@ -743,8 +748,7 @@ bool MpiCommunicator::AdvanceShared(Pending& p) {
   const size_t members = r.base.size();
   if (!p.written) {
     if (!p.in_place) {  // every member has read the last act's slots: copy this one's in
-      for (size_t j = 0; j < members; ++j)
-        if (r.read(j).load(std::memory_order_acquire) < p.act) return false;
+      if (!r.AllRead(p.act)) return false;
       char* slot = reinterpret_cast<char*>(r.slot(static_cast<size_t>(r.k)));
       for (size_t i = 0; i < p.in.size(); ++i)
         if (p.in[i].raw() != slot + p.at[i]) std::memcpy(slot + p.at[i], p.in[i].raw(), p.in[i].bytes());
@@ -752,8 +756,7 @@ bool MpiCommunicator::AdvanceShared(Pending& p) {
     r.arrived(static_cast<size_t>(r.k)).store(p.act + 1, std::memory_order_release);
     p.written = true;
   }
-  for (size_t j = 0; j < members; ++j)
-    if (r.arrived(j).load(std::memory_order_acquire) < p.act + 1) return false;
+  if (!r.AllArrived(p.act + 1)) return false;
   for (size_t i = 0; i < p.out.size(); ++i) {
     float* out = p.out[i].data<float>();
     const int64_t n = p.out[i].numel(), at = p.at[i] / static_cast<int64_t>(sizeof(float));

@@ -499,11 +499,9 @@ class Lowering {
   // A sink on global rank 0 that reads the per-step value `v` whole. Where v's stage holds rank 0,
   // v is made B across that stage and rank 0 reads its own piece: the loss's sum over the
   // micro-batches, partial under data parallelism, is then all-reduced once a step in the first
-  // gradient bucket (it is ready before any gradient), and no rank waits on a message for it. Before,
-  // each micro-batch's loss went to rank 0 alone (from every other rank), and the receive it kept
-  // in flight all step made rank 0 drive MPI's progress between its acts (gpt_mini's 2 ranks,
-  // profiled: about 0.1 ms of rank 0's CPU a step; the step time did not measurably change).
-  // Otherwise (a pipeline whose last stage is elsewhere) v goes to rank 0, once a step.
+  // gradient bucket (it is ready before any gradient), and rank 0 keeps no receive in flight for
+  // it (docs/performance-history.md, "the loss once a step"). Otherwise (a pipeline whose last
+  // stage is elsewhere) v goes to rank 0, once a step.
   Status AddSink(TaskKind kind, const std::string& name, ValueId v) {
     int stage = a_.value_stage[static_cast<size_t>(v)];
     const std::vector<int>& ranks = p_.stages[static_cast<size_t>(stage)].ranks();
