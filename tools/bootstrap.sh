@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what flowrun needs on Debian 12, then configures and builds it in ./build.
 # Idempotent: a second run only rebuilds what changed. Used by the README's quick start and CI.
+# --test also installs what tools/test.sh needs beyond that: clang and its sanitizer and
+# libFuzzer runtimes (fuzz/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,8 +12,9 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler # ONNX import
   libopenmpi-dev openmpi-bin                    # ranks and CPU collectives
   libdnnl-dev ocl-icd-opencl-dev                # CPU GEMM (oneDNN; its CMake config looks for OpenCL)
-  libgtest-dev procps                           # tests (the fault tests find rank processes with pgrep)
+  libgtest-dev                                  # tests
 )
+[ "${1:-}" = "--test" ] && packages+=(clang libclang-rt-14-dev)  # fuzz targets, sanitizers
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -126,7 +126,11 @@ void Actor::ActOnce() {
     if (p.Starts(k)) {
       p.current = p.slots.front();
       p.slots.pop_front();
-      rt_.Acquire(p.regst, p.current);
+      if (Status s = rt_.Acquire(p.regst, p.current); !s.ok()) {
+        rt_.Fail(s);
+        next_ = total_;
+        return;
+      }
     }
   }
   const auto& on_act = rt_.options().on_act;

@@ -25,8 +25,8 @@
 // communicator is then in an unknown state across ranks; the caller reports and calls Abort.
 //
 // Thread-safety: Prepare, Start and Poll are called by one thread at a time (the runtime serialises
-// them with a mutex: any of its stream threads may drive progress). rank(), size() and Abort() may
-// be called from any thread.
+// them with a mutex: any of its stream threads may drive progress). rank(), size(), Cancel() and
+// Abort() may be called from any thread.
 #pragma once
 
 #include <cstdint>
@@ -76,8 +76,17 @@ class Communicator {
   // rank waits on an idle one's wake-up; the wait is here instead, where it is normally long over
   // (a step's forward pass later). Meanwhile it advances this rank's shared-memory acts in flight,
   // so members waiting on each other both get there. Called like Start and Poll (one thread at a
-  // time), only after the collective's last act here completed.
-  virtual void AwaitSharedInputs(int collective) { (void)collective; }
+  // time), only after the collective's last act here completed. Fails, naming the members that
+  // have not read, once Cancel has been called: a member that died or hung never reads.
+  virtual Status AwaitSharedInputs(int collective) {
+    (void)collective;
+    return Status::Ok();
+  }
+
+  // Any thread: every wait of this communicator on other ranks (AwaitSharedInputs) fails from now
+  // on instead of waiting, so that the threads of a run that has failed (a peer that stalled) can
+  // be joined. Movements in flight stay in flight; the caller then reports and calls Abort.
+  virtual void Cancel() = 0;
 
   // Starts the movement of task `t` (a collective, kSend or kRecv, with t.rank == rank()) with
   // this rank's inputs (per t.in: one for collectives and kSend, none for kRecv) and outputs

@@ -217,6 +217,7 @@ struct SharedReduce {
   int64_t capacity = 0;                   // bytes of a member's slot
   int k = 0;                              // this member's index
   std::vector<char*> base;                // per member: its counters, then its slot
+  std::vector<int> ranks;                 // per member: its global rank, for errors
   int64_t acts = 0;                       // acts started here
   std::atomic<int64_t>& arrived(size_t j) { return *reinterpret_cast<std::atomic<int64_t>*>(base[j]); }
   std::atomic<int64_t>& read(size_t j) { return *reinterpret_cast<std::atomic<int64_t>*>(base[j] + 64); }
@@ -268,7 +269,8 @@ class MpiCommunicator final : public Communicator {
   Result<CommHandle> Start(const Task& t, std::vector<Tensor> in, std::vector<Tensor> out) override;
   Result<std::vector<CommHandle>> Poll() override;
   std::shared_ptr<Storage> SharedInputs(int collective, int64_t bytes) override;
-  void AwaitSharedInputs(int collective) override;
+  Status AwaitSharedInputs(int collective) override;
+  void Cancel() override { cancelled_.store(true, std::memory_order_release); }
   int in_flight() const override { return static_cast<int>(pending_.size()); }
   int64_t shared_acts() const override { return shared_acts_; }
   [[noreturn]] void Abort(int code) override {
@@ -287,6 +289,8 @@ class MpiCommunicator final : public Communicator {
   Status CheckBucket(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) const;
   Status StartCollective(Pending& p, MPI_Comm comm, int k);
   Status PrepareShared(int id, MPI_Comm group, int64_t bytes);
+  // The global rank of each member of `c`, in its rank order.
+  Status GlobalRanks(MPI_Comm c, std::vector<int>* ranks, const std::string& what) const;
   void FreeShared(int id);
   // Advances an all-reduce through shared memory; true once its outputs hold the sums.
   bool AdvanceShared(Pending& p);
@@ -303,6 +307,7 @@ class MpiCommunicator final : public Communicator {
   std::map<int, std::pair<std::vector<int>, MPI_Comm>> comms_;
   std::map<int, SharedReduce> shared_;  // by collective id, where Prepare set one up
   bool shared_unavailable_ = false;      // a window could not be made: said once
+  std::atomic<bool> cancelled_{false};   // Cancel: waits on other ranks fail
   int64_t shared_acts_ = 0;
   std::unordered_map<int, Pending> pending_;
   int next_id_ = 0;
@@ -329,6 +334,21 @@ MpiCommunicator::~MpiCommunicator() {
   MPI_Comm_free(&data_);
   MPI_Comm_free(&setup_);
   if (owns_mpi_) MPI_Finalize();
+}
+
+Status MpiCommunicator::GlobalRanks(MPI_Comm c, std::vector<int>* ranks, const std::string& what) const {
+  int n = 0;
+  MPI_Comm_size(c, &n);
+  std::vector<int> local(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) local[static_cast<size_t>(j)] = j;
+  ranks->assign(static_cast<size_t>(n), -1);
+  MPI_Group from = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  Status s = Mpi(MPI_Comm_group(c, &from), "MPI_Comm_group", what);
+  if (s.ok()) s = Mpi(MPI_Comm_group(setup_, &world), "MPI_Comm_group", what);
+  if (s.ok()) s = Mpi(MPI_Group_translate_ranks(from, n, local.data(), world, ranks->data()), "MPI_Group_translate_ranks", what);
+  if (from != MPI_GROUP_NULL) MPI_Group_free(&from);
+  if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
+  return s;
 }
 
 Status MpiCommunicator::PrepareShared(int id, MPI_Comm group, int64_t bytes) {
@@ -375,6 +395,7 @@ Status MpiCommunicator::PrepareShared(int id, MPI_Comm group, int64_t bytes) {
     s = Mpi(MPI_Win_shared_query(r.win, j, &size, &unit, &at), "MPI_Win_shared_query", what);
     r.base.push_back(at);
   }
+  if (s.ok()) s = GlobalRanks(node, &r.ranks, what);
   if (s.ok()) s = Mpi(MPI_Barrier(node), "MPI_Barrier", what);  // every member's counters are zero
   shared_[id] = std::move(r);
   if (!s.ok()) FreeShared(id);
@@ -390,15 +411,23 @@ std::shared_ptr<Storage> MpiCommunicator::SharedInputs(int collective, int64_t b
   return std::make_shared<Storage>(slot, static_cast<size_t>(bytes), std::shared_ptr<const void>(slot, [](const void*) {}));
 }
 
-void MpiCommunicator::AwaitSharedInputs(int collective) {
+Status MpiCommunicator::AwaitSharedInputs(int collective) {
   auto it = shared_.find(collective);
-  if (it == shared_.end()) return;
+  if (it == shared_.end()) return Status::Ok();
   SharedReduce& r = it->second;
   while (!r.AllRead(r.acts)) {
+    if (cancelled_.load(std::memory_order_acquire)) {
+      std::string late;
+      for (size_t j = 0; j < r.base.size(); ++j)
+        if (r.read(j).load(std::memory_order_acquire) < r.acts) late += (late.empty() ? "" : ",") + std::to_string(r.ranks[j]);
+      return Fail("shared-memory all-reduce of collective " + std::to_string(collective),
+                  "cancelled while rank(s) " + late + " had not read this rank's inputs");
+    }
     for (auto& [id, p] : pending_)
       if (p.shared) AdvanceShared(p);  // Poll reports those that complete
     std::this_thread::yield();           // a member sharing this core may be the reader
   }
+  return Status::Ok();
 }
 
 void MpiCommunicator::FreeShared(int id) {

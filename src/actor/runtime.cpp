@@ -69,15 +69,19 @@ void Runtime::LayOutBucket(const ir::TaskDesc& t) {
   }
 }
 
-void Runtime::Acquire(int regst, int slot) {
+Status Runtime::Acquire(int regst, int slot) {
   if (const int c = in_window_[static_cast<size_t>(regst)]; c >= 0) {  // the other ranks read the last act's
     std::lock_guard<std::mutex> lock(progress_mu_);
-    comm_->AwaitSharedInputs(c);
+    awaiting_shared_.store(c, std::memory_order_relaxed);  // for StallReport
+    Status s = comm_->AwaitSharedInputs(c);
+    awaiting_shared_.store(-1, std::memory_order_relaxed);
+    RETURN_IF_ERROR(s);
   }
-  if (!pooled_[static_cast<size_t>(regst)]) return;
+  if (!pooled_[static_cast<size_t>(regst)]) return Status::Ok();
   const ir::RegstDesc& r = plan_.regsts[static_cast<size_t>(regst)];
   FR_CHECK(!Slot(regst, slot).defined(), "slot taken twice: regst " + std::to_string(regst));
   Slot(regst, slot) = pool_.Take(r.type.dtype, r.type.shape, r.device);
+  return Status::Ok();
 }
 
 void Runtime::Release(int regst, int slot) {
@@ -124,17 +128,19 @@ Status Runtime::StartComm(Actor* actor, const boxing::Task& t, std::vector<Tenso
     in_flight_[h.id] = actor->task().id;
     if (in_flight_count_.fetch_add(1, std::memory_order_relaxed) == 0 && progress_) progress_->Poke();
   }
-  std::string with;
-  if (t.op == boxing::Op::kSend || t.op == boxing::Op::kRecv) {
-    with = std::string(t.op == boxing::Op::kSend ? "send to" : "recv from") + " rank " + std::to_string(t.peer);
-  } else {
-    for (int r : t.group)
-      if (r != rank_) with += (with.empty() ? "" : ",") + std::to_string(r);
-    with = std::string(boxing::Name(t.op)) + " with rank(s) " + with;
-  }
+  std::string with = GroupWaitString(t);
   std::lock_guard<std::mutex> lock(mu_);
   waiting_[actor->task().id] = with + " (" + actor->task().name + ")";
   return Status::Ok();
+}
+
+std::string Runtime::GroupWaitString(const boxing::Task& t) const {
+  if (t.op == boxing::Op::kSend || t.op == boxing::Op::kRecv)
+    return std::string(t.op == boxing::Op::kSend ? "send to" : "recv from") + " rank " + std::to_string(t.peer);
+  std::string with;
+  for (int r : t.group)
+    if (r != rank_) with += (with.empty() ? "" : ",") + std::to_string(r);
+  return std::string(boxing::Name(t.op)) + " with rank(s) " + with;
 }
 
 Stream::Poll Runtime::Progress() {
@@ -218,9 +224,18 @@ void Runtime::MaybeEmit() {
 std::string Runtime::StallReport() const {
   std::string msg = "[actor] rank " + std::to_string(rank_) + ": no progress for " +
                     std::to_string(static_cast<int>(opt_.stall_timeout)) + " s (parallel.timeout)";
-  if (!waiting_.empty()) {
+  std::vector<std::string> waiting;
+  for (const auto& [task, what] : waiting_) waiting.push_back(what);
+  if (const int c = awaiting_shared_.load(std::memory_order_relaxed); c >= 0) {
+    for (const ir::TaskDesc& t : plan_.tasks) {
+      if (t.rank != rank_ || t.kind != ir::TaskKind::kBoxing || t.move.collective != c) continue;
+      waiting.push_back(GroupWaitString(t.move) + " (to read this rank's inputs of " + t.name + ")");
+      break;
+    }
+  }
+  if (!waiting.empty()) {
     msg += "; waiting for other ranks, which may have died or hung:";
-    for (const auto& [task, what] : waiting_) msg += "\n  " + what;
+    for (const std::string& w : waiting) msg += "\n  " + w;
     return msg;
   }
   msg += "; tasks still waiting:";
@@ -312,6 +327,8 @@ Status Runtime::Run(const RunOptions& opt) {
   }
   Status result = failed_ ? error_ : Status::Ok();
   lock.unlock();
+  // A stream thread may be waiting on a peer that will never answer: release it before joining.
+  if (failed_ && comm_) comm_->Cancel();
   for (auto& s : streams_) s->Stop();
   for (auto& s : streams_) s->Join();
   if (progress_) {

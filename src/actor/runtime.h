@@ -104,8 +104,9 @@ class Runtime {
   Tensor& Slot(int regst, int slot) { return slots_[static_cast<size_t>(regst)][static_cast<size_t>(slot)]; }
   // A slot's memory: taken from the pool when its producer starts filling it, given back when its
   // last consumer has read it (a variable's slot, the parameter, is never pooled). Called on the
-  // producer's stream thread.
-  void Acquire(int regst, int slot);
+  // producer's stream thread. Fails where the slot still holds inputs that other ranks have to
+  // read (a gradient bucket in shared memory) and the run was stopped while waiting for them.
+  Status Acquire(int regst, int slot);
   void Release(int regst, int slot);
   // The most register memory this rank held at once (in use or kept for reuse, and the gradient
   // buckets' memory), after Run.
@@ -137,6 +138,8 @@ class Runtime {
   // what finished.
   Stream::Poll Progress();
   std::string StallReport() const;
+  // "all-reduce with rank(s) 1,2", "recv from rank 3": the other ranks a movement waits for.
+  std::string GroupWaitString(const boxing::Task& t) const;
 
   const ir::Plan& plan_;
   const ir::Graph& graph_;
@@ -145,6 +148,7 @@ class Runtime {
   std::mutex progress_mu_;                    // serialises the communicator's Start and Poll
   std::map<int, int> in_flight_;              // guarded by progress_mu_: handle -> actor (task id)
   std::atomic<int> in_flight_count_{0};       // in_flight_.size(), read without the lock
+  std::atomic<int> awaiting_shared_{-1};      // the collective Acquire waits on, for StallReport
   RunOptions opt_;
   std::vector<std::vector<Tensor>> slots_;  // per regst
   std::vector<bool> pooled_;                 // per regst

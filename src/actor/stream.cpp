@@ -43,7 +43,12 @@ void Stream::Poke() {
 void Stream::Stop() {
   Msg m;
   m.kind = MsgKind::kStop;
-  Push(m);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.clear();
+    queue_.push_back(m);
+  }
+  cv_.notify_one();
 }
 
 void Stream::Join() {

@@ -62,7 +62,8 @@ class Stream {
   void Start();
   // Thread-safe.
   void Push(const Msg& m);
-  void Stop();  // pushes kStop
+  // Thread-safe: the thread ends after the message it is handling; those still queued are dropped.
+  void Stop();
   void Join();
   // Thread-safe: wakes the thread to run its poll hook (no message).
   void Poke();

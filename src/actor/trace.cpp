@@ -1,9 +1,9 @@
 #include "actor/trace.h"
 
-#include <cerrno>
-#include <cstring>
+#include <cstdio>
 #include <ctime>
-#include <fstream>
+
+#include "base/file.h"
 
 namespace fr::actor {
 
@@ -52,31 +52,41 @@ std::string Escape(const std::string& s) {
 
 }  // namespace
 
+// The file in pieces of about a megabyte: a long run's trace is large, and need not be held twice.
 Status Tracer::Write(const std::string& path) const {
-  std::ofstream f(path, std::ios::trunc);
-  if (!f) return Status::Invalid("[actor] --trace: cannot write '" + path + "': " + std::strerror(errno));
-  f << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
-  f << "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " << rank_ << ", \"args\": {\"name\": \"rank " << rank_ << "\"}}";
+  auto file = AtomicFile::Create(path);
+  if (!file.ok()) return file.status().With("[actor] --trace: ");
+  std::string buf;
+  auto flush = [&](size_t above) {
+    if (buf.size() <= above) return Status::Ok();
+    Status s = file->Append(buf);
+    buf.clear();
+    return s.With("[actor] --trace: ");
+  };
+  buf += "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  buf += "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + std::to_string(rank_) + ", \"args\": {\"name\": \"rank " +
+         std::to_string(rank_) + "\"}}";
   for (size_t s = 0; s < plan_.streams.size(); ++s) {
-    f << ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank_ << ", \"tid\": " << s
-      << ", \"args\": {\"name\": \"" << plan_.streams[s] << "\"}}";
+    buf += ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + std::to_string(rank_) + ", \"tid\": " + std::to_string(s) +
+           ", \"args\": {\"name\": \"" + plan_.streams[s] + "\"}}";
   }
   const int64_t m = plan_.micro_batches;
   for (const Event& e : events()) {
     const ir::TaskDesc& t = plan_.tasks[static_cast<size_t>(e.task)];
     int64_t step = t.kind == ir::TaskKind::kVariable ? e.act : t.per_step ? e.act : e.act / m;
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f", rank_, t.stream,
+    const int64_t micro = t.per_step || t.kind == ir::TaskKind::kVariable ? 0 : e.act % m;
+    char times[160];
+    std::snprintf(times, sizeof times, "\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f", rank_, t.stream,
                   e.begin_us, e.end_us - e.begin_us);
     char cpu[48];
     std::snprintf(cpu, sizeof cpu, ", \"cpu_us\": %.3f", e.cpu_us);
-    f << ",\n{\"name\": \"" << Escape(t.name) << "\", \"cat\": \"" << ir::Name(t.kind) << "\", " << buf
-      << ", \"args\": {\"step\": " << step << ", \"micro\": " << (t.per_step || t.kind == ir::TaskKind::kVariable ? 0 : e.act % m)
-      << cpu << "}}";
+    buf += ",\n{\"name\": \"" + Escape(t.name) + "\", \"cat\": \"" + ir::Name(t.kind) + "\", " + times + ", \"args\": {\"step\": " +
+           std::to_string(step) + ", \"micro\": " + std::to_string(micro) + cpu + "}}";
+    RETURN_IF_ERROR(flush(1 << 20));
   }
-  f << "\n]}\n";
-  if (!f) return Status::Runtime("[actor] --trace: writing '" + path + "' failed");
-  return Status::Ok();
+  buf += "\n]}\n";
+  RETURN_IF_ERROR(flush(0));
+  return file->Commit().With("[actor] --trace: ");
 }
 
 std::string TracePath(const std::string& path, int rank, int ranks) {

@@ -23,48 +23,126 @@ Result<World> JoinWorld(int* argc, char*** argv) {
   return w;
 }
 
-void WaitAsRuntime(const std::function<bool()>& done, int ranks) {
+bool WaitAsRuntime(const std::function<bool()>& done, int ranks, double seconds) {
   const int cores = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   const auto most = Stream::PollMaxFor(ranks, cores);
-  const auto spin_until = std::chrono::steady_clock::now() + Stream::PollSpinFor(ranks, cores);
+  const auto now = std::chrono::steady_clock::now();
+  const auto spin_until = now + Stream::PollSpinFor(ranks, cores);
+  const auto deadline = seconds >= 1e9 ? std::chrono::steady_clock::time_point::max()
+                                       : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                   std::chrono::duration<double>(seconds));
   auto wait = Stream::kPollMin;
   while (!done()) {
-    if (std::chrono::steady_clock::now() < spin_until) continue;
+    const auto t = std::chrono::steady_clock::now();
+    if (t > deadline) return false;
+    if (t < spin_until) continue;
     std::this_thread::sleep_for(wait);
     wait = std::min(wait * 2, most);
   }
+  return true;
 }
 
-void WaitAsRuntime(MPI_Request& req, int ranks) {
-  WaitAsRuntime(
+bool WaitAsRuntime(MPI_Request& req, int ranks, double seconds) {
+  return WaitAsRuntime(
       [&req] {
         int done = 0;
         MPI_Test(&req, &done, MPI_STATUS_IGNORE);
         if (!done) MPI_Test(&req, &done, MPI_STATUS_IGNORE);  // twice, as the runtime's poll looks
         return done != 0;
       },
-      ranks);
+      ranks, seconds);
 }
 
-Status AgreeOnPlan(const World& w, uint64_t plan_hash) {
-  if (w.size == 1) return Status::Ok();
-  std::vector<unsigned long long> all(static_cast<size_t>(w.size));
-  unsigned long long mine = plan_hash;
-  // Waits as the runtime does: ranks finish compiling at different times, and one spinning in a
-  // blocking call would take half the core from a rank that shares it and is still compiling.
-  MPI_Request req;
-  if (MPI_Iallgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD, &req) !=
-      MPI_SUCCESS) {
-    return Status::Runtime("[actor] rank " + std::to_string(w.rank) + ": could not exchange plan hashes");
-  }
-  WaitAsRuntime(req, w.size);
+namespace {
+
+// RunDigest's fields, in order, and what a rank whose field differs from rank 0's did.
+constexpr size_t kDigestParts = 3, kPlanPart = 2;
+constexpr const char* kDiffers[kDigestParts] = {
+    "started with a different config than rank 0 (the file with its --set overrides)",
+    "read input files of other sizes than rank 0 (model.onnx or a data file differs)",
+    "compiled a different plan than rank 0"};
+
+// The ranks whose part `part` of the digests (kDigestParts a rank, rank-major) differs from rank
+// 0's, as "1,3"; empty when all agree.
+std::string Differing(const std::vector<unsigned long long>& all, size_t ranks, size_t part) {
   std::string differ;
-  for (int r = 1; r < w.size; ++r)
-    if (all[static_cast<size_t>(r)] != all[0]) differ += " " + std::to_string(r);
-  if (!differ.empty()) {
-    return Status::Runtime("[actor] ranks" + differ + " compiled a different plan than rank 0 (configs or files differ between ranks?)");
+  for (size_t r = 1; r < ranks; ++r)
+    if (all[r * kDigestParts + part] != all[part]) differ += (differ.empty() ? "" : ",") + std::to_string(r);
+  return differ;
+}
+
+}  // namespace
+
+Status AgreeOnRun(const World& w, const RunDigest& digest, double timeout) {
+  if (w.size == 1) return Status::Ok();
+  // Point to point through rank 0, not one all-gather: waiting on its own receive from each rank,
+  // rank 0 can name the ranks that never came (stopped, or still compiling); the others wait on
+  // rank 0 twice as long, so that rank 0 reports first when another rank is missing.
+  constexpr int kTag = 7301, kParts = static_cast<int>(kDigestParts);
+  const std::string me = "[actor] rank " + std::to_string(w.rank) + ": ";
+  const size_t n = static_cast<size_t>(w.size);
+  std::vector<unsigned long long> all(n * kDigestParts, 0);
+  const unsigned long long mine[kDigestParts] = {digest.config, digest.inputs, digest.plan};
+  std::copy(mine, mine + kDigestParts, all.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(w.rank) * kDigestParts));
+  auto late = [&](const std::string& who, double waited) {
+    return Status::Runtime(me + who + " did not reach the start of training within " + std::to_string(static_cast<int>(waited)) +
+                           " s (parallel.timeout): died, hung, or still compiling (a plan that takes longer needs a "
+                           "larger parallel.timeout)");
+  };
+  if (w.rank == 0) {
+    std::vector<MPI_Request> reqs(n, MPI_REQUEST_NULL);
+    for (size_t r = 1; r < n; ++r)
+      if (MPI_Irecv(&all[r * kDigestParts], kParts, MPI_UNSIGNED_LONG_LONG, static_cast<int>(r), kTag, MPI_COMM_WORLD,
+                    &reqs[r]) != MPI_SUCCESS)
+        return Status::Runtime(me + "could not exchange the ranks' digests");
+    std::vector<bool> got(n, false);
+    got[0] = true;
+    auto all_in = [&] {
+      for (size_t r = 1; r < n; ++r) {
+        int done = 0;
+        if (!got[r] && MPI_Test(&reqs[r], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) got[r] = true;
+        if (!got[r]) return false;
+      }
+      return true;
+    };
+    if (!WaitAsRuntime(all_in, w.size, timeout)) {
+      std::string missing;
+      for (size_t r = 1; r < n; ++r)
+        if (!got[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+      return late("rank(s) " + missing, timeout);
+    }
+    std::vector<MPI_Request> sends(n, MPI_REQUEST_NULL);
+    for (size_t r = 1; r < n; ++r)
+      MPI_Isend(all.data(), static_cast<int>(all.size()), MPI_UNSIGNED_LONG_LONG, static_cast<int>(r), kTag, MPI_COMM_WORLD, &sends[r]);
+    auto sent = [&] {
+      int done = 0;
+      MPI_Testall(w.size, sends.data(), &done, MPI_STATUSES_IGNORE);
+      return done != 0;
+    };
+    if (!WaitAsRuntime(sent, w.size, timeout)) return late("some rank", timeout);
+  } else {
+    MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    if (MPI_Isend(mine, kParts, MPI_UNSIGNED_LONG_LONG, 0, kTag, MPI_COMM_WORLD, &reqs[0]) != MPI_SUCCESS ||
+        MPI_Irecv(all.data(), static_cast<int>(all.size()), MPI_UNSIGNED_LONG_LONG, 0, kTag, MPI_COMM_WORLD, &reqs[1]) != MPI_SUCCESS)
+      return Status::Runtime(me + "could not exchange the ranks' digests");
+    auto both = [&] {
+      int done = 0;
+      MPI_Testall(2, reqs, &done, MPI_STATUSES_IGNORE);
+      return done != 0;
+    };
+    if (!WaitAsRuntime(both, w.size, 2 * timeout)) return late("rank 0", 2 * timeout);
   }
-  return Status::Ok();
+  std::string msg;
+  bool users = false;  // a config or a file differs: the user's to fix (exit code 2); a plan alone, flowrun's
+  for (size_t part = 0; part < kDigestParts; ++part) {
+    const std::string ranks = Differing(all, n, part);
+    if (ranks.empty()) continue;
+    msg += (msg.empty() ? "" : "; ") + ("rank(s) " + ranks + " " + kDiffers[part]);
+    users = users || part != kPlanPart;
+  }
+  if (msg.empty()) return Status::Ok();
+  msg = "[actor] " + msg + ": every rank must run the same config on the same files";
+  return users ? Status::Invalid(msg) : Status::Runtime(msg);
 }
 
 CollectiveSetup SetUpCollectives(const ir::Plan& plan, int64_t shared_per_rank) {

@@ -28,14 +28,26 @@ Result<World> JoinWorld(int* argc, char*** argv);
 // Waits for `req` as an idle stream of the runtime waits (actor::Stream): tests, at once again
 // for Stream::PollSpinFor, then sleeps Stream::kPollMin doubling to Stream::PollMaxFor, for `ranks`
 // ranks on this machine's cores. A rank that spun in a blocking call instead would take the core
-// from a rank sharing it (Open MPI's yield when idle is off: MpiWorld).
-void WaitAsRuntime(MPI_Request& req, int ranks);
+// from a rank sharing it (Open MPI's yield when idle is off: MpiWorld). False when `seconds` passed
+// first (the request is then still active).
+bool WaitAsRuntime(MPI_Request& req, int ranks, double seconds = 1e9);
 // The same for any movement: `done` polls it once and says whether it completed.
-void WaitAsRuntime(const std::function<bool()>& done, int ranks);
+bool WaitAsRuntime(const std::function<bool()>& done, int ranks, double seconds = 1e9);
 
-// Every rank compiled the same Plan: compares the hashes of all ranks (collective). An error names
-// the ranks whose plan differs from rank 0's.
-Status AgreeOnPlan(const World& w, uint64_t plan_hash);
+// What every rank of a job must have the same of, as hashes. The config is hashed whole, as
+// ConfigToYaml writes it after the --set overrides, so that every setting the ranks must share
+// (data format, files, order, seed, batch sizes, steps, optimizer, schedule...) is covered, and one
+// added later too; the plan does not show most of them (the loader's order, for one).
+struct RunDigest {
+  uint64_t config = 0;  // the effective config
+  uint64_t inputs = 0;  // the sizes of the model and data files (copies on each node may differ)
+  uint64_t plan = 0;    // the compiled Plan (ir::PlanHash)
+};
+
+// Every rank runs the same job: compares the digests of all ranks. An error names, for each part
+// that differs, the ranks whose part differs from rank 0's; or, after `timeout` seconds (rank 0) or
+// twice that (the others), the ranks that never got this far. Every rank calls it.
+Status AgreeOnRun(const World& w, const RunDigest& digest, double timeout);
 
 // What Communicator::Prepare needs from a plan: each collective's group and, for a once-a-step
 // float32 sum all-reduce (the gradients' buckets, the norm's), the most bytes one of its acts

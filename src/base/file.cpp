@@ -6,12 +6,18 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <utility>
 
 namespace fr {
 namespace {
 
 Status Cannot(const std::string& path, const std::string& why) {
   return Status::Invalid("cannot read '" + path + "': " + why);
+}
+
+Status CannotWrite(const std::string& path, int err) {
+  return Status::Runtime("cannot write '" + path + "': " + std::strerror(err));
 }
 
 // Closes the descriptor on every return path.
@@ -21,6 +27,19 @@ struct Fd {
     if (fd >= 0) ::close(fd);
   }
 };
+
+// Makes a rename in `folder` durable: without it a crash can lose the rename though the data is on
+// disk. File systems that cannot sync a folder say EINVAL; that is no failure of the write.
+int SyncFolder(const std::string& folder) {
+  Fd d{::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd < 0) return errno;
+  return ::fsync(d.fd) == 0 || errno == EINVAL ? 0 : errno;
+}
+
+std::string FolderOf(const std::string& path) {
+  const std::filesystem::path p(path);
+  return p.has_parent_path() ? p.parent_path().string() : ".";
+}
 
 }  // namespace
 
@@ -49,6 +68,112 @@ Result<std::string> ReadWholeFile(const std::string& path) {
   }
   bytes.resize(have);
   return bytes;
+}
+
+std::optional<FileId> IdOf(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileId{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
+std::string WriteTarget(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  std::error_code ec;
+  for (int hops = 0; hops < 40 && fs::is_symlink(p, ec); ++hops) {  // 40: the kernel's own limit
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return p.string();
+}
+
+Result<AtomicFile> AtomicFile::Create(const std::string& path) {
+  const std::string target = WriteTarget(path);
+  std::error_code ec;
+  std::filesystem::create_directories(FolderOf(target), ec);  // a failure shows in the open below
+  const std::string base = target + ".partial." + std::to_string(::getpid());
+  // O_EXCL: never into a file that is there (a leftover of a process with this pid).
+  for (int n = 0;; ++n) {
+    const std::string temp = n == 0 ? base : base + "." + std::to_string(n);
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      struct stat old {};
+      if (::stat(target.c_str(), &old) == 0) (void)::fchmod(fd, old.st_mode & 07777);  // the replaced file's mode
+      return AtomicFile(path, target, temp, fd);
+    }
+    if (errno != EEXIST || n >= 100) return CannotWrite(path, errno);
+  }
+}
+
+AtomicFile::AtomicFile(AtomicFile&& o) noexcept
+    : path_(std::move(o.path_)),
+      target_(std::move(o.target_)),
+      temp_(std::exchange(o.temp_, {})),
+      fd_(std::exchange(o.fd_, -1)),
+      size_(o.size_) {}
+
+AtomicFile& AtomicFile::operator=(AtomicFile&& o) noexcept {
+  if (this != &o) {
+    Discard();
+    path_ = std::move(o.path_);
+    target_ = std::move(o.target_);
+    temp_ = std::exchange(o.temp_, {});
+    fd_ = std::exchange(o.fd_, -1);
+    size_ = o.size_;
+  }
+  return *this;
+}
+
+AtomicFile::~AtomicFile() { Discard(); }
+
+void AtomicFile::Discard() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!temp_.empty()) ::unlink(temp_.c_str());
+  temp_.clear();
+}
+
+Status AtomicFile::Failed(int err) const { return CannotWrite(path_, err); }
+
+Status AtomicFile::Append(std::string_view bytes) {
+  if (fd_ < 0) return Failed(EBADF);
+  for (std::string_view left = bytes; !left.empty();) {
+    const ssize_t n = ::write(fd_, left.data(), left.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      [[maybe_unused]] const int cut = ::ftruncate(fd_, size_);  // no half record in a published file
+      return Failed(err);
+    }
+    left.remove_prefix(static_cast<size_t>(n));
+  }
+  size_ += static_cast<int64_t>(bytes.size());
+  return Status::Ok();
+}
+
+Status AtomicFile::Publish() {
+  if (fd_ < 0) return Failed(EBADF);
+  if (temp_.empty()) return Status::Ok();
+  // Data on disk before the rename, so that the name never points at a file still being written.
+  if (::fsync(fd_) != 0) return Failed(errno);
+  if (::rename(temp_.c_str(), target_.c_str()) != 0) return Failed(errno);
+  temp_.clear();
+  if (const int err = SyncFolder(FolderOf(target_)); err != 0) return Failed(err);
+  return Status::Ok();
+}
+
+Status AtomicFile::Commit() {
+  RETURN_IF_ERROR(Publish());
+  if (::fsync(fd_) != 0) return Failed(errno);  // what was appended since an earlier Publish
+  if (::close(std::exchange(fd_, -1)) != 0) return Failed(errno);
+  return Status::Ok();
+}
+
+Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
+  ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::Create(path));
+  RETURN_IF_ERROR(f.Append(bytes));
+  return f.Commit();
 }
 
 }  // namespace fr

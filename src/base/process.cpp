@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 extern char** environ;
 
@@ -40,7 +42,7 @@ std::string FindOnPath(const std::string& name) {
   return "";
 }
 
-Result<int> RunUnderMpirun(int ranks, const std::vector<std::string>& args, const std::string& output) {
+Result<int> RunUnderMpirun(int ranks, const std::vector<std::string>& args, const std::string& output, double timeout) {
   std::string mpirun = FindOnPath("mpirun");
   if (mpirun.empty()) {
     return Status::Invalid("mpirun not found on PATH: install openmpi-bin (Debian/Ubuntu: apt-get install openmpi-bin)");
@@ -78,9 +80,23 @@ Result<int> RunUnderMpirun(int ranks, const std::vector<std::string>& args, cons
     g_child = pid;
     int st = 0;
     pid_t w;
-    while ((w = ::waitpid(pid, &st, 0)) < 0 && errno == EINTR) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                                  std::chrono::duration<double>(timeout));
+    bool late = false;
+    // Polls rather than blocks, so that a job past its deadline is ended (mpirun passes SIGTERM to
+    // its ranks; SIGKILL if that did not do within 10 s).
+    while ((w = ::waitpid(pid, &st, WNOHANG)) == 0 || (w < 0 && errno == EINTR)) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!late && now > deadline) {
+        late = true;
+        ::kill(pid, SIGTERM);
+      } else if (late && now > deadline + std::chrono::seconds(10)) {
+        ::kill(pid, SIGKILL);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (w < 0) code = Status::Runtime(std::string("waiting for mpirun: ") + std::strerror(errno));
+    else if (late) code = Status::Runtime("mpirun did not finish within " + std::to_string(static_cast<int>(timeout)) + " s: stopped");
     else if (WIFEXITED(st)) code = WEXITSTATUS(st);
     else code = 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
     g_child = 0;

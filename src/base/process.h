@@ -15,7 +15,9 @@ std::string FindOnPath(const std::string& name);
 // Runs `mpirun -n RANKS --oversubscribe [--allow-run-as-root when root] FLOWRUN ARGS...` (FLOWRUN:
 // this binary) and waits for it; SIGINT, SIGTERM and SIGHUP sent to this process are passed on.
 // With `output` set, the job's stdout and stderr go to that file. Returns mpirun's exit code
-// (128 + signal when a signal ended it). Errors: no mpirun on PATH (Invalid), a failed start.
-Result<int> RunUnderMpirun(int ranks, const std::vector<std::string>& args, const std::string& output = "");
+// (128 + signal when a signal ended it). Errors: no mpirun on PATH (Invalid), a failed start, a
+// job still running after `timeout` seconds (then stopped: SIGTERM, SIGKILL 10 s later).
+Result<int> RunUnderMpirun(int ranks, const std::vector<std::string>& args, const std::string& output = "",
+                           double timeout = 1e9);
 
 }  // namespace fr

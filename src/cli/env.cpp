@@ -30,6 +30,8 @@
 #include "base/affinity.h"
 #include "base/report.h"
 #include "actor/world.h"
+#include "base/file.h"
+#include "base/output_check.h"
 #include "base/process.h"
 #include "base/status.h"
 #include "boxing/boxing.h"
@@ -57,19 +59,9 @@ constexpr int kElementOpsPerBlock = 16;
 
 // ---- Re-launching under mpirun -------------------------------------------------------------
 
-// Fails early, before any rank starts, when FILE could not be written; writes nothing.
-Status CheckWritable(const std::string& file) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path p = fs::absolute(file, ec);
-  if (ec) return Status::Runtime("[env] cannot write '" + file + "': " + ec.message());
-  bool exists = fs::exists(p, ec);
-  std::string target = exists ? p.string() : p.parent_path().string();
-  if (exists && fs::is_directory(p, ec)) return Status::Runtime("[env] cannot write '" + file + "': it is a directory");
-  if (::access(target.c_str(), exists ? W_OK : W_OK | X_OK) != 0)
-    return Status::Runtime("[env] cannot write '" + file + "': " + target + ": " + std::strerror(errno));
-  return Status::Ok();
-}
+// Fails early, before any rank starts, when FILE could not be written (base/output_check.h);
+// writes nothing.
+Status CheckWritable(const std::string& file) { return CheckOutput({"--out", file}, {}, {}).With("[env] "); }
 
 int Relaunch(const EnvArgs& a) {
   std::vector<std::string> args = {"env", "--ranks", std::to_string(a.ranks), "--repeats", std::to_string(a.repeats),
@@ -80,7 +72,9 @@ int Relaunch(const EnvArgs& a) {
     std::string out = std::filesystem::absolute(a.out, ec).string();  // the ranks may start elsewhere
     args.insert(args.end(), {"--out", ec ? a.out : out});
   }
-  Result<int> code = RunUnderMpirun(a.ranks, args);
+  // A rank that died or hung would hold the others in their collectives for good; one repeat
+  // takes seconds here, so minutes each is a deadline no working machine meets.
+  Result<int> code = RunUnderMpirun(a.ranks, args, "", 300.0 * a.repeats);
   if (code.ok()) return *code;
   std::string msg = "[env] " + code.status().message();
   if (code.status().exit_code() == 2) {
@@ -503,7 +497,7 @@ Result<Shared> SharedAllReduce(actor::Communicator& comm, int ranks) {
   const Tensor small(DType::kF32, Shape{2}, big.storage(), 0);  // the first 2 of the same ones, in place as well
   const Tensor small_sum = Tensor::Full(Shape{2}, 0), big_sum = Tensor::Full(Shape{kBandwidthFloats}, 0);
   auto run = [&](const Tensor& x, const Tensor& y, bool as_runtime) -> Status {
-    comm.AwaitSharedInputs(0);
+    RETURN_IF_ERROR(comm.AwaitSharedInputs(0));
     ASSIGN_OR_RETURN(actor::CommHandle h, comm.Start(t, {x}, {y}));
     ++acts;
     Status failed = Status::Ok();
@@ -785,15 +779,13 @@ int Measured(const EnvArgs& a, int* argc, char*** argv) {
 
   // Rank 0's set-up (host facts, the output file) fails before the measurement, on every rank alike.
   Result<Host> host = Host{};
-  std::ofstream out;
   int code = 0;
   if (lead) {
     host = ReadHost();
     if (!host.ok()) {
       code = Fail(host.status());
     } else if (!a.out.empty()) {
-      out.open(a.out, std::ios::trunc);
-      if (!out) code = Fail(Status::Runtime("[env] cannot write '" + a.out + "': " + std::strerror(errno)));
+      if (Status s = CheckWritable(a.out); !s.ok()) code = Fail(s);
     }
   }
   code = static_cast<int>(AllReduce(code, MPI_MAX));
@@ -816,9 +808,7 @@ int Measured(const EnvArgs& a, int* argc, char*** argv) {
     std::cout << section << std::flush;
     return 0;
   }
-  out << section;
-  out.close();
-  if (!out) return Fail(Status::Runtime("[env] writing '" + a.out + "' failed: " + std::strerror(errno)));
+  if (Status s = WriteFileAtomically(a.out, section); !s.ok()) return Fail(s.With("[env] --out: "));
   std::cerr << "[env] wrote the cluster: section to " << a.out << std::endl;
   return 0;
 }

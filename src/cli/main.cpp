@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <filesystem>
 #include <cstdlib>
 #include <thread>
 #include <iostream>
@@ -19,9 +18,11 @@
 #include "actor/world.h"
 #include "base/affinity.h"
 #include "base/report.h"
+#include "base/watchdog.h"
 #include "cli/config.h"
 #include "cli/env.h"
 #include "cli/pipeline.h"
+#include "cli/run_files.h"
 #include "cli/save.h"
 #include "ir/onnx_export.h"
 #include "cli/step_log.h"
@@ -41,14 +42,15 @@ struct Args {
   std::string trace;
 };
 
-// SIGINT / SIGTERM: the runtime polls this and stops every stream; the process exits 128 + signal.
+// SIGINT / SIGTERM while the runtime runs: it polls this and stops every stream; the process exits
+// 128 + signal. Outside the run the default action ends the process, with the same exit status.
 std::atomic<int> g_stop_signal{0};
 
 extern "C" void OnStopSignal(int sig) { g_stop_signal.store(sig); }
 
-void CatchStopSignals() {
+void CatchStopSignals(bool catching) {
   struct sigaction sa {};
-  sa.sa_handler = OnStopSignal;
+  sa.sa_handler = catching ? OnStopSignal : SIG_DFL;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
@@ -88,14 +90,27 @@ int KernelThreads() {
 
 int Train(const Args& a) {
   const std::string pinned = PinUnboundRank();
+  // Bounds the waits on other ranks that nothing can interrupt (blocking MPI calls): a rank that
+  // died or hung there would hold this one forever. Made before the world, so that it outlives
+  // MPI_Finalize (the world's destructor).
+  actor::Communicator* comm = nullptr;
+  int rank = 0;
+  Watchdog dog([&comm, &rank](const std::string& what, double seconds) {
+    std::fprintf(stderr, "flowrun: [actor] rank %d: %s took more than %d s (parallel.timeout): another rank may have died or hung\n",
+                 rank, what.c_str(), static_cast<int>(seconds));
+    std::fflush(stderr);
+    if (comm) comm->Abort(1);
+    std::_Exit(1);
+  });
   auto world = actor::JoinWorld(nullptr, nullptr);
   if (!world.ok()) return Fail(world.status());
+  comm = world->comm.get();
+  rank = world->rank;
   if (world->rank == 0 && !pinned.empty()) std::cerr << "[train] " << pinned << "\n";
   const int kernel_threads = KernelThreads();
   if (kernel_threads > 0) omp_set_num_threads(kernel_threads);
   const bool lead = world->rank == 0;
   // On any rank's failure every rank must stop: abort the job, carrying the exit code.
-  CatchStopSignals();
   auto fail = [&](const Status& s) {
     int code = g_stop_signal.load() ? 128 + g_stop_signal.load() : 0;
     code = code ? (Fail(s), code) : Fail(s);
@@ -110,6 +125,9 @@ int Train(const Args& a) {
                                 std::to_string(cfg->parallel.ranks) + ")"));
   }
   if (Status s = CheckTrainable(*cfg); !s.ok()) return fail(s);
+  // Before anything is compiled or written: no output replaces an input or a device, and no run is
+  // lost to an output it cannot write.
+  if (Status s = CheckRunOutputs(*cfg, a.trace, world->rank, world->size); !s.ok()) return fail(s);
   auto c = Compile(*cfg, world->size);
   if (!c.ok()) return fail(c.status());
   const ir::Plan& plan = c->plan;
@@ -117,13 +135,12 @@ int Train(const Args& a) {
   if (!cfg->save.onnx.empty()) {  // before training: a run is not lost to a model it cannot save
     if (Status s = ir::CheckOnnxWeights(*c->model, SavedTypes(c->training)); !s.ok())
       return fail(Status::Invalid("[config] " + cfg->path + ": save.onnx: " + s.message()));
-    if (std::filesystem::is_directory(cfg->save.onnx))
-      return fail(Status::Invalid("[config] " + cfg->path + ": save.onnx: '" + cfg->save.onnx + "' is a directory"));
   }
-  if (Status s = actor::AgreeOnPlan(*world, ir::PlanHash(plan)); !s.ok())
-    return fail(s);
+  const actor::RunDigest digest{ir::Fnv1a64(ConfigToYaml(*cfg)), InputSizesHash(*cfg), ir::PlanHash(plan)};
+  if (Status s = actor::AgreeOnRun(*world, digest, cfg->parallel.timeout); !s.ok()) return fail(s);
   if (world->comm) {
     const actor::CollectiveSetup setup = actor::SetUpCollectives(plan);
+    Watchdog::Phase phase(dog, "preparing the collectives with the other ranks", cfg->parallel.timeout);
     if (Status s = world->comm->Prepare(setup.groups, setup.shared); !s.ok()) return fail(s);
   }
   data::Loader loader(*c->dataset, c->input_field, cfg->data, cfg->train);
@@ -154,7 +171,16 @@ int Train(const Args& a) {
     tracer = std::make_unique<actor::Tracer>(plan, world->rank);
     ro.on_act = [&](const ir::TaskDesc& t, int64_t act, bool begin) { tracer->Record(t, act, begin); };
   }
-  if (Status s = rt.Run(ro); !s.ok()) return fail(s);
+  CatchStopSignals(true);
+  Status run = rt.Run(ro);
+  CatchStopSignals(false);
+  // A signal that came as the last step finished is still a stop, not a run to save.
+  if (run.ok() && g_stop_signal.load() != 0)
+    run = Status::Runtime("[actor] rank " + std::to_string(world->rank) + ": stopped by signal " + std::to_string(g_stop_signal.load()));
+  const Status logged = log.Close();  // a failed run's log too: it shows how it failed
+  if (!run.ok() && !logged.ok()) Fail(logged);
+  if (!run.ok()) return fail(run);
+  if (!logged.ok()) return fail(logged);
   if (tracer) {
     if (Status s = tracer->Write(actor::TracePath(a.trace, world->rank, world->size)); !s.ok()) return fail(s);
   }
@@ -168,6 +194,8 @@ int Train(const Args& a) {
               << ", " << log.MeanStepSeconds() * 1e3 << " ms/step, registers peak "
               << HumanBytes(rt.peak_register_bytes()) << " on rank 0" << std::endl;
   }
+  // The world's destructor (MPI_Finalize) waits for every rank; the watchdog outlives it.
+  if (world->size > 1) dog.Arm("finishing with the other ranks (MPI_Finalize)", cfg->parallel.timeout);
   return 0;
 }
 

@@ -1,9 +1,6 @@
 #include "cli/step_log.h"
 
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <filesystem>
 #include <iostream>
 
 namespace fr {
@@ -30,12 +27,17 @@ std::string Clock(double s) {
 
 Status StepLog::Open() {
   if (o_.jsonl.empty()) return Status::Ok();
-  std::filesystem::path p(o_.jsonl);
-  std::error_code ec;
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  jsonl_.open(p, std::ios::trunc);
-  if (!jsonl_) return Status::Invalid("[config] log.jsonl: cannot write '" + o_.jsonl + "': " + std::strerror(errno));
+  auto f = AtomicFile::Create(o_.jsonl);
+  if (!f.ok()) return f.status().With("[train] log.jsonl: ");
+  jsonl_.emplace(std::move(*f));
   return Status::Ok();
+}
+
+Status StepLog::Close() {
+  if (!jsonl_) return Status::Ok();
+  const Status s = jsonl_->Commit();
+  jsonl_.reset();
+  return s.With("[train] log.jsonl: ");
 }
 
 double StepLog::MeanStepSeconds() const {
@@ -64,14 +66,18 @@ Status StepLog::OnStep(const actor::StepRecord& r) {
                 static_cast<long long>(n), static_cast<long long>(o_.steps), r.loss, lr, r.grad_norm, ms,
                 Si(tps).c_str(), o_.tokens ? "tok/s" : "samples/s", gflops, Clock(eta).c_str());
   std::cout << line << std::endl;
-  if (jsonl_.is_open()) {
+  if (jsonl_) {
     char js[384];
     std::snprintf(js, sizeof js,
                   "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"gnorm\": %.9g, \"step_ms\": %.4f, \"%s\": %.2f, \"gflops_per_dev\": %.3f}",
                   static_cast<long long>(n), r.loss, lr, r.grad_norm, dt * 1e3, o_.tokens ? "tok_per_s" : "samples_per_s", tps,
                   gflops);
-    jsonl_ << js << "\n";
-    jsonl_.flush();
+    Status s = jsonl_->Append(std::string(js) + "\n");
+    if (s.ok()) s = jsonl_->Publish();  // at the first record; nothing after
+    if (!s.ok()) {
+      jsonl_.reset();  // unpublished, the earlier log at the path stays as it was
+      return s.With("[train] log.jsonl: ");
+    }
   }
   if (!diverged) return Status::Ok();
   char why[160];

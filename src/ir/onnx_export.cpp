@@ -1,12 +1,11 @@
 #include "ir/onnx_export.h"
 
-#include <unistd.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
 
-#include <cstring>
-#include <filesystem>
-#include <fstream>
+#include <cerrno>
 #include <set>
 
+#include "base/file.h"
 #include "ir/onnx_proto.h"
 
 namespace fr::ir {
@@ -83,20 +82,13 @@ Status WriteOnnx(const OnnxModel& model, const std::map<std::string, Tensor>& we
     if (!untied.count(i)) *kept.Add() = g->node(i);
   g->mutable_node()->Swap(&kept);
 
-  std::error_code ec;
-  const std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  // Written aside and renamed: a reader never sees half a file, and two runs saving to one path
-  // (a test suite) do not write into each other's.
-  const std::string tmp = path + ".partial." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f || !out.SerializeToOstream(&f) || !f.flush())
-      return Status::Runtime("[onnx] cannot write '" + path + "': " + std::strerror(errno));
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status::Runtime("[onnx] cannot write '" + path + "': " + ec.message());
-  return Status::Ok();
+  // Streamed into the file rather than serialized to memory first: a model can be most of memory.
+  auto file = AtomicFile::Create(path);
+  if (!file.ok()) return file.status().With("[onnx] ");
+  google::protobuf::io::FileOutputStream stream(file->fd());
+  if (!out.SerializeToZeroCopyStream(&stream) || !stream.Flush())
+    return file->Failed(stream.GetErrno() ? stream.GetErrno() : EIO).With("[onnx] ");
+  return file->Commit().With("[onnx] ");
 }
 
 }  // namespace fr::ir

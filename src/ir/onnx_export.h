@@ -15,7 +15,8 @@ namespace fr::ir {
 // tensor (same shape). A weight named after the output of an Identity node instead (a parameter
 // the import untied from the initializer it shared, onnx_import.h) becomes an initializer of its
 // own and the Identity goes. Any other name, a shape or dtype that differs, or a file that cannot
-// be written is an "[onnx]" error naming it; nothing is written then.
+// be written is an "[onnx]" error naming it; nothing is written then. The file is written whole or
+// not at all (base/file.h AtomicFile): a failed write leaves the file at `path` as it was.
 Status WriteOnnx(const OnnxModel& model, const std::map<std::string, Tensor>& weights, const std::string& path);
 
 // The same check without writing: whether WriteOnnx would accept weights of these names and types

@@ -83,12 +83,8 @@ constexpr bool NamesMatch() {
 }
 static_assert(NamesMatch(), "ops/registry.cpp: the table's rows must follow FR_OPS in ops/op_kind.h");
 
-constexpr bool EveryOpHasSbpRule() {
-  for (const OpDef& d : kTable)
-    if (d.sbp == nullptr) return false;
-  return true;
-}
-static_assert(EveryOpHasSbpRule(), "ops/registry.cpp: every op needs an SBP rule");
+// Every op has an SBP rule: checked by tests/ops (Ops.EveryOpHasAnSbpRule), not by a static_assert,
+// which GCC's UBSan (-fsanitize=null) cannot evaluate on function pointers.
 
 }  // namespace
 

@@ -11,7 +11,10 @@
 #include <iostream>
 #include <sstream>
 
+#include "base/file.h"
+#include "base/output_check.h"
 #include "base/process.h"
+#include "cli/run_files.h"
 #include "base/report.h"
 #include "search/command.h"
 #include "search/search.h"
@@ -63,7 +66,7 @@ int Validate(const Outcome& o, const SearchArgs& a) {
       c.save.onnx.clear();  // a timing run: nothing to keep
       fs::path yaml = dir / ("candidate" + std::to_string(i + 1) + ".yaml");
       fs::path log = dir / ("candidate" + std::to_string(i + 1) + ".log");
-      std::ofstream(yaml) << ConfigToYaml(c);
+      if (Status s = WriteFileAtomically(yaml.string(), ConfigToYaml(c)); !s.ok()) return Fail(s.With("[search] "));
       auto rc = RunUnderMpirun(o.ranks, {"train", yaml.string()}, log.string());
       if (!rc.ok()) return Fail(rc.status());
       if (*rc != 0) {
@@ -126,6 +129,10 @@ int RunSearch(const SearchArgs& a) {
     if (!mesh.ok()) return Fail(mesh.status());
     opt.mesh = *mesh;
   }
+  // Before the search: --out must not replace the config, the model or a data file, nor a device.
+  if (!a.out.empty()) {
+    if (Status s = CheckOutput({"--out", a.out}, {}, RunInputs(*cfg)); !s.ok()) return Fail(s.With("[search] "));
+  }
   opt.exact = std::max(opt.exact, a.validate);
   opt.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   auto o = Search(*cfg, opt);
@@ -140,15 +147,10 @@ int RunSearch(const SearchArgs& a) {
               o->graphs_s, o->quick_s, o->exact_s);
   if (o->ranked.empty()) return Fail(Status::Invalid("[search] " + cfg->path + ": no candidate fits this cluster"));
   if (!a.out.empty()) {
-    std::ofstream out(a.out);
-    const int open_error = out ? 0 : errno;
-    out << "# flowrun search: " << o->ranked[0].Name() << ", predicted " << HumanMs(o->ranked[0].step_s)
-        << " ms/step; run with: mpirun -n " << o->ranks << " flowrun train " << a.out << "\n"
-        << ConfigToYaml(o->ranked[0].config);
-    if (!out) {
-      return Fail(Status::Runtime("[search] cannot write '" + a.out + "'" +
-                                  (open_error ? std::string(": ") + std::strerror(open_error) : std::string())));
-    }
+    const std::string best = "# flowrun search: " + o->ranked[0].Name() + ", predicted " + HumanMs(o->ranked[0].step_s) +
+                             " ms/step; run with: mpirun -n " + std::to_string(o->ranks) + " flowrun train " + a.out + "\n" +
+                             ConfigToYaml(o->ranked[0].config);
+    if (Status s = WriteFileAtomically(a.out, best); !s.ok()) return Fail(s.With("[search] --out: "));
     std::cout << "best: " << o->ranked[0].Name() << " written to " << a.out << " (mpirun -n " << o->ranks << " flowrun train "
               << a.out << ")\n";
   }

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -524,7 +525,7 @@ TEST(MpiComm, SharedAllReduceOfInputsInPlace_1nNd) {
   Task t{.op = Op::kAllReduce, .rank = me, .in = {0, 1, 2}, .out = -1, .group = World(), .collective = 0};
   const int64_t shared_before = comm.shared_acts();
   for (int act = 0; act < 30; ++act) {
-    comm.AwaitSharedInputs(0);
+    ASSERT_TRUE(comm.AwaitSharedInputs(0).ok());
     for (size_t i = 0; i < in.size(); ++i)
       for (int64_t e = 0; e < in[i].numel(); ++e) in[i].data<float>()[e] = BucketValue(i, e, me) + static_cast<float>(act);
     Result<CommHandle> h = comm.Start(t, in, out);
@@ -547,6 +548,53 @@ TEST(MpiComm, SharedAllReduceOfInputsInPlace_1nNd) {
   Result<CommHandle> bad = comm.Start(t, in, in);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("shared-memory slot"), std::string::npos) << bad.status().message();
+}
+
+// A member that never reads the others' inputs (a rank that hung) holds them in
+// AwaitSharedInputs until Cancel, which the runtime calls when it gives up on a stalled run: the
+// wait then fails naming that member, so the caller's threads can be joined (issue 27).
+TEST(MpiComm, CancelBreaksTheWaitOnAHungMember_1nNd) {
+  if (g_comm->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  Result<std::unique_ptr<Communicator>> made = MpiWorld(nullptr, nullptr);  // Cancel is for good: a fresh one
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Communicator& comm = **made;
+  const int me = comm.rank(), last = comm.size() - 1;
+  ASSERT_TRUE(comm.Prepare({World()}, {64}).ok());
+  std::shared_ptr<fr::Storage> slot = comm.SharedInputs(0, 64);
+  ASSERT_NE(slot, nullptr);
+  Tensor in(DType::kF32, Shape{16}, slot, 0), out(DType::kF32, Shape{16});
+  const Task t{.op = Op::kAllReduce, .rank = me, .in = {0}, .out = -1, .group = World(), .collective = 0};
+  auto finish = [&](CommHandle h) {
+    for (bool done = false; !done;) {
+      Result<std::vector<CommHandle>> got = comm.Poll();
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      done = std::any_of(got->begin(), got->end(), [&](CommHandle c) { return c.id == h.id; });
+    }
+  };
+  // The last member arrives first and then stays away; the others find every input there, sum
+  // them at once, and wait for it to read theirs.
+  Result<CommHandle> h = me == last ? comm.Start(t, {in}, {out}) : Result<CommHandle>(CommHandle{});
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me != last) {
+    h = comm.Start(t, {in}, {out});
+    ASSERT_TRUE(h.ok()) << h.status().message();
+    ASSERT_NO_FATAL_FAILURE(finish(*h));
+    const auto t0 = std::chrono::steady_clock::now();
+    std::thread canceller([&comm] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      comm.Cancel();
+    });
+    const Status s = comm.AwaitSharedInputs(0);
+    canceller.join();
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250)) << "returned before Cancel";
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("rank(s) " + std::to_string(last) + " had not read"), std::string::npos) << s.message();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == last) {
+    ASSERT_NO_FATAL_FAILURE(finish(*h));  // nothing left in flight for the destructor
+  }
 }
 
 TEST(MpiComm, Int64_1nNd) {

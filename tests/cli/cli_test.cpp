@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "flowrun_cmd.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -26,28 +27,7 @@ using fr::testing::Bin;
 using fr::testing::Flowrun;
 using fr::testing::Output;
 using fr::testing::Quote;
-
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "flowrun_cli_XXXXXX").string();
-    if (mkdtemp(tmpl.data())) path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  std::string Write(const std::string& name, const std::string& bytes) const {
-    std::string p = *this / name;
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p;
-  }
-
- private:
-  std::string path_;
-};
+using fr::testing::TempDir;
 
 std::string Root() { return fs::current_path().string(); }
 
@@ -444,7 +424,12 @@ TEST(Cli, DataFromAPipe) {
 }
 
 TEST(Cli, OutOfMemoryIsAnError) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)  // clang's spelling
+#define FR_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(FR_SANITIZED)
   GTEST_SKIP() << "a sanitizer's allocator reserves far more than the limit and aborts on failure by design";
 #endif
   Output r = Flowrun({"plan", "configs/mlp.yaml", "--ranks", "100000", "--set", "train.global_batch=3200000", "--set",

@@ -2,6 +2,8 @@
 // section that a config accepts; bad rank counts give exit 2 and a message. Runs the binary named by
 // FLOWRUN_BIN (tests/meson.build sets it) from the repository root.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -154,10 +156,18 @@ TEST(Env, WorldSizeMismatch_1n3d) {
   EXPECT_NE(r.out.find("[env] the job has 3 rank(s) but --ranks is 2"), std::string::npos) << r.out;
 }
 
+// --out is checked before any rank starts (base/output_check.h): a folder that cannot be made (a
+// regular file stands in the way) and a FIFO are refused, and nothing is measured.
 TEST(Env, UnwritableOut) {
-  Output r = Flowrun({"env", "--out", "/nonexistent_flowrun_dir/cluster.yaml"});
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("[env] cannot write '/nonexistent_flowrun_dir/cluster.yaml'"), std::string::npos) << r.out;
+  Output r = Flowrun({"env", "--out", "/etc/hostname/cluster.yaml"});
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("[env] --out: cannot create a file in '/etc/hostname'"), std::string::npos) << r.out;
+  const std::string fifo = "/tmp/flowrun_env_fifo_" + std::to_string(::getpid());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  r = Flowrun({"env", "--out", fifo});
+  ::unlink(fifo.c_str());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("is not a regular file"), std::string::npos) << r.out;
 }
 
 TEST(Env, NoMpirun) {

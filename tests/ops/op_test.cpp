@@ -195,6 +195,10 @@ struct RefSchedule {
 
 // ---- Forward: ONNX-facing ops. ----
 
+TEST(Ops, EveryOpHasAnSbpRule) {
+  for (int k = 0; k < kNumOps; ++k) EXPECT_NE(Def(static_cast<OpKind>(k)).sbp, nullptr) << Def(static_cast<OpKind>(k)).name;
+}
+
 TEST(Forward, Gemm) {
   struct Case {
     int64_t m, k, n;

@@ -16,11 +16,17 @@
 #include <thread>
 #include <vector>
 
+#include "../flowrun_cmd.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
 constexpr double kRtol = 1e-5;
+// Each mpirun job's deadline: a run that hangs fails its case, and leaves nothing running.
+constexpr double kJobSeconds = 240;
+
+using fr::testing::Quote;
 
 struct Case {
   const char* name;
@@ -36,10 +42,11 @@ struct Run {
   std::vector<double> loss, gnorm;
 };
 
-std::string Quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
+// Runs a command line as a Job (tests/flowrun_cmd.h); returns the command and its output.
+std::string Shell(const std::string& cmd, int* code) {
+  const fr::testing::Output r = fr::testing::Shell(cmd, kJobSeconds);
+  *code = r.code;
+  return cmd + "\n" + r.out + (r.left ? "\n[test] " + std::to_string(r.left) + " process(es) outlived the job" : "");
 }
 
 Run Train(const Case& c, int ranks, bool strategy) {
@@ -54,13 +61,8 @@ Run Train(const Case& c, int ranks, bool strategy) {
   for (const std::string& s : c.both) cmd += " --set " + Quote(s);
   if (strategy)
     for (const std::string& s : c.sets) cmd += " --set " + Quote(s);
-  cmd += " 2>&1";
   Run r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (p && std::fgets(buf, sizeof buf, p)) r.out += buf;
-  int status = p ? ::pclose(p) : -1;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = Shell(cmd, &r.code);
   std::ifstream f(jsonl);
   for (std::string line; std::getline(f, line);) {
     auto num = [&](const std::string& key) {
@@ -190,15 +192,6 @@ TEST(Distributed, Gpt_Hybrid2D_2x2) {
 // Ranks that oversubscribe the cores are left unbound by mpirun; flowrun pins them round-robin so
 // the ranks of one stage do not take turns on one core. A binding asked for, `none` included, is
 // kept. Both runs train alike.
-std::string Shell(const std::string& cmd, int* code) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (p && std::fgets(buf, sizeof buf, p)) out += buf;
-  int status = p ? ::pclose(p) : -1;
-  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return cmd + "\n" + out;
-}
 TEST(Distributed, PinsUnboundRanks_1n4d) {
   const char* bin = std::getenv("FLOWRUN_BIN");
   const std::string train = std::string(bin ? bin : "build/src/flowrun") + " train " + kMlp +

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "../flowrun_cmd.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -79,14 +81,10 @@ std::vector<Step> ReadJsonl(const std::string& path) {
 int RunFlowrun(const std::string& config, const std::string& jsonl, std::string& output) {
   const char* bin = std::getenv("FLOWRUN_BIN");
   std::string cmd = std::string(bin && *bin ? bin : "build/src/flowrun") + " train '" + config + "' --set 'log.jsonl=" +
-                    jsonl + "' 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) output.append(buf, n);
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+                    jsonl + "'";
+  const fr::testing::Output r = fr::testing::Shell(cmd, 120);
+  output += r.out;
+  return r.code;
 }
 
 double RelDiff(double got, double want) { return std::fabs(got - want) / std::max(std::fabs(want), 1e-30); }

@@ -425,6 +425,15 @@ TEST(Search, CommandLine) {
                            "measured / predicted: ", "spread "})
     EXPECT_TRUE(Contains(v.out, want)) << want << "\n" << v.out;
 
+  // --out is checked before searching: the config it read, or its model, is never replaced.
+  for (const char* input : {"configs/mlp.yaml", "models/mlp.onnx"}) {
+    Output onto = Flowrun({"search", "configs/mlp.yaml", "--ranks", "2", "--out", input});
+    EXPECT_EQ(onto.code, 2) << onto.out;
+    EXPECT_TRUE(Contains(onto.out, std::string("[search] --out: '") + input + "' is ")) << onto.out;
+    EXPECT_TRUE(Contains(onto.out, "an input of the run: refusing to overwrite it")) << onto.out;
+    EXPECT_FALSE(Contains(onto.out, "search time")) << "refused before searching\n" << onto.out;
+  }
+
   Output bad = Flowrun({"search", "configs/mlp_ln_gelu.yaml"});  // no parallel.ranks, no cluster: section
   EXPECT_EQ(bad.code, 2) << bad.out;
   EXPECT_TRUE(Contains(bad.out, "[search] configs/mlp_ln_gelu.yaml")) << bad.out;

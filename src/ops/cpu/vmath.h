@@ -28,7 +28,10 @@ inline float Exp(float x) {
   p = p * r + 1.f / 6;
   p = p * r + 0.5f;
   const float e = (p * r * r + r) + 1.f;
-  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  // n read from t's bits, not converted from the float: converting a NaN (x NaN) is undefined,
+  // reading its bits is not, and the result is NaN all the same through e.
+  const int32_t ni = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(12582912.f);
+  const float scale = std::bit_cast<float>((ni + 127) << 23);
   const float y = e * scale;
   return x < kLo ? 0.f : x > kHi ? std::numeric_limits<float>::infinity() : y;
 }
