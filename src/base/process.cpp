@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -18,6 +19,24 @@
 extern char** environ;
 
 namespace fr {
+
+double PhysicalMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? static_cast<double>(pages) * static_cast<double>(size) : 0;
+}
+
+namespace {
+std::atomic<double> g_memory_budget{0};
+}  // namespace
+
+double MemoryBudgetBytes() {
+  const double set = g_memory_budget.load();
+  if (set > 0) return set;
+  const double have = PhysicalMemoryBytes();
+  return have > 0 ? have : 1e18;
+}
+
+void SetMemoryBudgetBytes(double bytes) { g_memory_budget.store(bytes); }
 namespace {
 
 volatile sig_atomic_t g_child = 0;

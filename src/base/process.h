@@ -9,6 +9,15 @@
 
 namespace fr {
 
+// This machine's physical memory in bytes (0 if unknown).
+double PhysicalMemoryBytes();
+
+// The most bytes one tensor of a graph may take: the machine's memory, unless set lower (fuzz
+// targets do, to stay within the fuzzer's memory). Shape inference refuses larger outputs, and
+// import folds constants within a fraction of it.
+double MemoryBudgetBytes();
+void SetMemoryBudgetBytes(double bytes);
+
 // The full path of an executable on PATH, or "" when there is none.
 std::string FindOnPath(const std::string& name);
 

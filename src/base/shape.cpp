@@ -15,7 +15,7 @@ std::string Shape::ToString() const {
 
 Result<int> Shape::Axis(int64_t axis) const {
   int64_t r = rank();
-  if (axis < -r || axis >= std::max<int64_t>(r, 1)) {
+  if (axis < -r || axis >= r) {  // a scalar has no axis
     return Status::Invalid("axis " + std::to_string(axis) + " is out of range for rank " +
                            std::to_string(r));
   }

@@ -1,10 +1,12 @@
 // The config schema: one reader per section, checked with the strict reads of config_reader.h.
 #include "cli/config.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
 #include <cstdio>
+#include <sstream>
 #include <string>
 
 #include "base/file.h"
@@ -220,7 +222,9 @@ Status ReadMesh(const Val& v, std::vector<int64_t>* mesh) {
   const Val* inferred = nullptr;
   for (const Val& item : items) {
     ASSIGN_OR_RETURN(int64_t n, item.Int());
-    if (n < 1 && n != -1) return item.Expected("an integer >= 1, or -1 (inferred)");
+    if ((n < 1 && n != -1) || n > kMaxRanks) {
+      return item.Expected("an integer in [1, " + std::to_string(kMaxRanks) + "], or -1 (inferred)");
+    }
     if (n == -1 && inferred) {
       return item.Error(item.path() + ": at most one entry may be -1, and " + inferred->path() +
                         " is -1 already");
@@ -272,7 +276,8 @@ Status ReadParallel(const Val& v, ParallelConfig* p) {
                                                 "timeout"}));
   RETURN_IF_ERROR(s.ReadEnum("device", &p->device, Need::kOptional, kDevices));
   RETURN_IF_ERROR(s.Read("ranks", &p->ranks, Need::kOptional));
-  RETURN_IF_ERROR(s.Check("ranks", p->ranks >= 0, "an integer >= 1 (or 0 = the world size)"));
+  RETURN_IF_ERROR(s.Check("ranks", p->ranks >= 0 && p->ranks <= kMaxRanks,
+                          "an integer in [1, " + std::to_string(kMaxRanks) + "] (or 0 = the world size)"));
   if (const Val* mesh = s.Find("mesh")) RETURN_IF_ERROR(ReadMesh(*mesh, &p->mesh));
   if (const Val* stages = s.Find("stages")) RETURN_IF_ERROR(ReadStages(*stages, &p->stages));
   if (const Val* sbp = s.Find("sbp")) RETURN_IF_ERROR(ReadSbp(*sbp, &p->sbp));
@@ -558,19 +563,56 @@ namespace {
 
 std::string At(const std::string& file, const YAML::Mark& mark) { return Origin(file).Where(mark); }
 
+// Counts a stream's documents without building them, keeping where each starts and where its
+// first node is.
+class DocumentMarks : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> starts, nodes;
+  void OnDocumentStart(const YAML::Mark& m) override {
+    starts.push_back(m);
+    nodes.push_back(m);
+    first_ = true;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { Node(m); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { Node(m); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string&) override { Node(m); }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override { Node(m); }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override { Node(m); }
+  void OnMapEnd() override {}
+
+ private:
+  void Node(const YAML::Mark& m) {
+    if (first_) nodes.back() = m;
+    first_ = false;
+  }
+  bool first_ = false;
+};
+
 Result<YAML::Node> ParseDocument(const std::string& text, const std::string& path) {
-  std::vector<YAML::Node> docs;
   try {
-    docs = YAML::LoadAll(text);
+    // yaml-cpp's LoadAll never returns on some text (a stray ','): its parser then starts the same
+    // document again at the same place. So documents are counted here, stopping where one starts
+    // no further on than the one before, and only the one is loaded.
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentMarks docs;
+    while (parser.HandleNextDocument(docs)) {
+      const size_t n = docs.starts.size();
+      if (n >= 2 && docs.starts[n - 1].pos <= docs.starts[n - 2].pos) {
+        return Status::Invalid(At(path, docs.nodes[n - 1]) + "cannot read YAML here (a ',' or other flow indicator outside [ ] or { }?)");
+      }
+    }
+    if (docs.starts.size() > 1) {
+      return Status::Invalid(At(path, docs.nodes[1]) + "expected one YAML document, found " + std::to_string(docs.starts.size()));
+    }
+    YAML::Node doc = YAML::Load(text);
+    if (!doc.IsDefined() || doc.IsNull()) return YAML::Node(YAML::NodeType::Map);
+    return doc;
   } catch (const YAML::Exception& e) {
     return Status::Invalid(At(path, e.mark) + e.msg);
   }
-  if (docs.size() > 1) {
-    return Status::Invalid(At(path, docs[1].Mark()) + "expected one YAML document, found " +
-                           std::to_string(docs.size()));
-  }
-  if (docs.empty() || docs[0].IsNull()) return YAML::Node(YAML::NodeType::Map);
-  return docs[0];
 }
 
 // Splits "a.b.c=value" and parses the value as YAML.

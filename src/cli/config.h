@@ -80,6 +80,10 @@ struct ScheduleConfig {
   double min_lr = 0;
 };
 
+// The most ranks a job, a stage or a mesh axis may have; larger counts are config errors (they
+// would not fit the int that MPI counts ranks in).
+inline constexpr int64_t kMaxRanks = int64_t{1} << 20;
+
 struct ParallelConfig {
   enum class Device { kCpu, kCuda } device = Device::kCpu;
   int64_t ranks = 0;                    // 0 = the world size

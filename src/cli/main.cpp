@@ -17,6 +17,7 @@
 #include "actor/trace.h"
 #include "actor/world.h"
 #include "base/affinity.h"
+#include "base/process.h"
 #include "base/report.h"
 #include "base/watchdog.h"
 #include "cli/config.h"
@@ -67,7 +68,6 @@ int RanksHere() {
   return local ? std::max(1, std::atoi(local)) : 1;
 }
 int Cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
-double PhysicalMemoryBytes() { return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)); }
 
 // A plan that needs more memory on one rank than its share of the machine (the node's memory over
 // the ranks on it) would only get as far as a failed allocation (an abort) or the OOM killer; say

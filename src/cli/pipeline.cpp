@@ -57,8 +57,14 @@ std::string SourceOf(const Config& cfg, const std::string& field) {
 }
 
 // The first value of integer field `field` outside [lo, hi), as "sample W has WHAT VALUE"; empty
-// if none.
+// if none. Reads every sample only where the dataset holds them (a file's worth), never a synthetic
+// set's, which may be 2^40 samples long.
 std::string FirstOutside(const data::Dataset& ds, const std::string& field, int64_t lo, int64_t hi, const std::string& what) {
+  if (auto known = ds.KnownRange(field)) {
+    if (known->first >= lo && known->second <= hi) return "";
+    return "its values span [" + std::to_string(known->first) + ", " + std::to_string(known->second) + ") and so include " +
+           what + "s " + (known->first < lo ? std::to_string(known->first) : std::to_string(known->second - 1));
+  }
   std::vector<int64_t> sample(static_cast<size_t>(ds.fields().at(field).sample.numel()));
   for (int64_t w = 0; w < ds.size(); ++w) {
     ds.CopySample(field, w, sample.data());
@@ -179,6 +185,9 @@ Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel>
 Result<Compiled> Compile(const Config& cfg, int ranks) {
   ASSIGN_OR_RETURN(Compiled c, Prepare(cfg));
   if (ranks <= 1 && cfg.parallel.sbp.empty()) {
+    // One rank needs no assignment, but its layout is checked as any other's: a mesh or stages
+    // that do not fit are errors here too, not ignored.
+    RETURN_IF_ERROR(Layout(cfg, c.training, ranks).status());
     ASSIGN_OR_RETURN(c.plan, boxing::LowerOneDevice(c.training, cfg.train.steps, cfg.accumulation()));
   } else {
     ASSIGN_OR_RETURN(sbp::AssignOptions ao, Layout(cfg, c.training, ranks));

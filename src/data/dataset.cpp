@@ -6,9 +6,10 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
-#include <regex>
+#include <string_view>
 
 #include "base/file.h"
+#include "base/process.h"
 
 namespace fr::data {
 namespace {
@@ -26,61 +27,130 @@ Result<std::string> ReadAll(const std::string& key, const std::string& path) {
   return bytes;
 }
 
-// The inside of a numpy shape tuple: "4096, 64", "4096," or "" (0-d).
-bool ParseDims(const std::string& text, std::vector<int64_t>* dims) {
-  size_t start = 0;
-  while (text.find_first_not_of(" \t", start) != std::string::npos) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const size_t begin = text.find_first_not_of(" \t", start);
-    const size_t end = text.find_last_not_of(" \t", comma - 1) + 1;
-    int64_t d = 0;
-    auto [p, ec] = std::from_chars(text.data() + begin, text.data() + end, d);
-    if (begin >= comma || ec != std::errc() || p != text.data() + end || text[begin] == '-') return false;
-    dims->push_back(d);
-    start = comma + 1;
-  }
-  return true;
-}
+// The header of a .npy file is a Python dict literal, e.g.
+//   {'descr': '<f4', 'fortran_order': False, 'shape': (4096, 64), }
+// read strictly: exactly the keys descr, fortran_order and shape, each once, with values of their
+// type, and nothing after the closing brace but padding. A lenient reader takes the first of two
+// 'descr' keys where numpy takes the last, and reads Fortran-ordered data in the wrong order.
+class NpyHeader {
+ public:
+  explicit NpyHeader(std::string_view text) : s_(text) {}
 
-// A parsed .npy array: dtype, shape and the raw little-endian data.
-struct Npy {
-  DType dtype = DType::kF32;
-  std::vector<int64_t> shape;
-  std::string data;
+  // Empty on success, else why the header is not one.
+  std::string Parse(std::string* descr, bool* fortran, std::vector<int64_t>* shape) {
+    Skip();
+    if (!Eat('{')) return "header is not a dict";
+    std::map<std::string, bool> seen;
+    for (;;) {
+      Skip();
+      if (Eat('}')) break;
+      std::string key;
+      if (!Quoted(&key)) return "header key is not a quoted string";
+      if (seen[key]) return "header repeats the key '" + key + "'";
+      seen[key] = true;
+      Skip();
+      if (!Eat(':')) return "header has no ':' after '" + key + "'";
+      Skip();
+      if (key == "descr") {
+        if (!Quoted(descr)) return "header descr is not a string";
+      } else if (key == "fortran_order") {
+        if (Word("True")) *fortran = true;
+        else if (Word("False")) *fortran = false;
+        else return "header fortran_order is not True or False";
+      } else if (key == "shape") {
+        if (!Tuple(shape)) return "header shape is not a tuple of integers that fit in 64 bits";
+      } else {
+        return "header has the unknown key '" + key + "'";
+      }
+      Skip();
+      if (Eat(',')) continue;
+      Skip();
+      if (Eat('}')) break;
+      return "header has no ',' or '}' after '" + key + "'";
+    }
+    for (const char* k : {"descr", "fortran_order", "shape"})
+      if (!seen.count(k)) return std::string("header has no ") + k;
+    Skip();
+    if (i_ != s_.size()) return "header has bytes after its dict";
+    return "";
+  }
+
+ private:
+  void Skip() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+  }
+  bool Eat(char c) {
+    if (i_ < s_.size() && s_[i_] == c) return ++i_, true;
+    return false;
+  }
+  bool Word(std::string_view w) {
+    if (s_.substr(i_, w.size()) != w) return false;
+    i_ += w.size();
+    return true;
+  }
+  bool Quoted(std::string* out) {
+    if (i_ >= s_.size() || (s_[i_] != '\'' && s_[i_] != '"')) return false;
+    const char q = s_[i_];
+    const size_t end = s_.find(q, i_ + 1);
+    if (end == std::string_view::npos) return false;
+    *out = std::string(s_.substr(i_ + 1, end - i_ - 1));
+    if (out->find('\\') != std::string::npos) return false;  // escapes: no valid key or descr has one
+    i_ = end + 1;
+    return true;
+  }
+  // "(4096, 64)", "(4096,)" or "()".
+  bool Tuple(std::vector<int64_t>* dims) {
+    if (!Eat('(')) return false;
+    for (;;) {
+      Skip();
+      if (Eat(')')) return true;  // "()" or after a comma
+      int64_t d = 0;
+      const char* b = s_.data() + i_;
+      auto [p, ec] = std::from_chars(b, s_.data() + s_.size(), d);
+      if (ec != std::errc() || p == b || *b == '-' || *b == '+') return false;
+      i_ += static_cast<size_t>(p - b);
+      dims->push_back(d);
+      Skip();
+      if (Eat(')')) return dims->size() > 1;  // "(4)" is the number 4 in Python, not a tuple
+      if (!Eat(',')) return false;
+    }
+  }
+
+  std::string_view s_;
+  size_t i_ = 0;
 };
 
-Result<Npy> ParseNpy(const std::string& key, const std::string& path) {
-  ASSIGN_OR_RETURN(std::string bytes, ReadAll(key, path));
+}  // namespace
+
+Result<NpyArray> ParseNpy(const std::string& bytes, const std::string& key, const std::string& path) {
   auto bad = [&](const std::string& why) { return Status::Invalid("[data] " + key + ": '" + path + "': " + why); };
   if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) return bad("not a .npy file");
-  uint8_t major = static_cast<uint8_t>(bytes[6]);
+  const auto byte = [&](size_t i) { return static_cast<size_t>(static_cast<uint8_t>(bytes[i])); };
+  const size_t major = byte(6);
   size_t hlen = 0, hstart = 0;
   if (major == 1) {
-    hlen = static_cast<uint8_t>(bytes[8]) | static_cast<size_t>(static_cast<uint8_t>(bytes[9])) << 8;
+    hlen = byte(8) | byte(9) << 8;
     hstart = 10;
   } else if (major == 2 || major == 3) {
     if (bytes.size() < 12) return bad("truncated header");
-    for (int i = 0; i < 4; ++i) hlen |= static_cast<size_t>(static_cast<uint8_t>(bytes[8 + static_cast<size_t>(i)])) << (8 * i);
+    hlen = byte(8) | byte(9) << 8 | byte(10) << 16 | byte(11) << 24;
     hstart = 12;
   } else {
     return bad("unsupported .npy version " + std::to_string(major));
   }
-  if (bytes.size() < hstart + hlen) return bad("truncated header");
-  std::string header = bytes.substr(hstart, hlen);
-  std::smatch m;
-  if (!std::regex_search(header, m, std::regex("'descr':\\s*'([^']*)'"))) return bad("header has no descr");
-  std::string descr = m[1];
-  Npy out;
+  if (bytes.size() - hstart < hlen) return bad("truncated header");
+  NpyArray out;
+  std::string descr;
+  bool fortran = false;
+  std::string why = NpyHeader(std::string_view(bytes).substr(hstart, hlen)).Parse(&descr, &fortran, &out.shape);
+  if (!why.empty()) return bad(why);
   if (descr == "<f4") out.dtype = DType::kF32;
   else if (descr == "<i8") out.dtype = DType::kI64;
   else return bad("dtype '" + descr + "' is not supported (float32 '<f4' or int64 '<i8')");
-  if (std::regex_search(header, m, std::regex("'fortran_order':\\s*True"))) return bad("Fortran order is not supported");
-  if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)"))) return bad("header has no shape");
-  const std::string dims = m[1];
-  if (!ParseDims(dims, &out.shape)) return bad("header shape (" + dims + ") is not a tuple of integers that fit in 64 bits");
+  if (fortran) return bad("Fortran order is not supported; save with np.ascontiguousarray");
   if (out.shape.empty()) return bad("a 0-d array has no samples");
   RETURN_IF_ERROR(CheckDims(out.shape).With("[data] " + key + ": '" + path + "': "));
-  size_t want = static_cast<size_t>(Shape(out.shape).numel()) * SizeOf(out.dtype);
+  const auto want = static_cast<size_t>(Shape(out.shape).numel()) * SizeOf(out.dtype);
   if (bytes.size() - hstart - hlen != want) {
     return bad("holds " + std::to_string(bytes.size() - hstart - hlen) + " data bytes, shape " +
                Shape(out.shape).ToString() + " needs " + std::to_string(want));
@@ -89,12 +159,15 @@ Result<Npy> ParseNpy(const std::string& key, const std::string& path) {
   return out;
 }
 
+namespace {
+
 class NpyDataset : public Dataset {
  public:
   Status Open(const DataConfig& cfg) {
     std::string first;  // "data.x: 'PATH'", the array the others must match
     for (const auto& [name, path] : cfg.npy) {
-      ASSIGN_OR_RETURN(Npy a, ParseNpy("data." + name, path));
+      ASSIGN_OR_RETURN(std::string bytes, ReadAll("data." + name, path));
+      ASSIGN_OR_RETURN(NpyArray a, ParseNpy(bytes, "data." + name, path));
       Field f;
       f.dtype = a.dtype;
       f.sample = Shape(std::vector<int64_t>(a.shape.begin() + 1, a.shape.end()));
@@ -123,16 +196,17 @@ class NpyDataset : public Dataset {
 
 class TokenDataset : public Dataset {
  public:
-  Status Open(const DataConfig& cfg) {
-    ASSIGN_OR_RETURN(std::string bytes, ReadAll("data.train", cfg.train));
-    if (bytes.size() % 2) return Status::Invalid("[data] data.train: '" + cfg.train + "' has an odd byte count; expected uint16 tokens");
+  Status Open(const std::string& bytes, int64_t seq_len, const std::string& path) {
+    const std::string what = "[data] data.train: '" + path + "'";
+    if (seq_len < 1) return Status::Invalid(what + ": seq_len must be at least 1");
+    if (bytes.size() % 2) return Status::Invalid(what + " has an odd byte count; expected uint16 tokens");
     tokens_.resize(bytes.size() / 2);
     for (size_t i = 0; i < tokens_.size(); ++i)
       tokens_[i] = static_cast<uint16_t>(static_cast<uint8_t>(bytes[2 * i]) | static_cast<uint8_t>(bytes[2 * i + 1]) << 8);
-    seq_ = cfg.seq_len;
+    seq_ = seq_len;
     size_ = tokens_.size() > 0 ? static_cast<int64_t>(tokens_.size() - 1) / seq_ : 0;
     if (size_ == 0) {
-      return Status::Invalid("[data] data.train: '" + cfg.train + "' has " + std::to_string(tokens_.size()) +
+      return Status::Invalid(what + " has " + std::to_string(tokens_.size()) +
                              " tokens, fewer than one window of seq_len + 1 = " + std::to_string(static_cast<uint64_t>(seq_) + 1));
     }
     fields_["tokens"] = Field{DType::kI64, Shape{seq_}};
@@ -177,6 +251,10 @@ class SyntheticDataset : public Dataset {
       }
     }
   }
+  std::optional<std::pair<int64_t, int64_t>> KnownRange(const std::string& field) const override {
+    if (fields_.at(field).dtype != DType::kI64) return std::nullopt;
+    return std::make_pair(int64_t{0}, classes_.at(field));
+  }
 
  private:
   uint64_t seed_ = 0;
@@ -186,7 +264,9 @@ class SyntheticDataset : public Dataset {
 
 }  // namespace
 
-Result<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& cfg, int64_t seed) {
+namespace {
+
+Result<std::unique_ptr<Dataset>> Open(const DataConfig& cfg, int64_t seed) {
   switch (cfg.format) {
     case DataConfig::Format::kNpy: {
       auto d = std::make_unique<NpyDataset>();
@@ -194,9 +274,8 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& cfg, int64_t seed
       return std::unique_ptr<Dataset>(std::move(d));
     }
     case DataConfig::Format::kTokens: {
-      auto d = std::make_unique<TokenDataset>();
-      RETURN_IF_ERROR(d->Open(cfg));
-      return std::unique_ptr<Dataset>(std::move(d));
+      ASSIGN_OR_RETURN(std::string bytes, ReadAll("data.train", cfg.train));
+      return TokensFromBytes(bytes, cfg.seq_len, cfg.train);
     }
     case DataConfig::Format::kSynthetic: {
       auto d = std::make_unique<SyntheticDataset>();
@@ -205,6 +284,27 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& cfg, int64_t seed
     }
   }
   return Status::Invalid("[data] unknown format");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& cfg, int64_t seed) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> d, Open(cfg, seed));
+  // Shuffling keeps a permutation of every sample index: it must fit, with room to spare, in
+  // memory, or the loader would fail its allocation mid-run.
+  const double perm = 8.0 * static_cast<double>(d->size()), have = PhysicalMemoryBytes();
+  if (cfg.order == DataConfig::Order::kShuffle && have > 0 && perm > have / 8) {
+    return Status::Invalid("[data] data.order: shuffle over " + std::to_string(d->size()) + " samples keeps a " +
+                           std::to_string(static_cast<int64_t>(perm / (1 << 20))) + " MiB permutation, more than an eighth of this machine's " +
+                           std::to_string(static_cast<int64_t>(have / (1 << 20))) + " MiB; use order: sequential or fewer samples");
+  }
+  return d;
+}
+
+Result<std::unique_ptr<Dataset>> TokensFromBytes(const std::string& bytes, int64_t seq_len, const std::string& path) {
+  auto d = std::make_unique<TokenDataset>();
+  RETURN_IF_ERROR(d->Open(bytes, seq_len, path));
+  return std::unique_ptr<Dataset>(std::move(d));
 }
 
 Loader::Loader(const Dataset& ds, std::map<std::string, std::string> input_field, const DataConfig& cfg,

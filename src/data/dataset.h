@@ -12,6 +12,8 @@
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,9 @@ class Dataset {
   int64_t size() const { return size_; }
   // Copies sample w (< size()) of `field` to dst, which has room for one sample.
   virtual void CopySample(const std::string& field, int64_t w, void* dst) const = 0;
+  // [lo, hi) holding every value of integer field `field` where the dataset knows it without
+  // reading the samples (synthetic classes); checks then need not visit each of size() samples.
+  virtual std::optional<std::pair<int64_t, int64_t>> KnownRange(const std::string&) const { return std::nullopt; }
 
  protected:
   std::map<std::string, Field> fields_;
@@ -42,6 +47,18 @@ class Dataset {
 
 // Errors start with "[data]" and name the config key and file.
 Result<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& cfg, int64_t seed);
+
+// A .npy array: float32 or int64, C order, little-endian, with its raw data.
+struct NpyArray {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::string data;
+};
+// Parses a whole .npy file's bytes; `key` and `path` name it in errors.
+Result<NpyArray> ParseNpy(const std::string& bytes, const std::string& key, const std::string& path);
+
+// The tokens dataset over a uint16 little-endian file's bytes (data.train), windows of seq_len.
+Result<std::unique_ptr<Dataset>> TokensFromBytes(const std::string& bytes, int64_t seq_len, const std::string& path);
 
 class Loader : public actor::Feeder {
  public:

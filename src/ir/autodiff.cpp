@@ -57,15 +57,20 @@ Result<std::vector<ValueId>> Backward(Builder& b, ValueId loss, ValueId seed, co
     }
     GradCtx ctx(b, node, dout, need);
     const size_t before = g.nodes.size();
-    d.grad(ctx);
+    try {
+      d.grad(ctx);
+    } catch (const GradFailure& f) {
+      return Status::Invalid("[ir] node '" + node.name + "' (" + d.name + "): its gradient cannot be built: " + f.status.message());
+    }
     for (size_t k = before; k < g.nodes.size(); ++k) g.nodes[k].origin = static_cast<NodeId>(n);
     for (size_t i = 0; i < node.in.size(); ++i) {
       if (!need[i]) continue;
       ValueId di = ctx.din()[i];
-      FR_CHECK(di != kNoValue, node.name + ": gradient rule left input " + std::to_string(i) + " without a gradient");
-      FR_CHECK(g.type(di).shape == g.type(node.in[i]).shape,
-               node.name + ": gradient shape " + g.type(di).shape.ToString() + " for input " +
-                   g.type(node.in[i]).shape.ToString());
+      if (di == kNoValue || g.type(di).shape != g.type(node.in[i]).shape) {
+        return Status::Invalid("[ir] node '" + node.name + "' (" + d.name + "): its gradient for input " + std::to_string(i) + " " +
+                               g.type(node.in[i]).shape.ToString() + " cannot be built" +
+                               (di == kNoValue ? "" : " (the rule gives " + g.type(di).shape.ToString() + ")"));
+      }
       if (g.value(di).grad_of == kNoValue) g.value(di).grad_of = node.in[i];
       add_grad(node.in[i], di);
     }

@@ -6,8 +6,10 @@
 #include <unordered_map>
 
 #include "base/file.h"
+#include "base/process.h"
 #include "ir/onnx_lower.h"
 #include "ir/onnx_proto.h"
+#include "ir/onnx_spec.h"
 #include "onnx/onnx_pb.h"
 #include "ops/op.h"
 
@@ -18,6 +20,10 @@ namespace {
 // Ops that import handles itself rather than as kernels.
 constexpr const char* kImportOps[] = {"Constant", "Dropout", "Flatten", "Identity", "Squeeze", "Unsqueeze"};
 constexpr int64_t kMinOpset = 13, kMaxOpset = 17;
+
+// Constant folding materialises at most this much in all: 1 GiB (a real model folds masks and
+// position tables of a few MiB), or an eighth of the memory budget where that is less.
+double FoldLimitBytes() { return std::min(double{1 << 30}, MemoryBudgetBytes() / 8); }
 
 Result<std::shared_ptr<const OnnxModel>> Parse(const std::string& bytes, const std::string& path) {
   auto m = std::make_shared<OnnxModel>();
@@ -186,6 +192,7 @@ class Importer {
     if (!n.domain().empty() && n.domain() != "ai.onnx") {
       return NodeErr(n, "domain '" + n.domain() + "' is not supported (only the default ONNX domain)");
     }
+    if (const std::string why = CheckOnnxNode(n); !why.empty()) return NodeErr(n, why);
     for (const auto& in : n.input())
       if (used_aux_.count(in)) return NodeErr(n, "uses '" + in + "', the mask output of " + used_aux_[in] + ", which flowrun does not produce");
     const std::string& op = n.op_type();
@@ -201,11 +208,6 @@ class Importer {
     auto k = reshape ? std::optional<OpKind>(OpKind::kReshape) : OnnxOp(op);
     if (!k) return Unsupported(n);
     const OpKind kind = *k;
-    const OpDef& d = Def(kind);
-    if (!reshape && (n.input_size() < d.min_in || n.input_size() > d.max_in)) {
-      return NodeErr(n, "has " + std::to_string(n.input_size()) + " inputs; flowrun expects " +
-                        std::to_string(d.min_in) + (d.max_in > d.min_in ? " to " + std::to_string(d.max_in) : ""));
-    }
     std::vector<ValueId> ins;
     for (int i = 0; i < n.input_size(); ++i) {
       if (n.input(i).empty()) {
@@ -238,28 +240,10 @@ class Importer {
   }
 
   // Attribute values that change semantics flowrun does not implement are errors, never ignored.
+  // (Which attributes an op may have, and their types, CheckOnnxNode checked.)
   Status CheckAttrs(const onnx::NodeProto& n, OpKind k, const Attrs& a) {
     if (k == OpKind::kLayerNormalization && a.Int("stash_type", 1) != 1) {
       return NodeErr(n, "stash_type other than float32 is not supported");
-    }
-    for (const auto& [key, v] : a.all()) {
-      static const std::map<OpKind, std::vector<std::string>> kKnown = {
-          {OpKind::kGemm, {"alpha", "beta", "transA", "transB"}},
-          {OpKind::kSoftmax, {"axis"}},
-          {OpKind::kLogSoftmax, {"axis"}},
-          {OpKind::kLayerNormalization, {"axis", "epsilon", "stash_type"}},
-          {OpKind::kTranspose, {"perm"}},
-          {OpKind::kGather, {"axis"}},
-          {OpKind::kConcat, {"axis"}},
-          {OpKind::kSplit, {"axis"}},
-          {OpKind::kCast, {"to"}},
-          {OpKind::kTrilu, {"upper"}},
-          {OpKind::kShape, {"start", "end"}},
-          {OpKind::kConstantOfShape, {"value"}},
-      };
-      auto it = kKnown.find(k);
-      bool ok = it != kKnown.end() && std::find(it->second.begin(), it->second.end(), key) != it->second.end();
-      if (!ok) return NodeErr(n, "attribute '" + key + "' is not supported for " + n.op_type());
     }
     return Status::Ok();
   }
@@ -270,8 +254,18 @@ class Importer {
     return true;
   }
 
-  // Runs a node on constant inputs with its CPU kernel; its outputs become constants.
+  // Runs a node on constant inputs with its CPU kernel; its outputs become constants. What folding
+  // materialises is budgeted: a tiny model must not fold a Range or an Expand into gigabytes.
   Status Evaluate(const Node& node) {
+    double bytes = 0;
+    for (ValueId v : node.out) bytes += static_cast<double>(g_.type(v).shape.numel()) * static_cast<double>(SizeOf(g_.type(v).dtype));
+    const double limit = FoldLimitBytes();
+    if (folded_bytes_ + bytes > limit) {
+      return Status::Invalid("folding it into a constant of " + g_.type(node.out[0]).shape.ToString() + " would take the model's folded constants to " +
+                             std::to_string(static_cast<int64_t>((folded_bytes_ + bytes) / (1 << 20))) + " MiB, past the " +
+                             std::to_string(static_cast<int64_t>(limit / (1 << 20))) + " MiB that import folds");
+    }
+    folded_bytes_ += bytes;
     std::vector<Tensor> in, out;
     for (ValueId v : node.in) in.push_back(v == kNoValue ? Tensor() : g_.value(v).data);
     for (ValueId v : node.out) out.emplace_back(g_.type(v).dtype, g_.type(v).shape);
@@ -368,6 +362,7 @@ class Importer {
   Graph g_;
   Builder b_;
   int64_t opset_ = 0;
+  double folded_bytes_ = 0;  // what constant folding has materialised so far
   std::unordered_map<std::string, ValueId> names_;
   std::unordered_map<std::string, std::string> used_aux_;
 };

@@ -17,7 +17,10 @@ bool Has(const std::vector<ValueId>& ins, size_t i) { return i < ins.size() && i
 Result<std::vector<int64_t>> ConstIntsAt(const OnnxNodeCtx& c, const std::vector<ValueId>& ins, int i) {
   const auto u = static_cast<size_t>(i);
   if (!Has(ins, u) || c.graph.value(ins[u]).kind != ValueKind::kConst) return NotConstant(c, i, "a constant");
-  return ConstInts(c.graph.value(ins[u]).data);
+  const Tensor& t = c.graph.value(ins[u]).data;
+  if (t.dtype() != DType::kI64 && t.dtype() != DType::kI32) return NotConstant(c, i, "an integer constant");
+  if (t.shape().rank() > 1) return NotConstant(c, i, "a constant of rank 0 or 1");
+  return ConstInts(t);
 }
 
 Result<double> ConstScalarAt(const OnnxNodeCtx& c, const std::vector<ValueId>& ins, int i) {
@@ -138,8 +141,12 @@ Status LowerRange(const OnnxNodeCtx& c, const std::vector<ValueId>& ins, Attrs& 
   ASSIGN_OR_RETURN(double start, ConstScalarAt(c, ins, 0));
   ASSIGN_OR_RETURN(double limit, ConstScalarAt(c, ins, 1));
   ASSIGN_OR_RETURN(double delta, ConstScalarAt(c, ins, 2));
-  if (delta == 0) return c.error("Range with delta 0");
-  const auto size = static_cast<int64_t>(std::max(std::ceil((limit - start) / delta), 0.0));
+  if (delta == 0 || !std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta)) {
+    return c.error("Range needs finite start, limit and a delta other than 0");
+  }
+  const double len = std::max(std::ceil((limit - start) / delta), 0.0);
+  if (!(len <= double{1LL << 40})) return c.error("Range of " + std::to_string(len) + " elements is out of range");
+  const auto size = static_cast<int64_t>(len);
   RETURN_IF_ERROR(CheckedDims(c, {size}));
   a.Set("size", size);
   return Status::Ok();
@@ -229,8 +236,9 @@ Status LowerOnnxNode(const OnnxNodeCtx& c, OpKind k, std::vector<ValueId>& ins, 
     }
     case OpKind::kTrilu:
       if (Has(ins, 1)) {
-        ASSIGN_OR_RETURN(double kv, ConstScalarAt(c, ins, 1));
-        a.Set("k", static_cast<int64_t>(kv));
+        ASSIGN_OR_RETURN(std::vector<int64_t> kv, ConstIntsAt(c, ins, 1));
+        if (kv.size() != 1) return c.error("k must be one integer");
+        a.Set("k", kv[0]);
       }
       ins.resize(1);
       return Status::Ok();

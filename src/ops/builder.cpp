@@ -1,5 +1,7 @@
 #include "ops/op.h"
 
+#include "base/process.h"
+
 namespace fr {
 
 Builder::Builder(ir::Graph& g) : g_(g) {
@@ -8,7 +10,8 @@ Builder::Builder(ir::Graph& g) : g_(g) {
 
 std::string Builder::UniqueName(const std::string& base) {
   std::string name = base;
-  for (int i = 1; names_.count(name); ++i) name = base + "_" + std::to_string(i);
+  // Starts where the last search for this base ended: 10k nodes of one name cost linear time.
+  for (int& i = next_suffix_[base]; names_.count(name);) name = base + "_" + std::to_string(++i);
   return name;
 }
 
@@ -21,6 +24,11 @@ Result<std::vector<ir::ValueId>> Builder::Add(OpKind op, std::vector<ir::ValueId
   const OpDef& d = Def(op);
   auto outs = d.infer(n, types);
   if (!outs.ok()) return outs.status();
+  for (const ir::TensorType& t : *outs) {
+    // Shapes are logical (a sharded tensor may exceed one machine), but they must stay countable:
+    // what is materialised is budgeted where it is (folding, Zeros, the plan's memory check).
+    RETURN_IF_ERROR(CheckDims(t.shape.dims()).With(n.name + ": output "));
+  }
   std::vector<ir::ValueId> ids;
   for (size_t i = 0; i < outs->size(); ++i) {
     ids.push_back(g_.AddValue(n.name + ":" + std::to_string(i), (*outs)[i], ir::ValueKind::kActivation));
@@ -43,15 +51,14 @@ ir::ValueId Builder::Const(std::string name, Tensor t) {
 }
 
 ir::ValueId GradCtx::Op(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs, const std::string& tag) {
-  std::string name = b_.UniqueName(node_.name + "/" + tag);
-  return b_.Op(op, std::move(in), std::move(attrs), name, ir::Phase::kBackward);
+  return OpN(op, std::move(in), std::move(attrs), tag).at(0);
 }
 
 std::vector<ir::ValueId> GradCtx::OpN(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs,
                                       const std::string& tag) {
   std::string name = b_.UniqueName(node_.name + "/" + tag);
   auto r = b_.Add(op, std::move(in), std::move(attrs), name, ir::Phase::kBackward);
-  FR_CHECK(r.ok(), name + ": " + r.status().message());
+  if (!r.ok()) throw GradFailure{r.status()};
   return *r;
 }
 
@@ -63,6 +70,11 @@ ir::ValueId GradCtx::SumTo(ir::ValueId g, const Shape& target) {
 }
 
 ir::ValueId GradCtx::Zeros(const Shape& s) {
+  const double bytes = 4.0 * static_cast<double>(s.numel());
+  if (bytes > MemoryBudgetBytes()) {
+    throw GradFailure{Status::Invalid("a gradient of zeros " + s.ToString() + " would take " +
+                                      std::to_string(static_cast<int64_t>(bytes / (1 << 20))) + " MiB, more than this machine has")};
+  }
   return b_.Const(b_.UniqueName(node_.name + "/zeros"), Tensor(DType::kF32, s));
 }
 

@@ -31,6 +31,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -99,6 +100,14 @@ class Builder {
  private:
   ir::Graph& g_;
   std::unordered_set<std::string> names_;
+  std::unordered_map<std::string, int> next_suffix_;  // UniqueName: the last suffix tried per base
+};
+
+// A gradient rule's node that shape inference refused (a forward node of a malformed model can
+// pass its own inference and still give a backward node none can have). GradCtx throws it; the
+// autodiff catches it and returns its status, naming the forward node.
+struct GradFailure {
+  Status status;
 };
 
 // What a gradient rule sees. The node is a copy: the graph grows while rules run.
@@ -115,13 +124,14 @@ class GradCtx {
   bool need(int i) const { return static_cast<size_t>(i) < need_.size() && need_[static_cast<size_t>(i)]; }
   void set_din(int i, ir::ValueId g) { din_[static_cast<size_t>(i)] = g; }
   const std::vector<ir::ValueId>& din() const { return din_; }
-  // Adds a backward node named after the forward node.
+  // Adds a backward node named after the forward node; throws GradFailure if inference refuses it.
   ir::ValueId Op(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs = {}, const std::string& tag = "grad");
   // The same, for ops with several outputs.
   std::vector<ir::ValueId> OpN(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs, const std::string& tag);
   // Sums `g` down to `target`'s shape (undoing broadcasting); identity if shapes match.
   ir::ValueId SumTo(ir::ValueId g, const Shape& target);
   // A float32 constant of zeros: the gradient of an output nothing uses, or a Where's other branch.
+  // Throws GradFailure past the memory budget (base/process.h).
   ir::ValueId Zeros(const Shape& s);
 
  private:

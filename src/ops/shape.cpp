@@ -222,7 +222,8 @@ Out InferSplit(const ir::Node& n, Types in) {
   int64_t total = 0;
   for (int64_t v : sizes) {
     if (v < 0) return Status::Invalid(n.name + ": negative split size " + std::to_string(v));
-    total += v;
+    // Sizes that wrap around int64 would add up to the dim and slice outside the input.
+    if (__builtin_add_overflow(total, v, &total)) return Status::Invalid(n.name + ": split sizes overflow int64");
   }
   if (sizes.empty() || total != x[*a]) {
     return Status::Invalid(n.name + ": split sizes " + Shape(sizes).ToString() + " do not add up to dim " +

@@ -321,7 +321,7 @@ const BadCase kBadCases[] = {
     {"  mesh: [2, -1]", "  mesh: [-1, -1]", {},
      "t.yaml:20:14: parallel.mesh[1]: at most one entry may be -1, and parallel.mesh[0] is -1"},
     {"  mesh: [2, -1]", "  mesh: [2, 0]", {},
-     "t.yaml:20:13: parallel.mesh[1]: expected an integer >= 1, or -1 (inferred), got 0"},
+     "t.yaml:20:13: parallel.mesh[1]: expected an integer in [1, 1048576], or -1 (inferred), got 0"},
     {"schedule: {type: cosine, warmup: 5, min_lr: 1.0e-4}",
      "schedule: {type: cosine, warmup: -1, min_lr: 1.0e-4}", {},
      "t.yaml:18:34: schedule.warmup: expected an integer >= 0, got -1"},

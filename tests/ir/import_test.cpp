@@ -9,11 +9,14 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "ir/onnx_proto.h"
+#include "ir/onnx_spec.h"
 #include "onnx/onnx_pb.h"
 #include "ops/op.h"
 
@@ -596,6 +599,75 @@ const std::vector<BadCase>& BadCases() {
       {"gemm_shape_mismatch",
        Mutate([](onnx::ModelProto& m, Binding&) { NodeNamed(m, "gemm")->mutable_attribute(0)->set_i(0); }),
        {"node 'gemm'", "Gemm"}},
+      // Malformed nodes are refused against their op's spec before anything reads them (these
+      // crashed: protobuf CHECKs, SIGFPE, std::bad_variant_access, reads past a shape's end).
+      {"relu_without_outputs", Mutate([](onnx::ModelProto& m, Binding&) { NodeNamed(m, "relu")->clear_output(); }),
+       {"node 'relu'", "has 0 outputs", "Relu gives 1 outputs"}},
+      {"gemm_floats_where_an_int_belongs",
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         auto* a = NodeNamed(m, "gemm")->mutable_attribute(0);
+         a->set_type(onnx::AttributeProto::FLOATS);
+         a->add_floats(1.f);
+       }),
+       {"node 'gemm'", "attribute 'transB' is floats but must be an int"}},
+      {"gemm_required_input_unnamed", Mutate([](onnx::ModelProto& m, Binding&) { NodeNamed(m, "gemm")->set_input(1, ""); }),
+       {"node 'gemm'", "input 1 has no name but is required"}},
+      {"split_without_outputs",
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         IntAttr(AddOnnxNode(m.mutable_graph(), "Split", "none", {"y"}, {}), "axis", 1);
+       }),
+       {"node 'none'", "has 0 outputs"}},
+      {"split_sizes_that_wrap_around",
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+         AddConstNode(m.mutable_graph(), "sizes", {3}, {kMax, kMax, 5});  // sums to 3 modulo 2^64
+         IntAttr(AddOnnxNode(m.mutable_graph(), "Split", "wrap", {"y", "sizes"}, {"z", "z1", "z2"}), "axis", 1);
+         m.mutable_graph()->mutable_output(0)->set_name("z");
+       }),
+       {"node 'wrap'", "overflow"}},
+      {"softmax_of_a_scalar",
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         AddConstNode(m.mutable_graph(), "s", {}, {}, {1.f});
+         IntAttr(AddOnnxNode(m.mutable_graph(), "Softmax", "soft", {"s"}, {"z"}), "axis", 0);
+         m.mutable_graph()->mutable_output(0)->set_name("z");
+       }),
+       {"node 'soft'", "out of range for rank 0"}},
+      {"gather_from_a_scalar",
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         AddConstNode(m.mutable_graph(), "s", {}, {}, {1.f});
+         AddConstNode(m.mutable_graph(), "i", {}, {0});
+         AddOnnxNode(m.mutable_graph(), "Gather", "pick", {"s", "i"}, {"z"});
+         m.mutable_graph()->mutable_output(0)->set_name("z");
+       }),
+       {"node 'pick'", "out of range for rank 0"}},
+      {"concat_without_axis",
+       Mutate([](onnx::ModelProto& m, Binding&) { AddOnnxNode(m.mutable_graph(), "Concat", "cat", {"y", "y"}, {"z"}); }),
+       {"node 'cat'", "attribute 'axis' is required"}},
+      {"constant_with_two_values",
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         AddConstNode(m.mutable_graph(), "c", {}, {1});
+         auto* a = NodeNamed(m, "c_node")->add_attribute();
+         a->set_name("value_float");
+         a->set_type(onnx::AttributeProto::FLOAT);
+       }),
+       {"node 'c_node'", "exactly one value"}},
+      {"trilu_k_a_float",
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         AddConstNode(m.mutable_graph(), "k", {}, {}, {1e30f});
+         AddOnnxNode(m.mutable_graph(), "Trilu", "tri", {"y", "k"}, {"z"});
+         m.mutable_graph()->mutable_output(0)->set_name("z");
+       }),
+       {"node 'tri'", "'k'", "an integer constant"}},
+      // Resource budgets: a tiny model must not fold a Range into gigabytes.
+      {"range_folds_past_the_budget",
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         AddConstNode(m.mutable_graph(), "r0", {}, {0});
+         AddConstNode(m.mutable_graph(), "rn", {}, {int64_t{1} << 28});  // 2 GiB of int64
+         AddConstNode(m.mutable_graph(), "r1", {}, {1});
+         AddOnnxNode(m.mutable_graph(), "Range", "big", {"r0", "rn", "r1"}, {"z"});
+         m.mutable_graph()->mutable_output(0)->set_name("z");
+       }),
+       {"node 'big'", "past the", "MiB that import folds"}},
   };
   return kCases;
 }
@@ -617,6 +689,42 @@ TEST(Import, BadOnnxTable) {
     EXPECT_EQ(g.status().code(), Code::kInvalidInput) << msg;
     for (const std::string& f : c.fragments)
       EXPECT_NE(msg.find(f), std::string::npos) << "want '" << f << "' in: " << msg;
+  }
+}
+
+// Folded integer arithmetic wraps around as two's complement (it was a signed overflow: undefined,
+// and an error under UBSan), and integer Range steps that overflow on their way are exact.
+TEST(Import, FoldedIntegerArithmeticWraps) {
+  onnx::ModelProto m = SmallModel();
+  auto* g = m.mutable_graph();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  AddConstNode(g, "big", {}, {kMax});
+  AddConstNode(g, "two", {}, {2});
+  AddOnnxNode(g, "Mul", "twice", {"big", "two"}, {"wrapped"});
+  AddConstNode(g, "minus1", {}, {-1});
+  AddConstNode(g, "lowest", {}, {std::numeric_limits<int64_t>::min()});
+  AddOnnxNode(g, "Div", "negate", {"lowest", "minus1"}, {"still_lowest"});
+  AddConstNode(g, "step", {}, {int64_t{1} << 62});
+  AddOnnxNode(g, "Range", "wide", {"lowest", "big", "step"}, {"r"});
+  for (const char* out : {"wrapped", "still_lowest", "r"}) g->add_output()->set_name(out);
+  auto graph = ImportOnnxBytes(Serialize(m), "small.onnx", SmallBinding());
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  auto value = [&](const char* name) { return ConstInts(graph->value(graph->Find(name)).data); };
+  EXPECT_EQ(value("wrapped"), std::vector<int64_t>{-2});
+  EXPECT_EQ(value("still_lowest"), std::vector<int64_t>{std::numeric_limits<int64_t>::min()});
+  const int64_t lo = std::numeric_limits<int64_t>::min(), q = int64_t{1} << 62;
+  EXPECT_EQ(value("r"), (std::vector<int64_t>{lo, -q, 0, q}));  // lo + i * q
+}
+
+// Every op type flowrun imports has a spec row: a node of it is checked before anything reads it.
+TEST(Import, EveryImportedOpTypeHasASpec) {
+  for (int k = 0; k < kNumOps; ++k) {
+    const OpDef& d = Def(static_cast<OpKind>(k));
+    if (!d.onnx) continue;
+    onnx::NodeProto n;
+    n.set_op_type(d.name);
+    n.set_name("probe");
+    EXPECT_NE(CheckOnnxNode(n), "") << d.name << ": a node with no inputs or outputs passed its spec";
   }
 }
 

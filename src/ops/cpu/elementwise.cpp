@@ -68,17 +68,40 @@ Status UnaryGrad(const KernelCtx& c, F f) {
   return Status::Ok();
 }
 
+// Integer arithmetic wraps around (two's complement), as ONNX runtimes' does; in C++ a signed
+// overflow is undefined, and folded shape arithmetic of a corrupt model can overflow.
+template <typename T, typename F>
+T Wrapping(T a, T b, F f) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(f(static_cast<U>(a), static_cast<U>(b)));
+  } else {
+    return f(a, b);
+  }
+}
+
 }  // namespace
 
-Status Add(const KernelCtx& c) { return Binary(c, [](auto a, auto b) { return a + b; }); }
-Status Sub(const KernelCtx& c) { return Binary(c, [](auto a, auto b) { return a - b; }); }
-Status Mul(const KernelCtx& c) { return Binary(c, [](auto a, auto b) { return a * b; }); }
+Status Add(const KernelCtx& c) {
+  return Binary(c, [](auto a, auto b) { return Wrapping(a, b, [](auto x, auto y) { return x + y; }); });
+}
+Status Sub(const KernelCtx& c) {
+  return Binary(c, [](auto a, auto b) { return Wrapping(a, b, [](auto x, auto y) { return x - y; }); });
+}
+Status Mul(const KernelCtx& c) {
+  return Binary(c, [](auto a, auto b) { return Wrapping(a, b, [](auto x, auto y) { return x * y; }); });
+}
 Status Div(const KernelCtx& c) {
   if (c.out[0].dtype() == DType::kI64) {
     for (int64_t v : c.in[1].span<int64_t>())
       if (v == 0) return Status::Invalid("[ops] " + c.node.name + ": integer division by zero");
   }
-  return Binary(c, [](auto a, auto b) { return a / b; });
+  return Binary(c, [](auto a, auto b) {
+    if constexpr (std::is_integral_v<decltype(a)>) {
+      if (b == -1) return Wrapping(decltype(a){0}, a, [](auto x, auto y) { return x - y; });  // min / -1 wraps too
+    }
+    return a / b;
+  });
 }
 
 Status Relu(const KernelCtx& c) { return Unary(c, [](float x) { return x > 0.f ? x : 0.f; }); }

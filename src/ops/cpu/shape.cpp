@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "ops/cpu/broadcast.h"
@@ -276,7 +277,15 @@ Status RangeT(const KernelCtx& c) {
                            " elements");
   }
   T* y = c.out[0].data<T>();
-  for (int64_t i = 0; i < c.out[0].numel(); ++i) y[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+  for (int64_t i = 0; i < c.out[0].numel(); ++i) {
+    if constexpr (std::is_integral_v<T>) {
+      // Each value lies between start and limit, but i * delta alone can overflow: wrap, exactly.
+      using U = std::make_unsigned_t<T>;
+      y[i] = static_cast<T>(static_cast<U>(start) + static_cast<U>(i) * static_cast<U>(delta));
+    } else {
+      y[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+    }
+  }
   return Status::Ok();
 }
 

@@ -1,0 +1,19 @@
+// What each ONNX op type flowrun imports may look like, from the ONNX operator specs (opsets
+// 13-17): how many inputs and outputs a node has, and which attributes of which type it may carry.
+// The importer checks every node against its row before reading anything of it, so that no later
+// step (lowering, folding, shape inference, kernels) meets a node of the wrong arity or an
+// attribute of the wrong type.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "onnx/onnx_pb.h"
+
+namespace fr::ir {
+
+// Empty if the node fits its op type's spec (or the op type is not one flowrun imports: the
+// importer reports that itself); else what is wrong, for a message that names the node.
+std::string CheckOnnxNode(const onnx::NodeProto& n);
+
+}  // namespace fr::ir
