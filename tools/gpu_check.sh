@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# The GPU machine's check for issue 30 ("A GPU to test on"). Runs there, from the repository root,
+# after tools/gpu_bundle.sh has made .bundle/ here and the call carries it:
+#
+#     bash tools/gpu_check.sh            # writes check.log, summary.txt, baseline.jsonl, nvidia-smi.txt to $OUT
+#
+# Today (no CUDA kernels yet) it does what it can without them, each step under its own `timeout`,
+# a failed step reported and the next one run, the whole within GPU_CHECK_BUDGET seconds
+# (default 330; later steps get what is left):
+#   1. the machine: nvidia-smi, CPU, glibc, compilers, Python;
+#   2. the bundle: unpack it, `ldd` of flowrun, mpirun and Open MPI's plugins with nothing missing;
+#   3. flowrun from the bundle: --version, `train configs/mlp.yaml` on 1 rank, `mpirun -n 2` with the
+#      bundled Open MPI (mlp, and gpt_mini data parallel against 1 rank), and
+#      `--set parallel.device=cuda` refused with exit code 2 and a message naming CUDA;
+#   4. PyTorch's baseline (bench/gpu_baseline.py): libraries (NCCL, cuDNN, where from), GEMM
+#      TFLOP/s, a GPT-2-small-sized GPT's training tokens/s in eager and (in its own process and
+#      timeout) under torch.compile, and peak memory.
+# The last lines printed are the summary: one line per step, then the figures.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export REPO=$PWD
+export OUT=${OUT:-/tmp/gpu_check_out}
+mkdir -p "$OUT"
+export FLOWRUN_BUNDLE_ROOT=${FLOWRUN_BUNDLE_ROOT:-/tmp/flowrun-bundle}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export PYTHONUNBUFFERED=1
+BUDGET=${GPU_CHECK_BUDGET:-330}
+export SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+
+# step NAME LIMIT FUNCTION: runs FUNCTION in a fresh bash under timeout min(LIMIT, what the budget
+# leaves), and records its exit status and time.
+step() {
+  local name=$1 limit=$2 fn=$3 left lim t0 rc status
+  left=$((BUDGET - SECONDS - 5))
+  lim=$((limit < left ? limit : left))
+  if [ "$lim" -lt 5 ]; then
+    printf '%-22s SKIPPED (budget spent)\n' "$name" | tee -a "$SUMMARY"
+    return
+  fi
+  echo
+  echo "=== $name (limit ${lim}s, at ${SECONDS}s) ==="
+  t0=$SECONDS
+  timeout -k 5 "$lim" bash -o pipefail -c "$fn"
+  rc=$?
+  case $rc in
+    0) status=ok ;;
+    124|137) status="TIMEOUT after ${lim}s" ;;
+    *) status="FAILED (exit $rc)" ;;
+  esac
+  printf '%-22s %-28s %4ds\n' "$name" "$status" $((SECONDS - t0)) | tee -a "$SUMMARY"
+}
+
+# Run with the bundle's environment (PATH, LD_LIBRARY_PATH, OPAL_*): only flowrun's steps, never
+# Python's (the bundle's libraries must not shadow PyTorch's).
+bundled() { source "$REPO/.bundle/env.sh" >/dev/null && "$@"; }
+
+s_machine() {
+  date -u; uname -a
+  grep -m1 'model name' /proc/cpuinfo; echo "cpus: $(nproc)"; free -g | head -2
+  grep -m1 -o -w -E 'avx512f' /proc/cpuinfo >/dev/null && echo "cpu has avx512f" || echo "cpu has no avx512f"
+  grep -q -w avx2 /proc/cpuinfo && echo "cpu has avx2" || echo "cpu has NO avx2 (flowrun is built -march=native on znver3)"
+  . /etc/os-release 2>/dev/null && echo "os: $PRETTY_NAME"
+  ldd --version | head -1
+  for t in gcc g++ c++ nvcc meson ninja cmake xz zstd python3; do
+    printf '%-8s %s\n' "$t" "$(command -v $t || echo 'not found')"
+  done
+  gcc --version 2>/dev/null | head -1
+  nvcc --version 2>/dev/null | tail -2
+  ls -d /usr/local/cuda* 2>/dev/null
+}
+s_nvidia_smi() {
+  nvidia-smi 2>&1 | tee "$OUT/nvidia-smi.txt"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,compute_mode --format=csv 2>&1 | tee -a "$OUT/nvidia-smi.txt"
+}
+s_unpack() {
+  [ -f "$REPO/.bundle/env.sh" ] || { echo "no .bundle/env.sh: run bash tools/gpu_bundle.sh first and carry .bundle"; exit 1; }
+  cat "$REPO/.bundle/bundle.id"
+  rm -rf "$FLOWRUN_BUNDLE_ROOT"
+  source "$REPO/.bundle/env.sh" || exit 1
+  [ -x "$FLOWRUN_BUNDLE_ROOT/bin/flowrun" ] || exit 1
+  echo "unpacked into $FLOWRUN_BUNDLE_ROOT: $(du -sh "$FLOWRUN_BUNDLE_ROOT" | cut -f1), $(find "$FLOWRUN_BUNDLE_ROOT" -type f | wc -l) files"
+  echo "compat libstdc++/libgcc_s from the bundle: ${FLOWRUN_BUNDLE_COMPAT:-no, the machine has them}"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; echo "OPAL_PREFIX=$OPAL_PREFIX"
+}
+s_ldd() {
+  source "$REPO/.bundle/env.sh" >/dev/null || exit 1
+  local r=$FLOWRUN_BUNDLE_ROOT bad=0 f
+  ldd "$r/bin/flowrun"
+  for f in "$r"/bin/flowrun "$r"/ompi/bin/orterun "$r"/ompi/bin/orted "$r"/ompi/bin/ompi_info "$r"/ompi/pkglib/*.so "$r"/pmix/lib/pmix/*.so "$r"/lib/*.so*; do
+    [ -e "$f" ] || continue
+    if ldd "$f" 2>&1 | grep -E 'not found'; then echo "  ^ in $f"; bad=1; fi
+  done
+  [ $bad = 0 ] && echo "ldd: nothing missing (flowrun, mpirun, orted, ompi_info, $(ls "$r"/ompi/pkglib/*.so | wc -l) Open MPI plugins, $(ls "$r"/lib/*.so* | wc -l) libraries)"
+  ompi_info --path all | grep -E 'Prefix|Pkglibdir|Sysconfdir|Pkgdatadir'
+  exit $bad
+}
+s_flowrun_1() {
+  bundled flowrun --version || exit 1
+  bundled flowrun train configs/mlp.yaml --set log.jsonl=/tmp/gc_mlp1.jsonl
+}
+s_mpirun_mlp() {
+  if ! bundled mpirun -n 2 --oversubscribe flowrun train configs/mlp.yaml --set log.jsonl=/tmp/gc_mlp2.jsonl 2>&1 | tee /tmp/gc_mpirun.log; then
+    echo "--- again with btl_vader_single_copy_mechanism=none (no CMA in this VM?)"
+    bundled mpirun -n 2 --oversubscribe --mca btl_vader_single_copy_mechanism none \
+      flowrun train configs/mlp.yaml --set log.jsonl=/tmp/gc_mlp2.jsonl 2>&1 | tee /tmp/gc_mpirun.log || exit 1
+    echo "note: mpirun needed --mca btl_vader_single_copy_mechanism none" | tee -a "$SUMMARY"
+  fi
+  # Open MPI or PMIx opening a plugin outside the bundle (the machine's own, another version).
+  if grep -q 'component_repository_open' /tmp/gc_mpirun.log; then
+    echo "plugins opened outside the bundle (a relocation variable missing in .bundle/env.sh)"
+    exit 4
+  fi
+}
+s_mpirun_gpt() {
+  local sets=(--set train.steps=100 --set log.jsonl=/tmp/gc_gpt.jsonl --set save.onnx=/tmp/gc_gpt.onnx)
+  bundled flowrun train configs/gpt.yaml "${sets[@]}" 2>&1 | tail -2 | tee /tmp/gc_gpt1.txt
+  bundled mpirun -n 2 --oversubscribe flowrun train configs/gpt.yaml "${sets[@]}" \
+    --set 'parallel.sbp={idx: ["S(0)"]}' 2>&1 | tail -2 | tee /tmp/gc_gpt2.txt
+  local a b
+  a=$(grep -o 'final loss [0-9.e+-]*' /tmp/gc_gpt1.txt | awk '{print $3}')
+  b=$(grep -o 'final loss [0-9.e+-]*' /tmp/gc_gpt2.txt | awk '{print $3}')
+  [ -n "$a" ] && [ -n "$b" ] || exit 1
+  python3 -c "import sys; a,b=float('$a'),float('$b'); r=abs(a-b)/abs(a); print(f'gpt_mini 100 steps: 1 rank {a}, 2 ranks data parallel {b}, relative difference {r:.2e}'); sys.exit(0 if r < 1e-5 else 1)"
+}
+s_cuda_refused() {
+  local err rc
+  err=$(bundled flowrun train configs/mlp.yaml --set parallel.device=cuda --set log.jsonl=/tmp/gc_cuda.jsonl 2>&1 >/dev/null)
+  rc=$?
+  echo "exit $rc: $err"
+  [ "$rc" = 2 ] && grep -qi cuda <<<"$err"
+}
+s_torch() {
+  python3 bench/gpu_baseline.py --parts libs,gemm,eager,sdpa --jsonl "$OUT/baseline.jsonl"
+}
+s_torch_compile() {
+  python3 bench/gpu_baseline.py --parts compile --jsonl "$OUT/baseline.jsonl"
+}
+export -f bundled s_machine s_nvidia_smi s_unpack s_ldd s_flowrun_1 s_mpirun_mlp s_mpirun_gpt s_cuda_refused s_torch s_torch_compile
+
+main() {
+  echo "gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET}s, OUT=$OUT"
+  rm -f "$OUT/baseline.jsonl"
+  step machine 30 s_machine
+  step nvidia-smi 30 s_nvidia_smi
+  step bundle-unpack 60 s_unpack
+  step bundle-ldd 30 s_ldd
+  step flowrun-1rank 60 s_flowrun_1
+  step mpirun-2ranks-mlp 90 s_mpirun_mlp
+  step mpirun-2ranks-gpt 90 s_mpirun_gpt
+  step cuda-refused 30 s_cuda_refused
+  step torch-baseline 150 s_torch
+  step torch-compile 240 s_torch_compile
+  echo
+  echo "=== summary (${SECONDS}s) ==="
+  cat "$SUMMARY"
+  [ -f "$OUT/baseline.jsonl" ] && python3 - "$OUT/baseline.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    p = r.pop("part")
+    if "error" in r:
+        print(f"{p:11s} ERROR {r['error']}")
+    elif "tokens_per_s" in r:
+        print(f"{p:11s} B={r['batch']} {r['tokens_per_s']:,.0f} tok/s  {r['median_ms']:.1f} ms/step  "
+              f"{r['tflops']:.1f} TFLOP/s  MFU {100 * r['mfu_vs_peak_tf32']:.1f}% of dense TF32 peak"
+              + (f" ({100 * r['mfu_vs_measured_tf32_gemm']:.1f}% of measured TF32 GEMM)" if 'mfu_vs_measured_tf32_gemm' in r else "")
+              + f"  peak mem {r['peak_mem_gib']:.2f} GiB  first step {r['first_step_s']:.1f} s  loss {r['loss_first']:.3f}->{r['loss_last']:.3f}")
+    elif "tflops" in r:
+        print(f"{p:11s} {r['kind']} n={r['n']} {r['tflops']:.1f} TFLOP/s ({r['median_ms']:.2f} ms) rel_err {r['rel_err']:.1e}")
+    elif "device" in r:
+        print(f"{p:11s} {r['device']} sm_{r['capability'].replace('.', '')} {r['sms']} SMs {r['memory_gib']} GiB; torch {r['torch']} (CUDA {r['torch_cuda']}), cuDNN {r['cudnn']}, NCCL {r['nccl']}")
+    elif "loaded" in r and any(w in r["loaded"] for w in ("nccl", "cudnn.so", "cublas.so", "libcuda.so")):
+        print(f"{p:11s} loaded {r['loaded']}")
+PY
+  ! grep -qE 'FAILED|TIMEOUT|SKIPPED' "$SUMMARY"
+}
+main 2>&1 | tee "$OUT/check.log"
+exit "${PIPESTATUS[0]}"
