@@ -23,8 +23,10 @@ for t in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus/$t" "build-fuzz/findings/$t"
   echo "fuzz: $t for ${seconds} s"
   # detect_leaks: a leak is a finding too. The log keeps libFuzzer's final stats for the summary.
+  dict=()
+  [ -f "fuzz/$t.dict" ] && dict=("-dict=fuzz/$t.dict")
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    "build-fuzz/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    "build-fuzz/fuzz/fuzz_$t" "${dict[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="build-fuzz/findings/$t/" "build-fuzz/corpus/$t" "fuzz/corpus/$t" >"build-fuzz/findings/$t.log" 2>&1
   code=$?
   grep -E "^stat::number_of_executed_units|^Done|DONE" "build-fuzz/findings/$t.log" | tail -2

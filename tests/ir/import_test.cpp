@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
@@ -672,13 +674,24 @@ const std::vector<BadCase>& BadCases() {
   return kCases;
 }
 
+// With FLOWRUN_FUZZ_CORPUS=DIR set, the models of this file are written there as DIR/NAME.onnx:
+// tools/fuzz.sh's seed corpus for the ONNX target (fuzz/corpus/onnx) is made so.
+void ToCorpus(const std::string& name, const std::string& bytes) {
+  const char* dir = std::getenv("FLOWRUN_FUZZ_CORPUS");
+  if (!dir) return;
+  std::ofstream(std::string(dir) + "/" + name + ".onnx", std::ios::binary) << bytes;
+}
+
 // Every row: not ok, kInvalidInput, a message that starts with "[onnx] " and holds each fragment.
 TEST(Import, BadOnnxTable) {
+  ToCorpus("small", Serialize(SmallModel()));
+  ToCorpus("folding", Serialize(FoldingModel()));
   for (const BadCase& c : BadCases()) {
     SCOPED_TRACE(c.name);
     onnx::ModelProto m = SmallModel();
     auto binding = SmallBinding();
     std::string bytes = c.make(m, binding);
+    ToCorpus(c.name, bytes);
     auto g = ImportOnnxBytes(bytes, "small.onnx", binding);
     if (g.ok()) {
       ADD_FAILURE() << c.name << ": imported without an error";
