@@ -62,8 +62,8 @@ std::string SourceOf(const Config& cfg, const std::string& field) {
 std::string FirstOutside(const data::Dataset& ds, const std::string& field, int64_t lo, int64_t hi, const std::string& what) {
   if (auto known = ds.KnownRange(field)) {
     if (known->first >= lo && known->second <= hi) return "";
-    return "its values span [" + std::to_string(known->first) + ", " + std::to_string(known->second) + ") and so include " +
-           what + "s " + (known->first < lo ? std::to_string(known->first) : std::to_string(known->second - 1));
+    return "its values span [" + std::to_string(known->first) + ", " + std::to_string(known->second) + "), so it has " +
+           what + " " + (known->first < lo ? std::to_string(known->first) : std::to_string(known->second - 1));
   }
   std::vector<int64_t> sample(static_cast<size_t>(ds.fields().at(field).sample.numel()));
   for (int64_t w = 0; w < ds.size(); ++w) {

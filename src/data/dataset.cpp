@@ -58,7 +58,12 @@ class NpyHeader {
         else if (Word("False")) *fortran = false;
         else return "header fortran_order is not True or False";
       } else if (key == "shape") {
-        if (!Tuple(shape)) return "header shape is not a tuple of integers that fit in 64 bits";
+        const size_t at = i_;
+        if (!Tuple(shape)) {
+          const size_t close = s_.find(')', at);
+          const std::string text(s_.substr(at, close == std::string_view::npos ? 40 : close + 1 - at));
+          return "header shape " + text + " is not a tuple of integers that fit in 64 bits";
+        }
       } else {
         return "header has the unknown key '" + key + "'";
       }

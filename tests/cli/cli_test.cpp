@@ -256,7 +256,7 @@ const std::vector<BadRun>& BadRuns() {
        [](const TempDir&) {
          return std::vector<std::string>{"train", "configs/synthetic.yaml", "--set", "data.fields.y.classes=20"};
        },
-       2, {"[data] data.fields.y", "label 1", "[0, 10)"}},
+       2, {"[data] data.fields.y", "span [0, 20), so it has label 19", "[0, 10)"}},
       {"npy_truncated",
        [](const TempDir& t) {
          std::ifstream f("data/mlp_y.npy", std::ios::binary);
@@ -349,13 +349,18 @@ const std::vector<BadRun>& BadRuns() {
       {"mesh_product_overflows",
        [](const TempDir&) {
          return std::vector<std::string>{"plan", "configs/mlp.yaml", "--ranks", "4", "--set",
-                                         "parallel.mesh=[4294967296, 4294967296]"};
+                                         "parallel.mesh=[1048576, 1048576, 1048576, 1048576]"};
        },
-       2, {"[config]", "parallel.mesh", "4294967296x4294967296 holds more than 2^63 ranks"}},
+       2, {"[config]", "parallel.mesh", "1048576x1048576x1048576x1048576 holds more than 2^63 ranks"}},
+      {"mesh_entry_past_int",  // 2^32 + 1 was truncated to 1 on its way to MPI's int
+       [](const TempDir&) {
+         return std::vector<std::string>{"plan", "configs/mlp.yaml", "--set", "parallel.mesh=[4294967297]"};
+       },
+       2, {"[config]", "parallel.mesh[0]", "expected an integer in [1, 1048576]"}},
       {"mesh_inferred_product_overflows",
        [](const TempDir&) {
          return std::vector<std::string>{"plan", "configs/mlp.yaml", "--ranks", "4", "--set",
-                                         "parallel.mesh=[-1, 4294967296, 4294967296]"};
+                                         "parallel.mesh=[-1, 1048576, 1048576, 1048576, 1048576]"};
        },
        2, {"[config]", "parallel.mesh", "cannot infer -1"}},
       {"set_unknown_key",
@@ -375,14 +380,41 @@ const std::vector<BadRun>& BadRuns() {
        [](const TempDir& t) {
          return std::vector<std::string>{"search", "configs/mlp.yaml", "--ranks", "2", "--out", t / ""};
        },
-       1, {"[search] cannot write", "Is a directory"}},
+       2, {"[search] --out", "is a directory"}},
       {"plan_bad_config",
        [](const TempDir& t) {
          return std::vector<std::string>{"plan", t.Write("bad.yaml", Replace(DefaultYaml(), "lr: 0.01", "lr: fast"))};
        },
        2, {"[config]", "bad.yaml", "optimizer.lr"}},
+      // One rank checks the layout as any count does (this mesh was accepted and ignored).
+      {"mesh_on_one_rank",
+       [](const TempDir&) {
+         return std::vector<std::string>{"plan", "configs/mlp.yaml", "--set", "parallel.mesh=[2, 2]"};
+       },
+       2, {"[config]", "parallel.mesh", "holds 4 ranks, but each stage has 1"}},
+      {"stages_on_one_rank",
+       [](const TempDir&) {
+         return std::vector<std::string>{"train", "configs/mlp.yaml", "--set", "parallel.stages=[['*'], ['*']]"};
+       },
+       2, {"[config]", "parallel.stages", "2 stages do not divide 1 ranks"}},
+      // A permutation of 2^40 sample indices would not fit; found before anything runs.
+      {"shuffle_of_2_to_the_40_samples",
+       [](const TempDir&) {
+         return std::vector<std::string>{"plan", "configs/synthetic.yaml", "--set", "data.samples=1099511627776", "--set",
+                                         "data.order=shuffle"};
+       },
+       2, {"[data] data.order", "shuffle over 1099511627776 samples"}},
   };
   return kRows;
+}
+
+// 2^40 synthetic samples read in order plan and train as 1024 do: nothing visits them all (the
+// label check read every sample, and ran on for hours).
+TEST(Cli, HugeSyntheticDataSet) {
+  Output r = Flowrun({"train", "configs/synthetic.yaml", "--set", "data.samples=1099511627776", "--set", "train.steps=2"},
+                     "", 120);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(r.timed_out) << r.out;
 }
 
 TEST(Cli, BadInputs) {

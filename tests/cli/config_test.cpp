@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -322,6 +325,11 @@ const BadCase kBadCases[] = {
      "t.yaml:20:14: parallel.mesh[1]: at most one entry may be -1, and parallel.mesh[0] is -1"},
     {"  mesh: [2, -1]", "  mesh: [2, 0]", {},
      "t.yaml:20:13: parallel.mesh[1]: expected an integer in [1, 1048576], or -1 (inferred), got 0"},
+    // Counts past what MPI's int holds were truncated (2^32 + 1 ranks ran as 1).
+    {"  mesh: [2, -1]", "  mesh: [2, 4294967297]", {},
+     "t.yaml:20:13: parallel.mesh[1]: expected an integer in [1, 1048576], or -1 (inferred), got 4294967297"},
+    {"", "", {"parallel.ranks=4294967297"},
+     "--set parallel.ranks=4294967297: parallel.ranks: expected an integer in [1, 1048576] (or 0 = the world size), got 4294967297"},
     {"schedule: {type: cosine, warmup: 5, min_lr: 1.0e-4}",
      "schedule: {type: cosine, warmup: -1, min_lr: 1.0e-4}", {},
      "t.yaml:18:34: schedule.warmup: expected an integer >= 0, got -1"},
@@ -433,6 +441,9 @@ TEST(Config, BadDocuments) {
       {"", "[config] t.yaml: model is required"},
       {"model: {}\n---\ndata: {}\n", "[config] t.yaml:3:1: expected one YAML document, found 2"},
       {"model: [a: 1\n", "[config] t.yaml:2:1:"},
+      // yaml-cpp's LoadAll never returned on these.
+      {",", "[config] t.yaml:1:1: cannot read YAML here"},
+      {",avgn", "[config] t.yaml:1:1: cannot read YAML here"},
   };
   for (const Case& c : cases) {
     Result<Config> r = ParseConfig(c.text, "t.yaml");
@@ -440,6 +451,27 @@ TEST(Config, BadDocuments) {
     EXPECT_NE(r.status().message().find(c.message), std::string::npos)
         << "  message: " << r.status().message() << "\n  wanted:  " << c.message;
   }
+}
+
+// Duplicate keys are found in linear time: 100k keys took minutes, checked pairwise.
+// Machine speed cancels out of the ratio of two sizes' times: 4x the keys take about 4x as long
+// when linear, 16x when pairwise. The best of two runs of each keeps out a busy machine's noise.
+TEST(Config, ManyKeysReadInLinearTime) {
+  auto best_seconds = [](int keys) {
+    std::string text;
+    for (int i = 0; i < keys; ++i) text += "k" + std::to_string(i) + ": 1\n";
+    double best = 1e9;
+    for (int run = 0; run < 2; ++run) {
+      const auto start = std::chrono::steady_clock::now();
+      Result<Config> r = ParseConfig(text, "t.yaml");
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      EXPECT_FALSE(r.ok());
+      EXPECT_NE(r.status().message().find("unknown key 'k0' at top level"), std::string::npos) << r.status().message();
+    }
+    return best;
+  };
+  const double small = best_seconds(10000), large = best_seconds(40000);
+  EXPECT_LT(large / small, 8.0) << "10k keys: " << small << " s, 40k keys: " << large << " s";
 }
 
 }  // namespace

@@ -154,5 +154,72 @@ TEST(Data, SyntheticIsDeterministicAndInRange) {
   EXPECT_NEAR(sq / 400, 1.0, 0.25) << "standard normal variance";
 }
 
+// A version-1 .npy file with this header dict (padded as numpy pads it) and data.
+std::string Npy(const std::string& dict, const std::string& data) {
+  std::string h = dict;
+  while ((10 + h.size() + 1) % 64) h += ' ';
+  h += '\n';
+  std::string out = std::string("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(h.size() & 0xff);
+  out += static_cast<char>(h.size() >> 8);
+  return out + h + data;
+}
+
+std::string Floats(int n) { return std::string(static_cast<size_t>(n) * 4, '\0'); }
+
+TEST(Data, NpyHeadersAsNumpyWritesThem) {
+  for (const std::string dict : {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
+                                 "{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (2, 3)}",
+                                 "{'shape': (2, 3), 'fortran_order': False, 'descr': '<f4'}"}) {
+    auto a = ParseNpy(Npy(dict, Floats(6)), "data.x", "x.npy");
+    ASSERT_TRUE(a.ok()) << dict << ": " << a.status().message();
+    EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 3}));
+    EXPECT_EQ(a->dtype, DType::kF32);
+  }
+  auto one = ParseNpy(Npy("{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }", std::string(32, '\0')), "data.y", "y.npy");
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(one->shape, std::vector<int64_t>{4});
+}
+
+// Headers a lenient reader misreads: these were accepted and read in the wrong order or type.
+TEST(Data, NpyHeadersThatAreRefused) {
+  struct Case {
+    std::string dict, why;
+  } cases[] = {
+      {"{\"descr\": \"<f4\", \"fortran_order\": True, \"shape\": (2, 3)}", "Fortran order is not supported"},
+      {"{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", "Fortran order is not supported"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'descr': '<i8'}", "repeats the key 'descr'"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (6)}", "shape is not a tuple"},
+      {"{'descr': '<f4', 'shape': (2, 3)}", "has no fortran_order"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'extra': 1}", "unknown key 'extra'"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)} trailing", "bytes after its dict"},
+      {"{'descr': '<f4', 'fortran_order': 0, 'shape': (2, 3)}", "fortran_order is not True or False"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3)}", "shape is not a tuple"},
+  };
+  for (const Case& c : cases) {
+    auto a = ParseNpy(Npy(c.dict, Floats(6)), "data.x", "x.npy");
+    ASSERT_FALSE(a.ok()) << c.dict;
+    EXPECT_NE(a.status().message().find("[data] data.x: 'x.npy': "), std::string::npos) << a.status().message();
+    EXPECT_NE(a.status().message().find(c.why), std::string::npos) << c.dict << " -> " << a.status().message();
+  }
+}
+
+// A synthetic set may be 2^40 samples long: read sequentially, nothing visits them all; a shuffle
+// would keep a permutation of 8 TiB, which is refused up front.
+TEST(Data, HugeSyntheticSets) {
+  DataConfig cfg;
+  cfg.format = DataConfig::Format::kSynthetic;
+  cfg.samples = int64_t{1} << 40;
+  cfg.synthetic["y"] = SyntheticField{{}, SyntheticField::DType::kI64, 7};
+  auto d = OpenDataset(cfg, 3);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ((*d)->KnownRange("y"), std::make_pair(int64_t{0}, int64_t{7}));
+  cfg.order = DataConfig::Order::kShuffle;
+  auto shuffled = OpenDataset(cfg, 3);
+  ASSERT_FALSE(shuffled.ok());
+  EXPECT_NE(shuffled.status().message().find("data.order: shuffle over 1099511627776 samples"), std::string::npos)
+      << shuffled.status().message();
+}
+
 }  // namespace
 }  // namespace fr::data
