@@ -189,12 +189,12 @@ TEST(Data, NpyHeadersThatAreRefused) {
       {"{\"descr\": \"<f4\", \"fortran_order\": True, \"shape\": (2, 3)}", "Fortran order is not supported"},
       {"{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", "Fortran order is not supported"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'descr': '<i8'}", "repeats the key 'descr'"},
-      {"{'descr': '<f4', 'fortran_order': False, 'shape': (6)}", "shape is not a tuple"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (6)}", "header shape (6) is not a tuple"},
       {"{'descr': '<f4', 'shape': (2, 3)}", "has no fortran_order"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'extra': 1}", "unknown key 'extra'"},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)} trailing", "bytes after its dict"},
       {"{'descr': '<f4', 'fortran_order': 0, 'shape': (2, 3)}", "fortran_order is not True or False"},
-      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3)}", "shape is not a tuple"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3)}", "header shape (2, -3) is not a tuple"},
   };
   for (const Case& c : cases) {
     auto a = ParseNpy(Npy(c.dict, Floats(6)), "data.x", "x.npy");
