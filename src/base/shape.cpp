@@ -24,11 +24,13 @@ Result<int> Shape::Axis(int64_t axis) const {
 
 Status CheckDims(const std::vector<int64_t>& dims) {
   constexpr int64_t kMaxDim = int64_t{1} << 40, kMaxNumel = int64_t{1} << 48;
+  // The product of the non-zero dims is bounded too: strides of [0, 2^40, 2^40] overflow although
+  // it has no elements.
   int64_t n = 1;
   for (int64_t d : dims) {
     if (d < 0 || d > kMaxDim) return Status::Invalid("dimension " + std::to_string(d) + " is out of range");
-    if (d != 0 && n > kMaxNumel / d) return Status::Invalid("shape has more than 2^48 elements");
-    n *= d;
+    if (d != 0 && n > kMaxNumel / d) return Status::Invalid("shape's dims multiply past 2^48");
+    if (d != 0) n *= d;
   }
   return Status::Ok();
 }

@@ -36,7 +36,7 @@ class Shape {
   std::vector<int64_t> dims_;
 };
 
-// Validates user-supplied dims: each in [0, 2^40], and the product below 2^48 elements.
+// Validates user-supplied dims: each in [0, 2^40], and the product of the non-zero ones below 2^48.
 Status CheckDims(const std::vector<int64_t>& dims);
 
 // Numpy broadcasting of two shapes; an error if they are incompatible.

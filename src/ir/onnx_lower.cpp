@@ -175,8 +175,8 @@ Result<std::vector<int64_t>> ReshapeTarget(const OnnxNodeCtx& c, const std::vect
         infer_at = static_cast<int64_t>(i);
       } else if (d < 0) {
         return c.error("shape has a negative dimension " + std::to_string(d));
-      } else {
-        known *= d;
+      } else if (__builtin_mul_overflow(known, d, &known)) {
+        return c.error("shape " + Shape(spec).ToString() + " has more elements than int64 counts");
       }
       out.push_back(d);
     }

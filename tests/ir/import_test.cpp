@@ -660,6 +660,13 @@ const std::vector<BadCase>& BadCases() {
          m.mutable_graph()->mutable_output(0)->set_name("z");
        }),
        {"node 'tri'", "'k'", "an integer constant"}},
+      {"reshape_to_a_product_past_int64",  // found by fuzz_onnx: the known dims' product overflowed
+       Mutate([](onnx::ModelProto& m, Binding&) {
+         AddConstNode(m.mutable_graph(), "target", {3}, {int64_t{1} << 62, 16, -1});
+         AddOnnxNode(m.mutable_graph(), "Reshape", "view", {"y", "target"}, {"z"});
+         m.mutable_graph()->mutable_output(0)->set_name("z");
+       }),
+       {"node 'view'", "more elements than int64 counts"}},
       // Resource budgets: a tiny model must not fold a Range into gigabytes.
       {"range_folds_past_the_budget",
        Mutate([](onnx::ModelProto& m, Binding&) {
