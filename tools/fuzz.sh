@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the libFuzzer targets of fuzz/ (README: fuzzing), each for SECONDS (default 60), from its
+# Runs the libFuzzer targets of fuzz/ (docs/testing.md), each for SECONDS (default 60), from its
 # seed corpus in fuzz/corpus/TARGET; with no TARGET given, every target in turn. Builds them first
 # in build-fuzz/ with clang, ASan and UBSan. New inputs go to build-fuzz/corpus/TARGET (kept, so
 # long runs build on each other) and crashes to build-fuzz/findings/TARGET/; exits 1 on a finding.

@@ -205,7 +205,7 @@ class Lowering {
   // scatter-add without zeroing first: cpu::AddsInto). One act a micro-batch instead of two, one
   // pass over the gradient fewer, and no register for it (gpt_mini: 19 of its 29 gradients, all
   // but LayerNorm's). The logical graph, its assignment and the step model are unchanged: the
-  // model still prices the accumulator's act (README, "Gradient accumulation", says why).
+  // model still prices the accumulator's act (docs/runtime.md, "Gradient accumulation", says why).
   void FoldProducts() {
     runs_.assign(g_.nodes.size(), -1);
     folded_into_.assign(g_.nodes.size(), -1);

@@ -130,7 +130,7 @@ TEST(Fault, SigtermToTheRanksStopsTheJobWith143_1n2d) {
 }
 
 // A signal to mpirun alone: mpirun forwards it to the ranks, which stop as above, but Open MPI's
-// mpirun then exits 1 by its own rule (README: signals).
+// mpirun then exits 1 by its own rule (docs/runtime.md: signals).
 TEST(Fault, SigtermToMpirunStopsEveryRank_1n2d) {
   Job j(TrainCommand(kDataParallel));
   ASSERT_GT(WaitForRank(j, 1), 0) << j.out();
