@@ -1,6 +1,7 @@
 #include "ir/onnx_import.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <unordered_map>
@@ -18,8 +19,8 @@ namespace fr::ir {
 namespace {
 
 // Ops that import handles itself rather than as kernels.
-constexpr const char* kImportOps[] = {"Constant", "Dropout", "Flatten", "Identity", "Squeeze", "Unsqueeze"};
-constexpr int64_t kMinOpset = 13, kMaxOpset = 17;
+constexpr const char* kImportOps[] = {"Constant", "Dropout", "Flatten", "Gelu", "Identity", "Squeeze", "Unsqueeze"};
+constexpr int64_t kMinOpset = 13, kMaxOpset = 21;
 
 // Constant folding materialises at most this much in all: 1 GiB (a real model folds masks and
 // position tables of a few MiB), or an eighth of the memory budget where that is less.
@@ -78,7 +79,7 @@ class Importer {
       if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = o.version();
     if (opset_ < kMinOpset || opset_ > kMaxOpset) {
       return Err("opset " + std::to_string(opset_) + " is not supported; flowrun imports opsets " +
-                 std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) + " (export with opset_version=17)");
+                 std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) + " (export with an opset_version in that range)");
     }
     g_.opset = static_cast<int>(opset_);
     return Status::Ok();
@@ -192,7 +193,7 @@ class Importer {
     if (!n.domain().empty() && n.domain() != "ai.onnx") {
       return NodeErr(n, "domain '" + n.domain() + "' is not supported (only the default ONNX domain)");
     }
-    if (const std::string why = CheckOnnxNode(n); !why.empty()) return NodeErr(n, why);
+    if (const std::string why = CheckOnnxNode(n, opset_); !why.empty()) return NodeErr(n, why);
     for (const auto& in : n.input())
       if (used_aux_.count(in)) return NodeErr(n, "uses '" + in + "', the mask output of " + used_aux_[in] + ", which flowrun does not produce");
     const std::string& op = n.op_type();
@@ -204,8 +205,9 @@ class Importer {
     Attrs attrs;
     RETURN_IF_ERROR(ReadAttrs(n, attrs));
     if (op == "Shape") return AddShape(n, x, attrs);
+    if (op == "Gelu") RETURN_IF_ERROR(LowerGelu(n, attrs));
     const bool reshape = op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
-    auto k = reshape ? std::optional<OpKind>(OpKind::kReshape) : OnnxOp(op);
+    auto k = reshape ? std::optional<OpKind>(OpKind::kReshape) : op == "Gelu" ? std::optional<OpKind>(OpKind::kGelu) : OnnxOp(op);
     if (!k) return Unsupported(n);
     const OpKind kind = *k;
     std::vector<ValueId> ins;
@@ -239,9 +241,22 @@ class Importer {
     return FoldIfConstant(n, ins);
   }
 
+  // ONNX's Gelu (opset 20) is flowrun's fused Gelu with the erf form's constants; the tanh
+  // approximation has no kernel yet.
+  Status LowerGelu(const onnx::NodeProto& n, Attrs& attrs) {
+    const std::string approximate = attrs.Str("approximate", "none");
+    if (approximate != "none") return NodeErr(n, "approximate='" + approximate + "' is not supported (only 'none', the erf form)");
+    attrs = Attrs();
+    attrs.Set("div", static_cast<double>(static_cast<float>(M_SQRT2)));
+    attrs.Set("one", 1.0);
+    attrs.Set("half", 0.5);
+    return Status::Ok();
+  }
+
   // Attribute values that change semantics flowrun does not implement are errors, never ignored.
   // (Which attributes an op may have, and their types, CheckOnnxNode checked.)
   Status CheckAttrs(const onnx::NodeProto& n, OpKind k, const Attrs& a) {
+    if (k == OpKind::kGelu) return Status::Ok();  // lowered by LowerGelu
     if (k == OpKind::kLayerNormalization && a.Int("stash_type", 1) != 1) {
       return NodeErr(n, "stash_type other than float32 is not supported");
     }

@@ -46,8 +46,23 @@ Status LowerSplit(const OnnxNodeCtx& c, const Shape& x, std::vector<ValueId>& in
   if (!axis.ok()) return c.error(axis.status().message());
   std::vector<int64_t> sizes;
   const int64_t outs = c.proto.output_size();
+  const bool num_outputs = a.Has("num_outputs");
+  if (Has(ins, 1) && num_outputs) return c.error("has both split sizes and num_outputs; ONNX allows one");
   if (Has(ins, 1)) {
     ASSIGN_OR_RETURN(sizes, ConstIntsAt(c, ins, 1));
+  } else if (num_outputs) {
+    // Opset 18: num_outputs parts of ceil(dim / num_outputs), the last one smaller if need be.
+    const int64_t n = a.Int("num_outputs"), dim = x[*axis];
+    if (n != outs) return c.error("num_outputs is " + std::to_string(n) + " but the node has " + std::to_string(outs) + " outputs");
+    const int64_t part = (dim + n - 1) / n;
+    if (part * (n - 1) >= dim && n > 1) {
+      return c.error("cannot split dim " + std::to_string(dim) + " into " + std::to_string(n) + " parts of " +
+                     std::to_string(part) + " with a non-empty last one");
+    }
+    sizes.assign(static_cast<size_t>(n), part);
+    sizes.back() = dim - part * (n - 1);
+  } else if (c.graph.opset >= 18) {
+    return c.error("needs split sizes or num_outputs from opset 18");
   } else {
     const int64_t dim = x[*axis];
     if (dim % outs) {
@@ -58,6 +73,7 @@ Status LowerSplit(const OnnxNodeCtx& c, const Shape& x, std::vector<ValueId>& in
   if (static_cast<int64_t>(sizes.size()) != outs) {
     return c.error(std::to_string(sizes.size()) + " split sizes for " + std::to_string(outs) + " outputs");
   }
+  a = Attrs();
   a.Set("axis", int64_t{*axis});
   a.Set("split", sizes);
   ins.resize(1);

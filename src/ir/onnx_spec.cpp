@@ -15,11 +15,13 @@ struct AttrSpec {
   const char* name;
   A::AttributeType type;
   bool required = false;
+  int64_t since = 0;  // the first opset that has it
 };
 
 struct OpSpec {
   int min_in, max_in, min_out, max_out;
   std::vector<AttrSpec> attrs;
+  int64_t since = 0;  // the first opset that has the op
 };
 
 const char* TypeName(A::AttributeType t) {
@@ -46,6 +48,7 @@ const std::unordered_map<std::string_view, OpSpec>& Specs() {
       {"Tanh", {1, 1, 1, 1, {}}},
       {"Sigmoid", {1, 1, 1, 1, {}}},
       {"Erf", {1, 1, 1, 1, {}}},
+      {"Gelu", {1, 1, 1, 1, {{"approximate", A::STRING}}, 20}},
       {"Softmax", {1, 1, 1, 1, {{"axis", A::INT}}}},
       {"LogSoftmax", {1, 1, 1, 1, {{"axis", A::INT}}}},
       {"LayerNormalization", {2, 3, 1, 3, {{"axis", A::INT}, {"epsilon", A::FLOAT}, {"stash_type", A::INT}}}},
@@ -56,11 +59,12 @@ const std::unordered_map<std::string_view, OpSpec>& Specs() {
       {"Transpose", {1, 1, 1, 1, {{"perm", A::INTS}}}},
       {"Gather", {2, 2, 1, 1, {{"axis", A::INT}}}},
       {"Concat", {1, kAny, 1, 1, {{"axis", A::INT, true}}}},
-      {"Split", {1, 2, 1, kAny, {{"axis", A::INT}}}},
+      {"Split", {1, 2, 1, kAny, {{"axis", A::INT}, {"num_outputs", A::INT, false, 18}}}},
       {"Slice", {3, 5, 1, 1, {}}},
       {"Expand", {2, 2, 1, 1, {}}},
       {"Where", {3, 3, 1, 1, {}}},
-      {"Cast", {1, 1, 1, 1, {{"to", A::INT, true}}}},
+      // saturate (19) only changes casts to float8, which flowrun has not.
+      {"Cast", {1, 1, 1, 1, {{"to", A::INT, true}, {"saturate", A::INT, false, 19}}}},
       {"Trilu", {1, 2, 1, 1, {{"upper", A::INT}}}},
       {"Shape", {1, 1, 1, 1, {{"start", A::INT}, {"end", A::INT}}}},
       {"Equal", {2, 2, 1, 1, {}}},
@@ -83,10 +87,11 @@ std::string Count(int min, int max, const char* what) {
 
 }  // namespace
 
-std::string CheckOnnxNode(const onnx::NodeProto& n) {
+std::string CheckOnnxNode(const onnx::NodeProto& n, int64_t opset) {
   auto it = Specs().find(n.op_type());
   if (it == Specs().end()) return "";
   const OpSpec& s = it->second;
+  if (opset < s.since) return n.op_type() + " is an op of opset " + std::to_string(s.since) + " and later";
   if (n.input_size() < s.min_in || n.input_size() > s.max_in) {
     return "has " + std::to_string(n.input_size()) + " inputs; " + n.op_type() + " takes " + Count(s.min_in, s.max_in, "inputs");
   }
@@ -103,6 +108,9 @@ std::string CheckOnnxNode(const onnx::NodeProto& n) {
     size_t k = 0;
     while (k < s.attrs.size() && a.name() != s.attrs[k].name) ++k;
     if (k == s.attrs.size()) return "attribute '" + a.name() + "' is not supported for " + n.op_type();
+    if (opset < s.attrs[k].since) {
+      return "attribute '" + a.name() + "' of " + n.op_type() + " exists from opset " + std::to_string(s.attrs[k].since);
+    }
     if (seen[k]) return "attribute '" + a.name() + "' is given twice";
     seen[k] = true;
     if (a.type() != s.attrs[k].type) {

@@ -1,10 +1,12 @@
 // What each ONNX op type flowrun imports may look like, from the ONNX operator specs (opsets
-// 13-17): how many inputs and outputs a node has, and which attributes of which type it may carry.
+// 13-21): how many inputs and outputs a node has, which attributes of which type it may carry, and
+// from which opset the op or an attribute exists (Split's num_outputs from 18, Gelu from 20).
 // The importer checks every node against its row before reading anything of it, so that no later
 // step (lowering, folding, shape inference, kernels) meets a node of the wrong arity or an
 // attribute of the wrong type.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -14,6 +16,6 @@ namespace fr::ir {
 
 // Empty if the node fits its op type's spec (or the op type is not one flowrun imports: the
 // importer reports that itself); else what is wrong, for a message that names the node.
-std::string CheckOnnxNode(const onnx::NodeProto& n);
+std::string CheckOnnxNode(const onnx::NodeProto& n, int64_t opset);
 
 }  // namespace fr::ir

@@ -1,8 +1,9 @@
-// Fused ops: the graph rewrites of ir/fuse.h make them from op chains that exporters spell out, so
-// a transformer layer runs fewer kernels over fewer intermediate tensors. No ONNX opset flowrun
-// imports (13-17) has them. Each computes what its chain did, with the same operations in the same
-// order; results agree to rounding (the compiler may fuse a multiply and an add into one FMA in
-// one place and not the other). tests/ops checks them against their chains and finite differences.
+// Fused ops: the graph rewrites of ir/rewrite.h make them from op chains that exporters spell out,
+// so a transformer layer runs fewer kernels over fewer intermediate tensors; ONNX's own Gelu
+// (opset 20) imports as Gelu without a bias. Each computes what its chain did, with the same
+// operations in the same order; results agree to rounding (the compiler may fuse a multiply and an
+// add into one FMA in one place and not the other). tests/ops checks them against their chains and
+// finite differences.
 //
 //   Gelu(X, [bias]) -> Y = (H * (erf(H / div) + one)) * half, H = X + bias
 //       the erf GELU with the bias add before it; attributes div, one, half are the export's
