@@ -269,6 +269,7 @@ int main(int argc, char** argv) {
   search->add_option("--validate-repeats", search_args.validate_repeats,
                      "rounds over all validated candidates, taking each one's median (default 3)")
       ->check(CLI::Range(1, 100));
+  auto* ops = app.add_subcommand("ops", "list the ONNX ops flowrun imports, their opsets and the devices with a kernel");
   fr::EnvArgs env_args;
   auto* env = app.add_subcommand("env", "measure this machine and print a cluster: section for configs");
   auto* env_ranks = env->add_option("--ranks", env_args.ranks, "measure with N ranks at once, N >= 2 (default 2)");
@@ -286,6 +287,10 @@ int main(int argc, char** argv) {
   // user's to fix, not a crash: say so and exit 1, as for any other error.
   try {
     if (train->parsed()) return fr::Train(args);
+    if (ops->parsed()) {
+      std::cout << fr::ir::OnnxOpsTable();
+      return 0;
+    }
     if (search->parsed()) return fr::search::RunSearch(search_args);
     if (env->parsed()) {
       env_args.ranks_given = env_ranks->count() > 0;

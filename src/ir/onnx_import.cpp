@@ -12,15 +12,14 @@
 #include "ir/onnx_proto.h"
 #include "ir/onnx_spec.h"
 #include "onnx/onnx_pb.h"
+#include "ops/cuda/backend.h"
 #include "ops/op.h"
 
 namespace fr::ir {
 
 namespace {
 
-// Ops that import handles itself rather than as kernels.
-constexpr const char* kImportOps[] = {"Constant", "Dropout", "Flatten", "Gelu", "Identity", "Squeeze", "Unsqueeze"};
-constexpr int64_t kMinOpset = 13, kMaxOpset = 21;
+constexpr int64_t kMinOpset = kMinOnnxOpset, kMaxOpset = kMaxOnnxOpset;
 
 // Constant folding materialises at most this much in all: 1 GiB (a real model folds masks and
 // position tables of a few MiB), or an eighth of the memory budget where that is less.
@@ -207,7 +206,7 @@ class Importer {
     if (op == "Shape") return AddShape(n, x, attrs);
     if (op == "Gelu") RETURN_IF_ERROR(LowerGelu(n, attrs));
     const bool reshape = op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
-    auto k = reshape ? std::optional<OpKind>(OpKind::kReshape) : op == "Gelu" ? std::optional<OpKind>(OpKind::kGelu) : OnnxOp(op);
+    auto k = OnnxKernelKind(op);
     if (!k) return Unsupported(n);
     const OpKind kind = *k;
     std::vector<ValueId> ins;
@@ -366,9 +365,10 @@ class Importer {
   }
 
   Status Unsupported(const onnx::NodeProto& n) {
-    std::string list = SupportedOnnxOps();
-    for (const char* s : kImportOps) list += std::string(", ") + s;
-    return NodeErr(n, "op type '" + n.op_type() + "' is not supported. Supported ops: " + list);
+    std::string list;
+    for (const OnnxOpType& t : ImportedOnnxOps(kMinOpset)) list += (list.empty() ? "" : ", ") + t.name;
+    return NodeErr(n, "op type '" + n.op_type() + "' is not supported. Supported ops (`flowrun ops` lists their opsets "
+                      "and devices): " + list);
   }
 
   std::shared_ptr<const OnnxModel> model_;  // initializers' data is read in place from it
@@ -383,6 +383,33 @@ class Importer {
 };
 
 }  // namespace
+
+std::optional<OpKind> OnnxKernelKind(std::string_view op) {
+  if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") return OpKind::kReshape;
+  if (op == "Gelu") return OpKind::kGelu;
+  return OnnxOp(op);
+}
+
+std::string OnnxOpsTable() {
+  std::string out = "ONNX op              opsets  kernels\n";
+  for (const OnnxOpType& t : ImportedOnnxOps(kMinOpset)) {
+    std::string kernels;
+    if (auto k = OnnxKernelKind(t.name)) {
+      for (int d = 0; d < kNumDeviceTypes; ++d) {
+        const auto device = static_cast<DeviceType>(d);
+        if (device == DeviceType::kCpu || cuda::HasKernel(*k)) kernels += (kernels.empty() ? "" : ", ") + std::string(Name(device));
+      }
+    } else {
+      kernels = "none: import resolves it";
+    }
+    std::string line = t.name;
+    line.resize(std::max<size_t>(line.size() + 1, 21), ' ');
+    line += std::to_string(t.since) + "-" + std::to_string(kMaxOpset);
+    line.resize(std::max<size_t>(line.size() + 1, 29), ' ');
+    out += line + kernels + "\n";
+  }
+  return out;
+}
 
 Result<std::shared_ptr<const OnnxModel>> ReadOnnx(const std::string& path) {
   auto bytes = ReadWholeFile(path);

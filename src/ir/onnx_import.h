@@ -17,7 +17,9 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "ir/graph.h"
@@ -37,6 +39,16 @@ struct OnnxInput {
 struct OnnxModel;
 
 Result<std::shared_ptr<const OnnxModel>> ReadOnnx(const std::string& path);
+
+// The opsets flowrun imports.
+inline constexpr int64_t kMinOnnxOpset = 13, kMaxOnnxOpset = 21;
+
+// The op kind whose kernels run an ONNX op type; none for op types import resolves itself
+// (Constant, Identity, Dropout) or does not know.
+std::optional<OpKind> OnnxKernelKind(std::string_view op_type);
+
+// `flowrun ops`: every ONNX op type flowrun imports, its opsets and the devices with its kernel.
+std::string OnnxOpsTable();
 
 // The graph inputs that are not initializers, in file order.
 Result<std::vector<OnnxInput>> OnnxInputs(const std::string& path);

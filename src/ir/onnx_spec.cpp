@@ -1,5 +1,6 @@
 #include "ir/onnx_spec.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <limits>
 #include <unordered_map>
@@ -122,6 +123,13 @@ std::string CheckOnnxNode(const onnx::NodeProto& n, int64_t opset) {
   }
   if (n.op_type() == "Constant" && n.attribute_size() != 1) return "a Constant must have exactly one value attribute";
   return "";
+}
+
+std::vector<OnnxOpType> ImportedOnnxOps(int64_t min_opset) {
+  std::vector<OnnxOpType> out;
+  for (const auto& [name, spec] : Specs()) out.push_back({std::string(name), std::max(min_opset, spec.since)});
+  std::sort(out.begin(), out.end(), [](const OnnxOpType& a, const OnnxOpType& b) { return a.name < b.name; });
+  return out;
 }
 
 }  // namespace fr::ir

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "onnx/onnx_pb.h"
 
@@ -17,5 +18,13 @@ namespace fr::ir {
 // Empty if the node fits its op type's spec (or the op type is not one flowrun imports: the
 // importer reports that itself); else what is wrong, for a message that names the node.
 std::string CheckOnnxNode(const onnx::NodeProto& n, int64_t opset);
+
+// The op types flowrun imports, sorted by name, each with the first opset that has it (at least
+// the first flowrun imports).
+struct OnnxOpType {
+  std::string name;
+  int64_t since = 0;
+};
+std::vector<OnnxOpType> ImportedOnnxOps(int64_t min_opset);
 
 }  // namespace fr::ir

@@ -105,6 +105,15 @@ TEST(Cli, Help) {
   EXPECT_NE(r.out.find("plan"), std::string::npos) << r.out;
 }
 
+// `flowrun ops`: one row per ONNX op type import accepts, with its opsets and kernels.
+TEST(Cli, Ops) {
+  Output r = Flowrun({"ops"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* row : {"Gemm                 13-21   cpu", "Gelu                 20-21   cpu",
+                          "Constant             13-21   none: import resolves it"})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+}
+
 TEST(Cli, NoSubcommand) {
   Output r = Flowrun({});
   EXPECT_EQ(r.code, 2) << r.out;

@@ -7,5 +7,7 @@
 namespace fr::cuda {
 
 KernelFn KernelFor(OpKind k);
+// Whether op k has a CUDA kernel in this build (flowrun ops lists it).
+bool HasKernel(OpKind k);
 
 }  // namespace fr::cuda

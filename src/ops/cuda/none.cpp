@@ -14,4 +14,6 @@ Status Unavailable(const KernelCtx& ctx) {
 
 KernelFn KernelFor(OpKind) { return Unavailable; }
 
+bool HasKernel(OpKind) { return false; }
+
 }  // namespace fr::cuda

@@ -14,4 +14,6 @@ Status NoKernel(const KernelCtx& ctx) {
 
 KernelFn KernelFor(OpKind) { return NoKernel; }
 
+bool HasKernel(OpKind) { return false; }
+
 }  // namespace fr::cuda
