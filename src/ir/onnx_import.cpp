@@ -1,8 +1,11 @@
 #include "ir/onnx_import.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <unordered_map>
 
@@ -25,13 +28,13 @@ constexpr int64_t kMinOpset = kMinOnnxOpset, kMaxOpset = kMaxOnnxOpset;
 // position tables of a few MiB), or an eighth of the memory budget where that is less.
 double FoldLimitBytes() { return std::min(double{1 << 30}, MemoryBudgetBytes() / 8); }
 
-Result<std::shared_ptr<const OnnxModel>> Parse(const std::string& bytes, const std::string& path) {
+Result<std::shared_ptr<OnnxModel>> Parse(const std::string& bytes, const std::string& path) {
   auto m = std::make_shared<OnnxModel>();
   m->path = path;
   if (bytes.empty() || !m->proto.ParseFromString(bytes) || !m->proto.has_graph()) {
     return Status::Invalid("[onnx] " + path + ": not a valid ONNX model (empty, truncated or not an ONNX protobuf)");
   }
-  return std::shared_ptr<const OnnxModel>(std::move(m));
+  return m;
 }
 
 class Importer {
@@ -411,10 +414,91 @@ std::string OnnxOpsTable() {
   return out;
 }
 
+namespace {
+
+// An initializer's external data (ONNX external data: keys location, offset, length) read into its
+// raw_data, so that the rest of import sees an ordinary tensor. The location must be a relative
+// path that stays inside the model's folder, symbolic links resolved: a model cannot make flowrun
+// read /etc/shadow or ../../secrets. Offset and length are checked against the file's size and the
+// tensor's shape before anything is allocated.
+class ExternalData {
+ public:
+  explicit ExternalData(const std::string& model_path)
+      : model_(model_path), dir_(std::filesystem::path(model_path).parent_path()) {
+    if (dir_.empty()) dir_ = ".";
+  }
+
+  Status Inline(onnx::TensorProto& t) {
+    const std::string what = "[onnx] " + model_ + ": initializer '" + t.name() + "': external data";
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto& kv : t.external_data()) {
+      int64_t* number = kv.key() == "offset" ? &offset : kv.key() == "length" ? &length : nullptr;
+      if (kv.key() == "location") {
+        location = kv.value();
+      } else if (number) {
+        auto [end, ec] = std::from_chars(kv.value().data(), kv.value().data() + kv.value().size(), *number);
+        if (ec != std::errc() || end != kv.value().data() + kv.value().size() || *number < 0) {
+          return Status::Invalid(what + " has " + kv.key() + " '" + kv.value() + "', not a byte count");
+        }
+      } else if (kv.key() != "checksum" && kv.key() != "basepath") {
+        return Status::Invalid(what + " has the unknown key '" + kv.key() + "'");
+      }
+    }
+    if (location.empty()) return Status::Invalid(what + " names no location");
+    const std::filesystem::path rel(location);
+    if (rel.is_absolute()) return Status::Invalid(what + " location '" + location + "' is absolute; it must be relative to the model's folder");
+    for (const auto& part : rel)
+      if (part == "..") return Status::Invalid(what + " location '" + location + "' leaves the model's folder ('..')");
+    std::error_code ec;
+    const auto root = std::filesystem::canonical(dir_, ec);
+    const auto file = ec ? root : std::filesystem::canonical(dir_ / rel, ec);
+    if (ec) return Status::Invalid(what + " file '" + (dir_ / rel).string() + "' cannot be read: " + ec.message());
+    const auto [mismatch, unused] = std::mismatch(root.begin(), root.end(), file.begin(), file.end());
+    if (mismatch != root.end()) {
+      return Status::Invalid(what + " location '" + location + "' resolves to '" + file.string() + "', outside the model's folder '" +
+                             root.string() + "' (a symbolic link?)");
+    }
+    ASSIGN_OR_RETURN(DType dt, DTypeFromOnnx(t.data_type(), what));
+    const std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+    RETURN_IF_ERROR(CheckDims(dims).With(what + ": "));
+    const auto want = static_cast<int64_t>(static_cast<size_t>(Shape(dims).numel()) * SizeOf(dt));
+    if (length >= 0 && length != want) {
+      return Status::Invalid(what + " has length " + std::to_string(length) + " but its shape " + Shape(dims).ToString() + " needs " +
+                             std::to_string(want) + " bytes");
+    }
+    const int64_t size = static_cast<int64_t>(std::filesystem::file_size(file, ec));
+    if (ec || !std::filesystem::is_regular_file(file)) return Status::Invalid(what + " file '" + file.string() + "' is not a regular file");
+    if (offset > size || size - offset < want) {
+      return Status::Invalid(what + " needs bytes [" + std::to_string(offset) + ", " + std::to_string(offset + want) + ") of '" +
+                             file.string() + "', which has " + std::to_string(size) + " (truncated?)");
+    }
+    std::string* raw = t.mutable_raw_data();
+    raw->resize(static_cast<size_t>(want));
+    std::ifstream in(file, std::ios::binary);
+    in.seekg(offset);
+    if (want > 0 && !in.read(raw->data(), want)) return Status::Invalid(what + " cannot read '" + file.string() + "'");
+    t.clear_external_data();
+    t.set_data_location(onnx::TensorProto::DEFAULT);
+    return Status::Ok();
+  }
+
+ private:
+  std::string model_;
+  std::filesystem::path dir_;
+};
+
+}  // namespace
+
 Result<std::shared_ptr<const OnnxModel>> ReadOnnx(const std::string& path) {
   auto bytes = ReadWholeFile(path);
   if (!bytes.ok()) return bytes.status().With("[onnx] ");
-  return Parse(*bytes, path);
+  ASSIGN_OR_RETURN(std::shared_ptr<OnnxModel> model, Parse(*bytes, path));
+  ExternalData external(path);
+  for (auto& t : *model->proto.mutable_graph()->mutable_initializer()) {
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) RETURN_IF_ERROR(external.Inline(t));
+  }
+  return std::shared_ptr<const OnnxModel>(std::move(model));
 }
 
 Result<std::vector<OnnxInput>> OnnxInputs(const std::string& path) {

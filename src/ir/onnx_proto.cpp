@@ -21,7 +21,7 @@ Result<DType> DTypeFromOnnx(int32_t t, const std::string& what) {
 
 Result<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& what, std::shared_ptr<const void> owner) {
   if (p.data_location() == onnx::TensorProto::EXTERNAL) {
-    return Status::Invalid(what + " uses external data, which flowrun does not read; re-export with it embedded");
+    return Status::Invalid(what + " uses external data, which flowrun reads for the initializers of a model file only");
   }
   ASSIGN_OR_RETURN(DType dt, DTypeFromOnnx(p.data_type(), what));
   std::vector<int64_t> dims(p.dims().begin(), p.dims().end());

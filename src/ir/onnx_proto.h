@@ -23,7 +23,8 @@ struct OnnxModel {
 // float32, int64, int32, bool and uint8; any other element type is an error naming it.
 Result<DType> DTypeFromOnnx(int32_t t, const std::string& what);
 
-// The tensor's data (raw_data or the typed fields); external data is an error. Given `owner`, the
+// The tensor's data (raw_data or the typed fields); external data is an error here (ReadOnnx
+// reads initializers' external data into raw_data first). Given `owner`, the
 // object that keeps `p` alive, raw_data is read in place (the tensor keeps `owner` alive and must
 // not be written); otherwise it is copied.
 Result<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& what,

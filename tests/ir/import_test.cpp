@@ -21,6 +21,7 @@
 #include "ir/onnx_spec.h"
 #include "onnx/onnx_pb.h"
 #include "ops/op.h"
+#include "temp_dir.h"
 
 namespace fr::ir {
 namespace {
@@ -811,6 +812,70 @@ TEST(Import, GeluOfOpset20) {
   for (int i = 0; i < 6; ++i) {
     const double want = 0.5 * xs[i] * (1 + std::erf(xs[i] / std::sqrt(2.0)));
     EXPECT_NEAR(y.data<float>()[i], want, 1e-6 + 1e-6 * std::abs(want)) << xs[i];
+  }
+}
+
+// ---- External data: initializers in a file beside the model ----
+
+// SmallModel with W's 48 bytes in `location` at byte 16 (after 16 bytes of something else).
+std::string ExternalModel(const fr::testing::TempDir& dir, const std::string& location, int64_t offset = 16,
+                          int64_t length = 48) {
+  onnx::ModelProto m = SmallModel();
+  onnx::TensorProto* w = InitNamed(m, "W");
+  const std::string bytes = std::string(16, 'x') + w->raw_data();
+  w->clear_raw_data();
+  w->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto add = [&](const char* key, const std::string& value) {
+    auto* kv = w->add_external_data();
+    kv->set_key(key);
+    kv->set_value(value);
+  };
+  add("location", location);
+  add("offset", std::to_string(offset));
+  if (length >= 0) add("length", std::to_string(length));
+  std::filesystem::create_directories(dir / "model");
+  dir.Write("model/weights.bin", bytes);
+  return dir.Write("model/small.onnx", Serialize(m));
+}
+
+TEST(Import, ExternalData) {
+  fr::testing::TempDir dir;
+  auto inline_graph = ImportOnnxBytes(Serialize(SmallModel()), "small.onnx", SmallBinding());
+  ASSERT_TRUE(inline_graph.ok());
+  for (int64_t length : {int64_t{48}, int64_t{-1}}) {  // length is optional
+    auto g = ImportOnnx(ExternalModel(dir, "weights.bin", 16, length), SmallBinding());
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    const Tensor& w = g->value(g->Find("W")).data, &want = inline_graph->value(inline_graph->Find("W")).data;
+    ASSERT_EQ(w.shape(), want.shape());
+    EXPECT_EQ(std::memcmp(w.raw(), want.raw(), 48), 0) << "the weights are the file's bytes 16 to 64";
+  }
+}
+
+TEST(Import, ExternalDataThatIsRefused) {
+  fr::testing::TempDir dir;
+  std::filesystem::create_directories(dir / "model");
+  dir.Write("secret.bin", std::string(64, 's'));
+  std::filesystem::create_symlink(dir / "secret.bin", dir / "model/link.bin");
+  struct Case {
+    std::string location;
+    int64_t offset, length;
+    std::string why;
+  } cases[] = {
+      {dir / "model/weights.bin", 16, 48, "is absolute"},
+      {"../secret.bin", 0, 48, "leaves the model's folder ('..')"},
+      {"link.bin", 0, 48, "outside the model's folder"},
+      {"missing.bin", 0, 48, "cannot be read"},
+      {"weights.bin", 40, 48, "needs bytes [40, 88)"},
+      {"weights.bin", 16, 44, "has length 44 but its shape [3, 4] needs 48 bytes"},
+      {"", 16, 48, "names no location"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = ExternalModel(dir, c.location, c.offset, c.length);
+    auto g = ImportOnnx(path, SmallBinding());
+    ASSERT_FALSE(g.ok()) << c.location;
+    EXPECT_EQ(g.status().code(), Code::kInvalidInput);
+    EXPECT_NE(g.status().message().find("[onnx] " + path + ": initializer 'W': external data"), std::string::npos) << g.status().message();
+    EXPECT_NE(g.status().message().find(c.why), std::string::npos) << c.location << " -> " << g.status().message();
   }
 }
 
