@@ -3,6 +3,8 @@
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 
 #include <cerrno>
+#include <filesystem>
+#include <utility>
 #include <set>
 
 #include "base/file.h"
@@ -10,6 +12,10 @@
 
 namespace fr::ir {
 namespace {
+
+// Past this many bytes of initializers the .onnx would near protobuf's 2 GiB limit: the weights go
+// to external data.
+constexpr int64_t kInlineBytes = int64_t{1} << 30;
 
 std::string Dims(const onnx::TensorProto& t) {
   std::string s = "[";
@@ -42,6 +48,37 @@ Status Check(const OnnxModel& model, const std::map<std::string, TensorType>& we
     untied->insert(id->second);
   }
   return Status::Ok();
+}
+
+// Initializers of at least this many bytes go to the external data file, as PyTorch's export puts
+// them; smaller ones stay in the .onnx.
+constexpr size_t kExternalMinBytes = 1024;
+
+// Moves the initializers' raw data of at least kExternalMinBytes into PATH.data beside the model
+// (ONNX external data: location, offset, length), written whole or not at all before the .onnx
+// that points to it.
+Status WriteExternalData(const std::string& path, onnx::GraphProto* g) {
+  const std::filesystem::path p(path);
+  const std::string name = p.filename().string() + ".data";
+  auto file = AtomicFile::Create((p.parent_path() / name).string());
+  if (!file.ok()) return file.status().With("[onnx] ");
+  int64_t offset = 0;
+  for (onnx::TensorProto& t : *g->mutable_initializer()) {
+    if (t.raw_data().size() < kExternalMinBytes) continue;
+    const auto length = static_cast<int64_t>(t.raw_data().size());
+    RETURN_IF_ERROR(file->Append(t.raw_data()).With("[onnx] "));
+    t.clear_raw_data();
+    t.set_data_location(onnx::TensorProto::EXTERNAL);
+    for (const auto& [key, value] : {std::pair<const char*, std::string>{"location", name},
+                                     {"offset", std::to_string(offset)},
+                                     {"length", std::to_string(length)}}) {
+      auto* kv = t.add_external_data();
+      kv->set_key(key);
+      kv->set_value(value);
+    }
+    offset += length;
+  }
+  return file->Commit().With("[onnx] ");
 }
 
 }  // namespace
@@ -81,6 +118,10 @@ Status WriteOnnx(const OnnxModel& model, const std::map<std::string, Tensor>& we
   for (int i = 0; i < g->node_size(); ++i)
     if (!untied.count(i)) *kept.Add() = g->node(i);
   g->mutable_node()->Swap(&kept);
+
+  int64_t raw_bytes = 0;
+  for (const onnx::TensorProto& t : g->initializer()) raw_bytes += static_cast<int64_t>(t.raw_data().size());
+  if (model.external_data || raw_bytes > kInlineBytes) RETURN_IF_ERROR(WriteExternalData(path, g));
 
   // Streamed into the file rather than serialized to memory first: a model can be most of memory.
   auto file = AtomicFile::Create(path);

@@ -16,7 +16,9 @@ namespace fr::ir {
 // the import untied from the initializer it shared, onnx_import.h) becomes an initializer of its
 // own and the Identity goes. Any other name, a shape or dtype that differs, or a file that cannot
 // be written is an "[onnx]" error naming it; nothing is written then. The file is written whole or
-// not at all (base/file.h AtomicFile): a failed write leaves the file at `path` as it was.
+// not at all (base/file.h AtomicFile): a failed write leaves the file at `path` as it was. When
+// the model came with external data, or its initializers pass 1 GiB, those of 1 KiB or more go to
+// PATH.data beside it (ONNX external data), written whole before the .onnx that points to it.
 Status WriteOnnx(const OnnxModel& model, const std::map<std::string, Tensor>& weights, const std::string& path);
 
 // The same check without writing: whether WriteOnnx would accept weights of these names and types

@@ -496,7 +496,9 @@ Result<std::shared_ptr<const OnnxModel>> ReadOnnx(const std::string& path) {
   ASSIGN_OR_RETURN(std::shared_ptr<OnnxModel> model, Parse(*bytes, path));
   ExternalData external(path);
   for (auto& t : *model->proto.mutable_graph()->mutable_initializer()) {
-    if (t.data_location() == onnx::TensorProto::EXTERNAL) RETURN_IF_ERROR(external.Inline(t));
+    if (t.data_location() != onnx::TensorProto::EXTERNAL) continue;
+    RETURN_IF_ERROR(external.Inline(t));
+    model->external_data = true;
   }
   return std::shared_ptr<const OnnxModel>(std::move(model));
 }

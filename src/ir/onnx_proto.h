@@ -18,6 +18,7 @@ namespace fr::ir {
 struct OnnxModel {
   std::string path;  // for messages
   onnx::ModelProto proto;
+  bool external_data = false;  // some initializers came from external data (now read into raw_data)
 };
 
 // float32, int64, int32, bool and uint8; any other element type is an error naming it.

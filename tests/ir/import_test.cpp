@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "ir/onnx_export.h"
 #include "ir/onnx_proto.h"
 #include "ir/onnx_spec.h"
 #include "onnx/onnx_pb.h"
@@ -849,6 +850,43 @@ TEST(Import, ExternalData) {
     ASSERT_EQ(w.shape(), want.shape());
     EXPECT_EQ(std::memcmp(w.raw(), want.raw(), 48), 0) << "the weights are the file's bytes 16 to 64";
   }
+}
+
+// A model that came with external data is saved with it: the trained W in saved.onnx.data, which
+// the import reads back. (W is 48 bytes: the threshold is lowered by making it bigger.)
+TEST(Import, SavedWithExternalData) {
+  fr::testing::TempDir dir;
+  onnx::ModelProto m = SmallModel();
+  onnx::TensorProto* w = InitNamed(m, "W");
+  w->clear_dims();
+  w->add_dims(3);
+  w->add_dims(400);  // 4800 bytes: past the 1 KiB that stays inline
+  w->set_raw_data(std::string(4800, '\0'));
+  const std::string bytes = w->raw_data();
+  w->clear_raw_data();
+  w->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* kv = w->add_external_data();
+  kv->set_key("location");
+  kv->set_value("w.bin");
+  dir.Write("w.bin", bytes);
+  const std::string in = dir.Write("in.onnx", Serialize(m));
+  auto model = ReadOnnx(in);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_TRUE((*model)->external_data);
+  Tensor trained = Tensor::Full(Shape{3, 400}, 7.f);
+  ASSERT_TRUE(WriteOnnx(**model, {{"W", trained}}, dir / "saved.onnx").ok());
+  EXPECT_TRUE(std::filesystem::exists(dir / "saved.onnx.data"));
+  EXPECT_LT(std::filesystem::file_size(dir / "saved.onnx"), 4800u) << "W is not inline";
+  auto saved = ReadOnnx(dir / "saved.onnx");
+  ASSERT_TRUE(saved.ok()) << saved.status().message();
+  const onnx::TensorProto* sw = nullptr;
+  for (const auto& t : (*saved)->proto.graph().initializer())
+    if (t.name() == "W") sw = &t;
+  ASSERT_NE(sw, nullptr);
+  ASSERT_EQ(sw->raw_data().size(), 4800u);
+  const float* v = reinterpret_cast<const float*>(sw->raw_data().data());
+  EXPECT_EQ(v[0], 7.f);
+  EXPECT_EQ(v[1199], 7.f);
 }
 
 TEST(Import, ExternalDataThatIsRefused) {
