@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "base/glob.h"
-
 namespace fr {
 namespace {
 
@@ -83,7 +81,7 @@ Result<sbp::AssignOptions> Layout(const Config& cfg, const ir::TrainingGraph& tg
     for (const std::string& glob : par.stages[s]) {
       bool any = false;
       for (size_t n = 0; n < g.nodes.size(); ++n) {
-        if (g.nodes[n].phase != ir::Phase::kForward || !GlobMatch(glob, g.nodes[n].name)) continue;
+        if (g.nodes[n].phase != ir::Phase::kForward || !g.nodes[n].AnswersTo(glob)) continue;
         any = true;
         if (o.node_stage[n] < 0) o.node_stage[n] = static_cast<int>(s);
       }

@@ -1,5 +1,9 @@
 #include "ir/graph.h"
 
+#include <algorithm>
+
+#include "base/glob.h"
+
 namespace fr::ir {
 
 int64_t Attrs::Int(const std::string& k, int64_t def) const {
@@ -35,6 +39,11 @@ const std::vector<double>& Attrs::Floats(const std::string& k) const {
 std::string Attrs::Str(const std::string& k, const std::string& def) const {
   auto it = m_.find(k);
   return it == m_.end() ? def : std::get<std::string>(it->second);
+}
+
+bool Node::AnswersTo(std::string_view glob) const {
+  if (GlobMatch(glob, name) || (!split_from.empty() && GlobMatch(glob, split_from))) return true;
+  return std::any_of(fused_from.begin(), fused_from.end(), [&](const std::string& f) { return GlobMatch(glob, f); });
 }
 
 ValueId Graph::AddValue(std::string name, TensorType t, ValueKind kind, Tensor data) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -80,6 +81,12 @@ struct Node {
   Phase phase = Phase::kForward;
   NodeId origin = -1;  // backward nodes: the forward node whose gradient they compute
   std::string split_from;  // a part a rewrite cut from the node of this name (ir/rewrite.h)
+  // The nodes a rewrite fused into this one, by name: stage globs match them too, so a user who
+  // cuts stages by the names in the ONNX file meets the fused node.
+  std::vector<std::string> fused_from;
+
+  // Whether `glob` names this node: its own name, the node it was cut from, or one it replaced.
+  bool AnswersTo(std::string_view glob) const;
 };
 
 struct Graph {

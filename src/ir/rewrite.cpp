@@ -52,7 +52,16 @@ class Pass {
       dead_[static_cast<size_t>(Id(n))] = true;
       last = std::max(last, Id(n));
     }
-    for (Node& n : nodes) at_[static_cast<size_t>(last)].push_back(std::move(n));
+    std::vector<std::string> names;
+    for (const Node* n : chain) {
+      names.push_back(n->name);
+      names.insert(names.end(), n->fused_from.begin(), n->fused_from.end());
+    }
+    for (Node& n : nodes) {
+      for (const std::string& name : names)
+        if (name != n.name) n.fused_from.push_back(name);
+      at_[static_cast<size_t>(last)].push_back(std::move(n));
+    }
   }
 
   void Rebuild() {

@@ -18,7 +18,7 @@ std::string Builder::UniqueName(const std::string& base) {
 Result<std::vector<ir::ValueId>> Builder::Add(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs,
                                               std::string name, ir::Phase phase) {
   names_.insert(name);
-  ir::Node n{std::move(name), op, std::move(in), {}, std::move(attrs), phase, -1, {}};
+  ir::Node n{std::move(name), op, std::move(in), {}, std::move(attrs), phase, -1, {}, {}};
   std::vector<ir::TensorType> types;
   for (ir::ValueId v : n.in) types.push_back(v == ir::kNoValue ? ir::TensorType{} : g_.type(v));
   const OpDef& d = Def(op);

@@ -216,6 +216,7 @@ class Assigner {
         std::from_chars(pattern.data() + colon + 1, pattern.data() + pattern.size(), idx);
         for (const ir::Node& n : g_.nodes) {
           if (n.phase != ir::Phase::kForward) continue;
+          // Not the names a fused node replaced: NODE:i counts this node's own inputs.
           if (!GlobMatch(node_glob, n.name) && (n.split_from.empty() || !GlobMatch(node_glob, n.split_from))) continue;
           if (idx >= n.in.size() || n.in[idx] == ir::kNoValue) {
             return Status::Invalid("[sbp] hint '" + pattern + "': node '" + n.name + "' has no input " + pattern.substr(colon + 1));

@@ -114,6 +114,15 @@ TEST(Cli, Ops) {
     EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
 }
 
+// Stage globs see the ONNX file's node names: the Erf and the attention's Where are fused into Gelu
+// and MaskedSoftmax at import, and still answer to their names (they matched no node before).
+TEST(Cli, StageGlobsMatchFusedNodesByTheirOnnxNames) {
+  Output r = Flowrun({"plan", "configs/gpt.yaml", "--ranks", "2", "--set",
+                      "parallel.stages=[[\"/wte/*\", \"/wpe/*\", \"/Add\", \"/blocks.0/*\", \"/blocks.0/mlp/act/Erf\", "
+                      "\"/blocks.0/attn/Where\"], [\"*\"]]"});
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
 TEST(Cli, NoSubcommand) {
   Output r = Flowrun({});
   EXPECT_EQ(r.code, 2) << r.out;

@@ -73,6 +73,10 @@ TEST(Rewrite, GeluWithItsBias) {
   EXPECT_EQ(g.nodes[0].out, (std::vector<ValueId>{t.y}));
   EXPECT_EQ(g.value(t.y).producer, 0);
   EXPECT_FLOAT_EQ(static_cast<float>(g.nodes[0].attrs.Float("div")), 1.4142135381698608f);
+  // The fused node answers to the names of the six it replaced (stage globs written against the
+  // ONNX file's names still find it).
+  for (const ir::Node& n : t.net.graph().nodes) EXPECT_TRUE(g.nodes[0].AnswersTo(n.name)) << n.name;
+  EXPECT_FALSE(g.nodes[0].AnswersTo("nothing*"));
 }
 
 TEST(Rewrite, GeluReadElsewhereStays) {
