@@ -257,9 +257,14 @@ void GradSplit(GradCtx& c) {
 
 namespace {
 
+// Positions are within an axis (import clamps them), but a step may be any int64: the count is
+// taken over the step's magnitude, unsigned, so that neither end - start + step nor -INT64_MIN
+// overflows.
 int64_t SliceLen(int64_t start, int64_t end, int64_t step) {
-  if (step > 0) return end > start ? (end - start + step - 1) / step : 0;
-  return start > end ? (start - end - step - 1) / -step : 0;
+  const int64_t span = step > 0 ? end - start : start - end;
+  if (span <= 0) return 0;
+  const uint64_t magnitude = step > 0 ? static_cast<uint64_t>(step) : uint64_t{0} - static_cast<uint64_t>(step);
+  return static_cast<int64_t>((static_cast<uint64_t>(span) - 1) / magnitude + 1);
 }
 
 Result<Shape> SliceOf(const ir::Node& n, const Shape& x) {

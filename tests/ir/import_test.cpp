@@ -917,6 +917,23 @@ TEST(Import, ExternalDataThatIsRefused) {
   }
 }
 
+// A step of any int64 slices one element (fuzz_onnx found end - start + step overflowing).
+TEST(Import, SliceStepsAtTheEndsOfInt64) {
+  for (int64_t step : {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()}) {
+    onnx::ModelProto m = SmallModel();
+    auto* g = m.mutable_graph();
+    AddConstNode(g, "starts", {1}, {step > 0 ? 0 : -1});
+    AddConstNode(g, "ends", {1}, {step > 0 ? 3 : -4});
+    AddConstNode(g, "axes", {1}, {1});
+    AddConstNode(g, "steps", {1}, {step});
+    AddOnnxNode(g, "Slice", "one", {"y", "starts", "ends", "axes", "steps"}, {"z"});
+    g->mutable_output(0)->set_name("z");
+    auto graph = ImportOnnxBytes(Serialize(m), "small.onnx", SmallBinding());
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    EXPECT_EQ(graph->type(graph->outputs[0]).shape, (Shape{2, 1})) << step;
+  }
+}
+
 // Every op type flowrun imports has a spec row: a node of it is checked before anything reads it.
 TEST(Import, EveryImportedOpTypeHasASpec) {
   for (int k = 0; k < kNumOps; ++k) {
