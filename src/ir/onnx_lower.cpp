@@ -168,6 +168,54 @@ Status LowerRange(const OnnxNodeCtx& c, const std::vector<ValueId>& ins, Attrs& 
   return Status::Ok();
 }
 
+// Reduce*: `axes` from input 1 (ReduceSum from opset 13, the others from 18) or from the attribute
+// (before 18), normalised and sorted. No axes reduce all of them, or none with noop_with_empty_axes.
+Status LowerReduce(const OnnxNodeCtx& c, const Shape& x, std::vector<ValueId>& ins, Attrs& a) {
+  const bool input_form = c.proto.op_type() == "ReduceSum" || c.graph.opset >= 18;
+  std::vector<int64_t> axes;
+  if (input_form) {
+    if (a.Has("axes")) return c.error("takes its axes as input 1 from opset " + std::string(c.proto.op_type() == "ReduceSum" ? "13" : "18") + ", not as an attribute");
+    if (Has(ins, 1)) {
+      ASSIGN_OR_RETURN(axes, ConstIntsAt(c, ins, 1));
+    }
+  } else {
+    if (ins.size() > 1) return c.error("takes its axes as an attribute before opset 18, not as input 1");
+    axes = a.Ints("axes");
+  }
+  const bool noop = a.Int("noop_with_empty_axes", 0) != 0;
+  std::vector<int64_t> norm;
+  for (int64_t ax : axes) {
+    const int64_t k = ax < 0 ? ax + x.rank() : ax;
+    if (k < 0 || k >= x.rank()) return c.error("axis " + std::to_string(ax) + " is out of range for " + x.ToString());
+    if (std::find(norm.begin(), norm.end(), k) != norm.end()) return c.error("axis " + std::to_string(ax) + " is repeated");
+    norm.push_back(k);
+  }
+  if (norm.empty() && !noop)
+    for (int64_t i = 0; i < x.rank(); ++i) norm.push_back(i);
+  std::sort(norm.begin(), norm.end());
+  const int64_t keepdims = a.Int("keepdims", 1);
+  a = Attrs();
+  a.Set("axes", norm);
+  a.Set("keepdims", int64_t{keepdims != 0});
+  ins.resize(1);
+  return Status::Ok();
+}
+
+// Clip(X, min?, max?): the bounds, where given, are constant scalars.
+Status LowerClip(const OnnxNodeCtx& c, std::vector<ValueId>& ins, Attrs& a) {
+  a = Attrs();
+  if (Has(ins, 1)) {
+    ASSIGN_OR_RETURN(double lo, ConstScalarAt(c, ins, 1));
+    a.Set("min", lo);
+  }
+  if (Has(ins, 2)) {
+    ASSIGN_OR_RETURN(double hi, ConstScalarAt(c, ins, 2));
+    a.Set("max", hi);
+  }
+  ins.resize(1);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::vector<int64_t>> ReshapeTarget(const OnnxNodeCtx& c, const std::vector<ValueId>& ins, const Attrs& a) {
@@ -266,6 +314,10 @@ Status LowerOnnxNode(const OnnxNodeCtx& c, OpKind k, std::vector<ValueId>& ins, 
     }
     case OpKind::kConstantOfShape: return LowerConstantOfShape(c, ins, a);
     case OpKind::kRange: return LowerRange(c, ins, a);
+    case OpKind::kReduceSum:
+    case OpKind::kReduceMean:
+    case OpKind::kReduceMax: return LowerReduce(c, x, ins, a);
+    case OpKind::kClip: return LowerClip(c, ins, a);
     default: return Status::Ok();
   }
 }

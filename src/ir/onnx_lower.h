@@ -8,6 +8,8 @@
 //   ConstantOfShape                       `shape`, `value`, `dtype` (its tensor attribute read)
 //   Range                                 its length `size` (inputs kept: the kernel fills values)
 //   Cast                                  `dtype`, flowrun's, for ONNX's `to`
+//   ReduceSum, ReduceMean, ReduceMax      `axes` (input or attribute by opset), `keepdims`
+//   Clip                                  `min`, `max` where given
 // An input that must be constant and is not, or a value out of range, is an error naming the node.
 #pragma once
 

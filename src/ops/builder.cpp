@@ -78,6 +78,8 @@ ir::ValueId GradCtx::Zeros(const Shape& s) {
   return b_.Const(b_.UniqueName(node_.name + "/zeros"), Tensor(DType::kF32, s));
 }
 
+ir::ValueId GradCtx::Scalar(float v) { return b_.Const(b_.UniqueName(node_.name + "/scalar"), Tensor::Full(Shape{}, v)); }
+
 Result<std::vector<ir::TensorType>> SameAsInput0(const ir::Node&, std::span<const ir::TensorType> in) {
   return std::vector<ir::TensorType>{in[0]};
 }

@@ -69,6 +69,33 @@ Sigs SbpTrilu(const ir::Node& n, Types in, Types out, int64_t parts);
 // aligned axis, or B where it is broadcast along it (absent inputs stay B); and all-B.
 Sigs BroadcastSplits(const ir::Node& n, Types in, Types out, int64_t parts);
 
+// math.cpp
+Out InferNeg(const ir::Node& n, Types in);
+Out InferPow(const ir::Node& n, Types in);
+Out InferIsNaN(const ir::Node& n, Types in);
+Out InferClip(const ir::Node& n, Types in);
+Out InferReduce(const ir::Node& n, Types in);
+Out InferReduceMaxGrad(const ir::Node& n, Types in);
+void GradSqrt(GradCtx& c);
+void GradReciprocal(GradCtx& c);
+void GradNeg(GradCtx& c);
+void GradExp(GradCtx& c);
+void GradLog(GradCtx& c);
+void GradAbs(GradCtx& c);
+void GradSign(GradCtx& c);
+void GradSin(GradCtx& c);
+void GradCos(GradCtx& c);
+void GradPow(GradCtx& c);
+void GradClip(GradCtx& c);
+void GradReduceSumMean(GradCtx& c);
+void GradReduceMax(GradCtx& c);
+Sigs SbpNeg(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpPow(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpClipGrad(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpReduce(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpReduceMaxGrad(const ir::Node& n, Types in, Types out, int64_t parts);
+void PhysicalReduceMean(ir::Node& n, Types logical_in, Types physical_out);
+
 // fused.cpp
 Out InferGelu(const ir::Node& n, Types in);
 Out InferGeluGrad(const ir::Node& n, Types in);

@@ -133,6 +133,8 @@ class GradCtx {
   // A float32 constant of zeros: the gradient of an output nothing uses, or a Where's other branch.
   // Throws GradFailure past the memory budget (base/process.h).
   ir::ValueId Zeros(const Shape& s);
+  // A float32 scalar constant.
+  ir::ValueId Scalar(float v);
 
  private:
   Builder& b_;

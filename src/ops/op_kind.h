@@ -15,13 +15,17 @@ namespace fr {
   X(LayerNormalization, true) X(Reshape, true) X(Transpose, true)                                   \
   X(Gather, true) X(Concat, true) X(Split, true) X(Slice, true) X(Expand, true) X(Where, true)       \
   X(Cast, true) X(Trilu, true)                                                                     \
+  /* math and reductions (ops/math.cpp) */                                                         \
+  X(Sqrt, true) X(Reciprocal, true) X(Neg, true) X(Exp, true) X(Log, true) X(Abs, true)             \
+  X(Sign, true) X(Sin, true) X(Cos, true) X(Pow, true) X(Clip, true) X(IsNaN, true)                 \
+  X(ReduceSum, true) X(ReduceMean, true) X(ReduceMax, true)                                         \
   /* ONNX ops for shape arithmetic and masks, folded at import: no gradient (see registry.cpp) */  \
   X(Shape, true) X(Equal, true) X(ConstantOfShape, true) X(Range, true)                            \
   /* gradients */                                                                                  \
   X(ReluGrad, false) X(TanhGrad, false) X(SigmoidGrad, false) X(ErfGrad, false)                    \
   X(SoftmaxGrad, false) X(LogSoftmaxGrad, false) X(LayerNormGrad, false) X(SumTo, false)           \
-  X(Scale, false) X(GatherGrad, false) X(SliceGrad, false)                                         \
-  /* fused by ir/fuse.h from exported chains */                                                   \
+  X(Scale, false) X(GatherGrad, false) X(SliceGrad, false) X(ClipGrad, false) X(ReduceMaxGrad, false) \
+  /* fused by ir/rewrite.cpp from exported chains */                                              \
   X(Gelu, false) X(GeluGrad, false) X(MaskedSoftmax, false) X(MaskedSoftmaxGrad, false)            \
   /* losses */                                                                                     \
   X(CrossEntropy, false) X(CrossEntropyGrad, false) X(Mse, false) X(MseGrad, false)                \

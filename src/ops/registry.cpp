@@ -36,6 +36,22 @@ constexpr std::array<OpDef, kNumOps> kTable = {{
     {"Where", true, 3, 3, InferWhere, GradWhere, cpu::Where, SbpWhere, nullptr},
     {"Cast", true, 1, 1, InferCast, GradCast, cpu::Cast, SbpCast, nullptr},
     {"Trilu", true, 1, 2, InferTrilu, GradTrilu, cpu::Trilu, SbpTrilu, nullptr},
+    {"Sqrt", true, 1, 1, InferFloatUnary, GradSqrt, cpu::Sqrt, SbpActivation, nullptr},
+    {"Reciprocal", true, 1, 1, InferFloatUnary, GradReciprocal, cpu::Reciprocal, SbpActivation, nullptr},
+    {"Neg", true, 1, 1, InferNeg, GradNeg, cpu::Neg, SbpNeg, nullptr},
+    {"Exp", true, 1, 1, InferFloatUnary, GradExp, cpu::Exp, SbpActivation, nullptr},
+    {"Log", true, 1, 1, InferFloatUnary, GradLog, cpu::Log, SbpActivation, nullptr},
+    {"Abs", true, 1, 1, InferFloatUnary, GradAbs, cpu::Abs, SbpActivation, nullptr},
+    {"Sign", true, 1, 1, InferFloatUnary, GradSign, cpu::Sign, SbpActivation, nullptr},
+    {"Sin", true, 1, 1, InferFloatUnary, GradSin, cpu::Sin, SbpActivation, nullptr},
+    {"Cos", true, 1, 1, InferFloatUnary, GradCos, cpu::Cos, SbpActivation, nullptr},
+    {"Pow", true, 2, 2, InferPow, GradPow, cpu::Pow, SbpPow, nullptr},
+    {"Clip", true, 1, 1, InferClip, GradClip, cpu::Clip, SbpActivation, nullptr},
+    // IsNaN's output is bool: never differentiated, as Equal's below.
+    {"IsNaN", true, 1, 1, InferIsNaN, nullptr, cpu::IsNaN, SbpActivation, nullptr},
+    {"ReduceSum", true, 1, 1, InferReduce, GradReduceSumMean, cpu::ReduceSum, SbpReduce, nullptr},
+    {"ReduceMean", true, 1, 1, InferReduce, GradReduceSumMean, cpu::ReduceMean, SbpReduce, PhysicalReduceMean},
+    {"ReduceMax", true, 1, 1, InferReduce, GradReduceMax, cpu::ReduceMax, SbpReduce, nullptr},
     // Fold-only: their outputs never carry a gradient (Shape's and Equal's are not float; the
     // others depend on no float input), so they have no gradient rule, and import folds them, so
     // B is their only placement. Equal keeps a real rule: a mask computed from data runs.
@@ -54,6 +70,8 @@ constexpr std::array<OpDef, kNumOps> kTable = {{
     {"Scale", false, 1, 1, InferFloatUnary, GradScale, cpu::Scale, SbpScale, nullptr},
     {"GatherGrad", false, 2, 2, InferGatherGrad, nullptr, cpu::GatherGrad, SbpGatherGrad, PhysicalGatherGrad},
     {"SliceGrad", false, 1, 1, InferSliceGrad, nullptr, cpu::SliceGrad, SbpSliceGrad, PhysicalSliceGrad},
+    {"ClipGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::ClipGrad, SbpClipGrad, nullptr},
+    {"ReduceMaxGrad", false, 3, 3, InferReduceMaxGrad, nullptr, cpu::ReduceMaxGrad, SbpReduceMaxGrad, nullptr},
     {"Gelu", false, 1, 2, InferGelu, GradGelu, cpu::Gelu, SbpGelu, nullptr},
     {"GeluGrad", false, 2, 3, InferGeluGrad, nullptr, cpu::GeluGrad, SbpGeluGrad, nullptr},
     {"MaskedSoftmax", false, 1, 2, InferMaskedSoftmax, GradMaskedSoftmax, cpu::MaskedSoftmax, SbpMaskedSoftmax, nullptr},

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
@@ -1414,9 +1415,9 @@ TEST(Registry, EveryOpIsComplete) {
   };
   static_assert(std::size(rows) == static_cast<size_t>(kNumOps));
   const std::string supported = SupportedOnnxOps();
-  // Their outputs never carry a gradient: not float (Shape, Equal), or depending on no float input
-  // (ConstantOfShape, Range). Import folds them.
-  const std::set<OpKind> fold_only = {OpKind::kShape, OpKind::kEqual, OpKind::kConstantOfShape, OpKind::kRange};
+  // Their outputs never carry a gradient: not float (Shape, Equal, IsNaN), or depending on no float
+  // input (ConstantOfShape, Range). Import folds them.
+  const std::set<OpKind> fold_only = {OpKind::kShape, OpKind::kEqual, OpKind::kIsNaN, OpKind::kConstantOfShape, OpKind::kRange};
   for (const Row& r : rows) {
     SCOPED_TRACE(r.name);
     const OpDef& d = Def(r.kind);
@@ -1509,6 +1510,201 @@ TEST(Infer, ErrorsNameTheNode) {
     EXPECT_TRUE(net.graph().nodes.empty());  // a failed Add appends nothing
   }
 }
+
+
+// ---- Math ops and reductions (ops/math.cpp). ----
+
+TEST(Forward, Math) {
+  struct Case {
+    OpKind op;
+    double (*f)(double);
+    double lo, hi;
+  };
+  const Case cases[] = {
+      {OpKind::kSqrt, [](double x) { return std::sqrt(x); }, 0.01, 4},
+      {OpKind::kReciprocal, [](double x) { return 1 / x; }, 0.5, 3},
+      {OpKind::kNeg, [](double x) { return -x; }, -3, 3},
+      {OpKind::kExp, [](double x) { return std::exp(x); }, -5, 5},
+      {OpKind::kLog, [](double x) { return std::log(x); }, 0.01, 9},
+      {OpKind::kAbs, [](double x) { return std::abs(x); }, -3, 3},
+      {OpKind::kSign, [](double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; }, -3, 3},
+      {OpKind::kSin, [](double x) { return std::sin(x); }, -7, 7},
+      {OpKind::kCos, [](double x) { return std::cos(x); }, -7, 7},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(Def(c.op).name);
+    Net net;
+    ValueId x = net.Input("x", Rand({4, 5}, 41, c.lo, c.hi));
+    ValueId y = net.Op(c.op, {x});
+    ASSERT_TRUE(net.Run().ok());
+    std::vector<double> want;
+    for (double v : ToDouble(net[x])) want.push_back(c.f(v));
+    EXPECT_TRUE(AllNear(net[y], want, kRtol, kAtol));
+  }
+}
+
+TEST(Forward, MathEdgeValues) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x(DType::kF32, {5});
+  float* p = x.data<float>();
+  p[0] = 0.f, p[1] = -0.f, p[2] = nan, p[3] = inf, p[4] = -2.f;
+  Net net;
+  ValueId in = net.Input("x", x);
+  ValueId sign = net.Op(OpKind::kSign, {in}), isnan = net.Op(OpKind::kIsNaN, {in});
+  ValueId clip = net.Op(OpKind::kClip, {in}, A({{"min", -1.0}, {"max", 1.0}}));
+  ASSERT_TRUE(net.Run().ok());
+  const float* s = net[sign].data<float>();
+  EXPECT_EQ(s[0], 0.f);
+  EXPECT_TRUE(std::signbit(s[1]));  // -0 keeps its sign
+  EXPECT_TRUE(std::isnan(s[2]));
+  EXPECT_EQ(s[3], 1.f);
+  EXPECT_EQ(s[4], -1.f);
+  const bool* b = net[isnan].data<bool>();
+  EXPECT_EQ(std::vector<bool>(b, b + 5), (std::vector<bool>{false, false, true, false, false}));
+  const float* c = net[clip].data<float>();
+  EXPECT_TRUE(std::isnan(c[2]));  // NaN passes through, as PyTorch's clamp
+  EXPECT_EQ(c[3], 1.f);
+  EXPECT_EQ(c[4], -1.f);
+}
+
+TEST(Forward, NegInt64Wraps) {
+  Net net;
+  ValueId y = net.Op(OpKind::kNeg, {net.Input("a", Ints({3}, {5, -7, std::numeric_limits<int64_t>::min()}))});
+  ASSERT_TRUE(net.Run().ok());
+  EXPECT_EQ(std::vector<int64_t>(net[y].span<int64_t>().begin(), net[y].span<int64_t>().end()),
+            (std::vector<int64_t>{-5, 7, std::numeric_limits<int64_t>::min()}));
+}
+
+TEST(Forward, Pow) {
+  for (double e : {2.0, 3.0, 0.5, -1.0, -0.5, -2.0, 1.0, 1.7}) {
+    SCOPED_TRACE("exponent " + std::to_string(e));
+    Net net;
+    ValueId a = net.Input("a", Rand({3, 4}, 42, 0.2, 3));
+    ValueId y = net.Op(OpKind::kPow, {a, net.Const("e", Tensor::Full({}, static_cast<float>(e)))});
+    ASSERT_TRUE(net.Run().ok());
+    std::vector<double> want;
+    for (double v : ToDouble(net[a])) want.push_back(std::pow(v, e));
+    EXPECT_TRUE(AllNear(net[y], want, kRtol, kAtol));
+    if (e == 2.0) {  // exactly x * x, as PyTorch computes it
+      for (int64_t i = 0; i < 12; ++i) {
+        const float v = net[a].data<float>()[i];
+        EXPECT_EQ(net[y].data<float>()[i], v * v);
+      }
+    }
+  }
+  Net net;  // a broadcast exponent
+  ValueId a = net.Input("a", Rand({2, 3}, 43, 0.2, 3)), b = net.Input("b", Rand({3}, 44, -2, 2));
+  ValueId y = net.Op(OpKind::kPow, {a, b});
+  ASSERT_TRUE(net.Run().ok());
+  std::vector<double> want;
+  for (int i = 0; i < 6; ++i) want.push_back(std::pow(ToDouble(net[a])[static_cast<size_t>(i)], ToDouble(net[b])[static_cast<size_t>(i % 3)]));
+  EXPECT_TRUE(AllNear(net[y], want, kRtol, kAtol));
+}
+
+// Reference reductions in double over a [2, 3, 4] input.
+std::vector<double> RefReduce(OpKind op, const std::vector<double>& x, const std::vector<int64_t>& axes) {
+  const int64_t d[3] = {2, 3, 4};
+  int64_t kd[3] = {2, 3, 4};
+  for (int64_t a : axes) kd[a] = 1;
+  std::vector<double> out(static_cast<size_t>(kd[0] * kd[1] * kd[2]), op == OpKind::kReduceMax ? -1e300 : 0.0);
+  std::vector<double> count(out.size(), 0.0);
+  for (int64_t i = 0; i < d[0]; ++i)
+    for (int64_t j = 0; j < d[1]; ++j)
+      for (int64_t k = 0; k < d[2]; ++k) {
+        const int64_t o[3] = {kd[0] == 1 ? 0 : i, kd[1] == 1 ? 0 : j, kd[2] == 1 ? 0 : k};
+        const auto at = static_cast<size_t>((o[0] * kd[1] + o[1]) * kd[2] + o[2]);
+        const double v = x[static_cast<size_t>((i * 3 + j) * 4 + k)];
+        out[at] = op == OpKind::kReduceMax ? std::max(out[at], v) : out[at] + v;
+        count[at] += 1;
+      }
+  if (op == OpKind::kReduceMean)
+    for (size_t i = 0; i < out.size(); ++i) out[i] /= count[i];
+  return out;
+}
+
+TEST(Forward, Reduce) {
+  const std::vector<std::vector<int64_t>> axes_cases = {{0}, {1}, {2}, {0, 2}, {1, 2}, {0, 1, 2}, {}};
+  for (OpKind op : {OpKind::kReduceSum, OpKind::kReduceMean, OpKind::kReduceMax})
+    for (const auto& axes : axes_cases)
+      for (int64_t keep : {0, 1}) {
+        SCOPED_TRACE(std::string(Def(op).name) + " axes " + Shape(axes).ToString() + " keepdims " + std::to_string(keep));
+        Net net;
+        ValueId x = net.Input("x", Rand({2, 3, 4}, 45, -3, 3));
+        ValueId y = net.Op(op, {x}, A({{"axes", axes}, {"keepdims", keep}}));
+        ASSERT_TRUE(net.Run().ok());
+        std::vector<int64_t> want_shape;
+        for (int i = 0; i < 3; ++i) {
+          const bool reduced = std::find(axes.begin(), axes.end(), i) != axes.end();
+          if (!reduced) want_shape.push_back(std::vector<int64_t>{2, 3, 4}[static_cast<size_t>(i)]);
+          else if (keep) want_shape.push_back(1);
+        }
+        EXPECT_EQ(net[y].shape(), Shape(want_shape));
+        EXPECT_TRUE(AllNear(net[y], RefReduce(op, ToDouble(net[x]), axes), kRtol, kAtol));
+      }
+}
+
+TEST(Forward, ReduceInt64) {
+  Net net;
+  ValueId x = net.Input("x", Ints({2, 3}, {1, -2, 3, 40, 5, -600}));
+  ValueId sum = net.Op(OpKind::kReduceSum, {x}, A({{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}}));
+  ValueId max = net.Op(OpKind::kReduceMax, {x}, A({{"axes", std::vector<int64_t>{0}}, {"keepdims", int64_t{0}}}));
+  ASSERT_TRUE(net.Run().ok());
+  EXPECT_EQ(std::vector<int64_t>(net[sum].span<int64_t>().begin(), net[sum].span<int64_t>().end()), (std::vector<int64_t>{2, -555}));
+  EXPECT_EQ(std::vector<int64_t>(net[max].span<int64_t>().begin(), net[max].span<int64_t>().end()), (std::vector<int64_t>{40, 5, 3}));
+}
+
+TEST(Forward, ReduceMaxGradSharesTies) {  // as PyTorch's amax: ties share the gradient evenly
+  Net net;
+  Tensor xv(DType::kF32, {2, 3});
+  const float xs[] = {1, 5, 5, 2, 7, 3};
+  std::copy(xs, xs + 6, xv.data<float>());
+  ValueId x = net.Input("x", xv);
+  const ir::Attrs at = A({{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}});
+  ValueId y = net.Op(OpKind::kReduceMax, {x}, at);
+  ValueId dy = net.Input("dy", Tensor::Full({2}, 6.f));
+  ValueId dx = net.Op(OpKind::kReduceMaxGrad, {dy, x, y}, at);
+  ASSERT_TRUE(net.Run().ok());
+  EXPECT_TRUE(AllNear(net[dx], {0, 3, 3, 0, 6, 0}, 0, 0));
+}
+
+TEST(Grad, Sqrt) { CheckUnary(OpKind::kSqrt, Rand({3, 4}, 501, 0.5, 3)); }
+TEST(Grad, Reciprocal) { CheckUnary(OpKind::kReciprocal, RandAwayFromZero({3, 4}, 502, 0.5, 2)); }
+TEST(Grad, Neg) { CheckUnary(OpKind::kNeg, Rand({3, 4}, 503)); }
+TEST(Grad, Exp) { CheckUnary(OpKind::kExp, Rand({3, 4}, 504, -2, 2)); }
+TEST(Grad, Log) { CheckUnary(OpKind::kLog, Rand({3, 4}, 505, 0.5, 3)); }
+TEST(Grad, Abs) { CheckUnary(OpKind::kAbs, RandAwayFromZero({3, 4}, 506, 0.1, 2)); }
+TEST(Grad, Sin) { CheckUnary(OpKind::kSin, Rand({3, 4}, 507, -3, 3)); }
+TEST(Grad, Cos) { CheckUnary(OpKind::kCos, Rand({3, 4}, 508, -3, 3)); }
+TEST(Grad, Clip) {  // inputs away from the bounds, where the gradient jumps
+  Tensor x = RandAwayFromZero({3, 4}, 509, 0.1, 2);
+  CheckUnary(OpKind::kClip, x, A({{"min", -1.0}, {"max", 1.0}}));
+}
+TEST(Grad, Pow_scalar) {
+  Net net;
+  ValueId a = net.Input("a", Rand({3, 4}, 510, 0.5, 2)), b = net.Input("b", Tensor::Full({}, 2.5f));
+  CheckGrads(net, net.Op(OpKind::kPow, {a, b}), {a, b});
+}
+TEST(Grad, Pow_square_at_zero) {  // dA = 2 A, finite at A = 0 (no division by A)
+  Net net;
+  Tensor av = Rand({2, 3}, 511);
+  av.data<float>()[0] = 0.f;
+  ValueId a = net.Input("a", av);
+  CheckGrads(net, net.Op(OpKind::kPow, {a, net.Const("two", Tensor::Full({}, 2.f))}), {a});
+}
+TEST(Grad, Pow_bcast) {
+  Net net;
+  ValueId a = net.Input("a", Rand({2, 3}, 512, 0.5, 2)), b = net.Input("b", Rand({3}, 513, -1, 2));
+  CheckGrads(net, net.Op(OpKind::kPow, {a, b}), {a, b});
+}
+void CheckReduce(OpKind op, std::vector<int64_t> axes, int64_t keep) {
+  CheckUnary(op, Rand({2, 3, 4}, 514, -2, 2), A({{"axes", std::move(axes)}, {"keepdims", keep}}));
+}
+TEST(Grad, ReduceSum_mid) { CheckReduce(OpKind::kReduceSum, {1}, 0); }
+TEST(Grad, ReduceSum_all_keep) { CheckReduce(OpKind::kReduceSum, {0, 1, 2}, 1); }
+TEST(Grad, ReduceMean_last_keep) { CheckReduce(OpKind::kReduceMean, {2}, 1); }
+TEST(Grad, ReduceMean_outer) { CheckReduce(OpKind::kReduceMean, {0, 2}, 0); }
+TEST(Grad, ReduceMax_last) { CheckReduce(OpKind::kReduceMax, {2}, 0); }  // random data: no ties
+TEST(Grad, ReduceMax_lead_keep) { CheckReduce(OpKind::kReduceMax, {0}, 1); }
 
 }  // namespace
 }  // namespace fr::test

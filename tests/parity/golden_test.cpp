@@ -27,7 +27,9 @@ namespace fs = std::filesystem;
 constexpr double kRtol = 1e-4;
 
 // The golden runs with a test below; Parity.EveryGoldenRunHasATest keeps this list complete.
-const char* const kGolden[] = {"mlp_sgd", "mlp_adamw", "mlp_ln_gelu_sgd", "mlp_ln_gelu_adamw", "gpt_sgd", "gpt_adamw"};
+const char* const kGolden[] = {"mlp_sgd", "mlp_adamw", "mlp_ln_gelu_sgd", "mlp_ln_gelu_adamw", "gpt_sgd", "gpt_adamw",
+                               "exports/gpt2_dynamo_sgd", "exports/gpt2_dynamo_adamw",
+                               "exports/llama_dynamo_sgd", "exports/llama_dynamo_adamw"};
 
 std::string ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -101,7 +103,7 @@ void CheckGolden(const std::string& name) {
 
   std::string tmpl = (fs::temp_directory_path() / "flowrun_parity_XXXXXX").string();
   ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-  const std::string jsonl = tmpl + "/" + name + ".jsonl";
+  const std::string jsonl = tmpl + "/" + fs::path(name).filename().string() + ".jsonl";
   std::string output;
   int code = RunFlowrun(config, jsonl, output);
   std::vector<Step> got = ReadJsonl(jsonl);
@@ -137,10 +139,21 @@ TEST(Parity, Golden_mlp_ln_gelu_adamw_1n1d) { CheckGolden("mlp_ln_gelu_adamw"); 
 TEST(Parity, Golden_gpt_sgd_1n1d) { CheckGolden("gpt_sgd"); }
 TEST(Parity, Golden_gpt_adamw_1n1d) { CheckGolden("gpt_adamw"); }
 
+// Tiny Hugging Face models exported by current PyTorch's default (dynamo) exporter, at opset 20 with
+// the weights in external data (tools/make_exports.py): GPT-2 (tied head, tanh GELU as Pow and
+// Tanh) and Llama (RMSNorm, rotary embeddings, grouped-query attention, SiLU).
+TEST(Parity, Golden_exports_gpt2_dynamo_sgd_1n1d) { CheckGolden("exports/gpt2_dynamo_sgd"); }
+TEST(Parity, Golden_exports_gpt2_dynamo_adamw_1n1d) { CheckGolden("exports/gpt2_dynamo_adamw"); }
+TEST(Parity, Golden_exports_llama_dynamo_sgd_1n1d) { CheckGolden("exports/llama_dynamo_sgd"); }
+TEST(Parity, Golden_exports_llama_dynamo_adamw_1n1d) { CheckGolden("exports/llama_dynamo_adamw"); }
+
 TEST(Parity, EveryGoldenRunHasATest) {
   std::set<std::string> files, listed(std::begin(kGolden), std::end(kGolden));
-  for (const auto& e : fs::directory_iterator("tests/golden"))
-    if (e.path().extension() == ".yaml") files.insert(e.path().stem().string());
+  for (const char* dir : {"tests/golden", "tests/golden/exports"})
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".yaml") {
+        files.insert((std::string(dir) == "tests/golden" ? "" : "exports/") + e.path().stem().string());
+      }
   EXPECT_EQ(files, listed) << "add a TEST(Parity, Golden_NAME_1n1d) for each tests/golden/NAME.yaml";
 }
 

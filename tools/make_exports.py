@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Export tiny Hugging Face and torchvision models the way a new user would, and make
+PyTorch's reference losses for them.
+
+    python3 tools/make_exports.py [--venv DIR] [--only NAME[,NAME...]]
+
+The first run makes a venv (default ~/.cache/flowrun/exports-venv, from pyenv's python 3.11 or
+the python running this script) and installs current torch, transformers, torchvision, onnx and
+onnxscript from PyPI into it, then reruns itself there. Nothing in flowrun's build or tests needs
+that venv: the exports and the reference numbers are committed.
+
+For each model (a seeded random config, no hub downloads) and each exporter, it writes
+models/exports/NAME_EXPORTER.onnx (and .onnx.data where the exporter puts weights beside the
+file), and for each optimizer tests/golden/exports/NAME_EXPORTER_OPT.json with PyTorch's 20
+losses, gradient norms and learning rates, trained from the same weights on the same data as
+tests/golden/exports/NAME_EXPORTER_OPT.yaml, which it also writes. The exporters:
+
+  dynamo       torch.onnx.export(..., dynamo=True): the default of current PyTorch (opset 18+,
+               weights as external data)
+  torchscript  torch.onnx.export(..., dynamo=False): the TorchScript exporter at its default
+               opset
+
+It prints each export's opset, op types and size, and the import status is left to
+`flowrun plan`. Deterministic: a rerun writes the same numbers.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ["torch", "transformers", "torchvision", "onnx", "onnxscript", "numpy", "pyyaml"]
+SEQ, BATCH, VOCAB, STEPS = 32, 4, 256, 20
+
+
+def ensure_venv(venv):
+    """Reruns this script in the venv, making it first if need be."""
+    py = os.path.join(venv, "bin", "python")
+    if os.path.realpath(sys.prefix) == os.path.realpath(venv):
+        return
+    if not os.path.exists(py):
+        base = os.path.expanduser("~/.pyenv/versions/3.11.7/bin/python")
+        base = base if os.path.exists(base) else sys.executable
+        print(f"make_exports: making {venv} with {base}", flush=True)
+        subprocess.check_call([base, "-m", "venv", venv])
+        subprocess.check_call([py, "-m", "pip", "install", "-q"] + PACKAGES)
+    os.execv(py, [py] + sys.argv)
+
+
+# --------------------------------------------------------------------------
+# The models: tiny seeded configs, every dropout 0 (flowrun's Dropout trains as identity).
+# --------------------------------------------------------------------------
+
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=64, n_layer=2, n_head=4,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    return GPT2LMHeadModel(cfg)
+
+
+def llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
+                      attention_dropout=0.0)
+    return LlamaForCausalLM(cfg)
+
+
+MODELS = {"gpt2": gpt2, "llama": llama}
+
+
+class Logits:
+    """Wraps a causal LM so that forward(input_ids) returns the logits alone."""
+
+    def __new__(cls, lm):
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self, lm):
+                super().__init__()
+                self.lm = lm
+
+            def forward(self, input_ids):
+                return self.lm(input_ids=input_ids, use_cache=False).logits
+
+        return Wrapped(lm)
+
+
+def build(name):
+    import torch
+    torch.manual_seed(0)
+    model = Logits(MODELS[name]())
+    # Perturb every parameter a little: default inits (LayerNorm ones, zero biases) would make
+    # distinct parameters equal, which exporters then merge.
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.02)
+    return model
+
+
+def export(model, exporter, path):
+    import torch
+    model.eval()
+    idx = torch.zeros(BATCH, SEQ, dtype=torch.int64)
+    for f in (path, path + ".data"):
+        if os.path.exists(f):
+            os.remove(f)
+    if exporter == "dynamo":
+        torch.onnx.export(model, (idx,), path, dynamo=True, input_names=["input_ids"], output_names=["logits"])
+    else:
+        torch.onnx.export(model, (idx,), path, dynamo=False, input_names=["input_ids"], output_names=["logits"])
+    model.train()
+
+
+def describe(path):
+    import onnx
+    m = onnx.load(path, load_external_data=False)
+    opset = next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
+    ops = sorted({n.op_type for n in m.graph.node})
+    ext = os.path.exists(path + ".data")
+    size = os.path.getsize(path) + (os.path.getsize(path + ".data") if ext else 0)
+    print(f"  {os.path.relpath(path, ROOT)}: opset {opset}, {len(m.graph.node)} nodes, "
+          f"{len(m.graph.initializer)} initializers, {size / 1024:.0f} KiB{' (external data)' if ext else ''}")
+    print(f"    ops: {' '.join(ops)}")
+
+
+# --------------------------------------------------------------------------
+# Reference training: tools/make_reference.py's loop (flowrun's semantics, DESIGN.md section 5).
+# --------------------------------------------------------------------------
+
+OPTIMIZERS = {
+    "sgd": {"type": "sgd", "lr": 0.1, "momentum": 0.9, "grad_clip": 1.0},
+    "adamw": {"type": "adamw", "lr": 3.0e-3, "betas": [0.9, 0.999], "eps": 1.0e-8, "weight_decay": 0.01,
+              "grad_clip": 1.0},
+}
+
+
+def golden_config(onnx_path, opt):
+    return {
+        "model": {"onnx": onnx_path, "inputs": {"input_ids": "tokens"},
+                  "loss": {"type": "cross_entropy", "logits": "logits", "labels": "targets"}},
+        "data": {"format": "tokens", "train": "data/devils_dictionary.u16", "seq_len": SEQ, "order": "sequential"},
+        "train": {"steps": STEPS, "global_batch": 2 * BATCH, "micro_batch": BATCH, "seed": 0},
+        "optimizer": dict(OPTIMIZERS[opt]),
+        "schedule": {"type": "cosine", "warmup": 5, "min_lr": OPTIMIZERS[opt]["lr"] / 10},
+        "log": {"every": 1},
+    }
+
+
+def write_yaml(path, cfg, header):
+    import yaml
+    with open(path, "w") as f:
+        f.write(header)
+        for key in ("model", "data", "train", "optimizer", "schedule", "log"):
+            f.write(yaml.safe_dump({key: cfg[key]}, default_flow_style=None, sort_keys=False, width=120))
+
+
+def train(model, cfg):
+    import torch
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import make_gpt
+    import make_reference as ref
+    x, y = make_gpt.load_data(cfg)
+    opt = ref.make_optimizer(cfg, model.parameters())
+    losses, gnorms, lrs = [], [], []
+    for s in range(STEPS):
+        lr = ref.lr_at(cfg, s)
+        loss, gnorm = ref.train_step(model, opt, make_gpt.criterion, x, y, s, cfg, lr)
+        losses.append(loss)
+        gnorms.append(gnorm)
+        lrs.append(lr)
+    return losses, gnorms, lrs
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--venv", default=os.path.expanduser("~/.cache/flowrun/exports-venv"))
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    ensure_venv(args.venv)
+    import torch
+    import transformers
+    import onnx
+    os.chdir(ROOT)
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, onnx {onnx.__version__}")
+    os.makedirs("models/exports", exist_ok=True)
+    os.makedirs("tests/golden/exports", exist_ok=True)
+    only = set(filter(None, args.only.split(",")))
+    for name in MODELS:
+        if only and name not in only:
+            continue
+        for exporter in ("dynamo", "torchscript"):
+            path = f"models/exports/{name}_{exporter}.onnx"
+            try:
+                export(build(name), exporter, path)
+            except Exception as e:  # an exporter that fails is a finding, not a stop
+                print(f"  {path}: export failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                continue
+            describe(path)
+            for opt in OPTIMIZERS:
+                stem = f"tests/golden/exports/{name}_{exporter}_{opt}"
+                cfg = golden_config(path, opt)
+                write_yaml(stem + ".yaml", cfg, f"# Golden run of a {exporter} export of a tiny {name}: flowrun's 20 losses\n"
+                                                f"# must equal PyTorch's in {os.path.basename(stem)}.json (tools/make_exports.py).\n")
+                losses, gnorms, lrs = train(build(name), cfg)
+                with open(stem + ".json", "w") as f:
+                    json.dump({"config": stem + ".yaml", "torch": torch.__version__, "losses": losses,
+                               "gnorms": gnorms, "lrs": lrs}, f, indent=1)
+                    f.write("\n")
+                print(f"    {opt}: loss {losses[0]:.6f} -> {losses[-1]:.6f}")
+
+
+if __name__ == "__main__":
+    main()
