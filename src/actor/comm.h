@@ -108,7 +108,7 @@ class Communicator {
   // All-reduce acts started through shared memory so far (see Prepare).
   virtual int64_t shared_acts() const = 0;
 
-  // Ends every rank of the job with exit code `code` (MPI_Abort). Does not return.
+  // Ends every rank of the job with exit code `code`. Does not return.
   [[noreturn]] virtual void Abort(int code) = 0;
 };
 

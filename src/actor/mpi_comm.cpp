@@ -273,9 +273,13 @@ class MpiCommunicator final : public Communicator {
   void Cancel() override { cancelled_.store(true, std::memory_order_release); }
   int in_flight() const override { return static_cast<int>(pending_.size()); }
   int64_t shared_acts() const override { return shared_acts_; }
+  // Not MPI_Abort: where several ranks abort at once (a scheduler signals every rank, every rank
+  // fails the same check), Open MPI 4.1's mpirun can crash relaying their abort messages and exit
+  // 139 instead of the code. A rank that exits without MPI_Finalize makes mpirun stop the job all
+  // the same, and mpirun exits with that rank's code.
   [[noreturn]] void Abort(int code) override {
-    MPI_Abort(MPI_COMM_WORLD, code);
-    std::abort();  // MPI_Abort should not return
+    std::fflush(nullptr);
+    std::_Exit(code);
   }
 
  private:

@@ -68,10 +68,16 @@ Status ReadLoss(const Val& v, LossConfig* loss) {
 }
 
 Status ReadModel(const Val& v, ModelConfig* m) {
-  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"onnx", "inputs", "loss"}));
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"onnx", "inputs", "loss", "trainable", "frozen", "untie"}));
   RETURN_IF_ERROR(s.Read("onnx", &m->onnx, Need::kRequired));
   ASSIGN_OR_RETURN(Val inputs, s.Get("inputs"));
   RETURN_IF_ERROR(ReadInputs(inputs, &m->inputs));
+  for (auto [key, globs] : {std::pair{"trainable", &m->trainable}, std::pair{"frozen", &m->frozen}, std::pair{"untie", &m->untie}}) {
+    if (!s.Has(key)) continue;
+    ASSIGN_OR_RETURN(Val list, s.Get(key));
+    ASSIGN_OR_RETURN(*globs, list.StringList());
+    if (globs->empty()) return list.Expected("a non-empty list of initializer-name globs");
+  }
   ASSIGN_OR_RETURN(Val loss, s.Get("loss"));
   return ReadLoss(loss, &m->loss);
 }
@@ -459,6 +465,9 @@ std::string ConfigToYaml(const Config& c) {
   const bool ce = c.model.loss.type == LossConfig::Type::kCrossEntropy;
   line("  loss: {type: " + NameOf(kLossTypes, c.model.loss.type) + ", " + (ce ? "logits: " : "output: ") +
        Quote(c.model.loss.output) + ", labels: " + Quote(c.model.loss.labels) + "}");
+  if (!c.model.trainable.empty()) line("  trainable: " + QuotedList(c.model.trainable));
+  if (!c.model.frozen.empty()) line("  frozen: " + QuotedList(c.model.frozen));
+  if (!c.model.untie.empty()) line("  untie: " + QuotedList(c.model.untie));
   line("data:");
   line("  format: " + NameOf(kFormats, c.data.format));
   line("  order: " + NameOf(kOrders, c.data.order));

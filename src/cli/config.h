@@ -36,6 +36,9 @@ struct ModelConfig {
   std::string onnx;                           // path as written
   std::map<std::string, std::string> inputs;  // ONNX graph input -> data field
   LossConfig loss;
+  // Globs over float initializer names overriding import's rule of what trains (ir/onnx_import.h).
+  std::vector<std::string> trainable, frozen;
+  std::vector<std::string> untie;  // initializer globs: transposed copies of a table kept separate
 };
 
 struct SyntheticField {

@@ -223,6 +223,19 @@ int Plan(const Args& a) {
               << std::endl;
   }
   if (a.format == "text") {
+    int64_t values = 0;
+    for (ir::ValueId p : g.params) values += g.type(p).shape.numel();
+    std::cout << "trains " << g.params.size() << " parameter tensors (" << values << " values)";
+    if (!g.held.empty()) std::cout << "; holds " << g.held.size() << " float initializers constant:";
+    std::cout << std::endl;
+    for (const ir::Graph::Tie& t : g.tied)
+      std::cout << "tied: " << t.copy << " is the transpose of " << t.table << " and trains as it (model.untie keeps it apart)" << std::endl;
+    for (const ir::Graph::Held& h : g.held)
+      std::cout << "  " << h.name << " " << Name(h.type.dtype) << h.type.shape.ToString() << ": " << h.why << std::endl;
+    if (a.dump) {
+      std::cout << "parameters:" << std::endl;
+      for (ir::ValueId p : g.params) std::cout << "  " << g.value(p).name << " " << g.type(p).shape.ToString() << std::endl;
+    }
     for (const std::string& f : c->training.frozen)
       std::cout << "note: initializer '" << f << "' does not affect the loss and is not trained" << std::endl;
   }

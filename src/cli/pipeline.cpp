@@ -173,7 +173,8 @@ Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel>
     ASSIGN_OR_RETURN(model, ir::ReadOnnx(cfg.model.onnx));
   }
   c.model = model;
-  ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(std::move(model), bound));
+  const ir::ParamRules rules{cfg.model.trainable, cfg.model.frozen, "[config] " + cfg.path + ": ", cfg.model.untie};
+  ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(std::move(model), bound, rules));
   ir::Rewrite(forward, RewriteOptionsOf(cfg, forward));
   ASSIGN_OR_RETURN(c.training, ir::BuildTraining(std::move(forward), SpecOf(cfg, *c.dataset)));
   RETURN_IF_ERROR(CheckIntegerData(cfg, *c.dataset, c.training.graph));

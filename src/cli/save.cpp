@@ -90,6 +90,10 @@ std::map<std::string, ir::TensorType> SavedTypes(const ir::TrainingGraph& t) {
       it->second.shape = s;
     }
   }
+  for (const ir::Graph::Tie& tie : t.graph.tied) {  // a tied copy is saved as the table's transpose
+    auto it = out.find(tie.table);
+    if (it != out.end()) out[tie.copy] = {it->second.dtype, Shape{it->second.shape[1], it->second.shape[0]}};
+  }
   return out;
 }
 
@@ -147,6 +151,16 @@ Status SaveTrained(const ir::Plan& plan, const ir::TrainingGraph& t, const actor
       at += width;
     }
     weights[whole] = joined;
+  }
+  for (const ir::Graph::Tie& tie : t.graph.tied) {
+    auto it = weights.find(tie.table);
+    if (it == weights.end()) continue;
+    const Tensor& a = it->second;
+    const int64_t rows = a.shape()[0], cols = a.shape()[1];
+    Tensor b(DType::kF32, Shape{cols, rows});
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) b.data<float>()[j * rows + i] = a.data<float>()[i * cols + j];
+    weights[tie.copy] = b;
   }
   return ir::WriteOnnx(model, weights, path);
 }

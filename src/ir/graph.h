@@ -95,6 +95,19 @@ struct Graph {
   std::vector<ValueId> inputs;   // kInput values, in ONNX order
   std::vector<ValueId> outputs;  // graph outputs
   std::vector<ValueId> params;   // kParam values
+  // Float initializers import holds constant rather than training, and why (ir/onnx_import.cpp).
+  struct Held {
+    std::string name;
+    TensorType type;
+    std::string why;
+  };
+  std::vector<Held> held;
+  // Initializers import found to be a transposed copy of an embedding table (a tied head) and
+  // replaced by Transpose(table): one parameter trains, and save writes the copy from it.
+  struct Tie {
+    std::string copy, table;
+  };
+  std::vector<Tie> tied;
   int opset = 0;
 
   const Value& value(ValueId v) const { return values[static_cast<size_t>(v)]; }

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "base/file.h"
+#include "base/glob.h"
 #include "base/process.h"
 #include "ir/onnx_lower.h"
 #include "ir/onnx_proto.h"
@@ -39,8 +40,9 @@ Result<std::shared_ptr<OnnxModel>> Parse(const std::string& bytes, const std::st
 
 class Importer {
  public:
-  Importer(std::shared_ptr<const OnnxModel> model, const std::map<std::string, TensorType>& inputs)
-      : model_(std::move(model)), path_(model_->path), bound_(inputs), b_(g_) {}
+  Importer(std::shared_ptr<const OnnxModel> model, const std::map<std::string, TensorType>& inputs,
+           const ParamRules& rules)
+      : model_(std::move(model)), path_(model_->path), bound_(inputs), rules_(rules), b_(g_) {}
 
   Result<Graph> Run() {
     const onnx::ModelProto& m = model_->proto;
@@ -66,7 +68,8 @@ class Importer {
       if (it == names_.end()) return Err("graph output '" + out.name() + "' is not produced by any node");
       g_.outputs.push_back(it->second);
     }
-    RETURN_IF_ERROR(FreezeBuffers());
+    RETURN_IF_ERROR(TieTransposedCopies());
+    RETURN_IF_ERROR(ClassifyInitializers());
     return std::move(g_);
   }
 
@@ -329,31 +332,155 @@ class Importer {
     return Status::Ok();
   }
 
-  // Buffers PyTorch exports as initializers (a causal mask's tril) look like parameters. One that
-  // no float path connects to a graph output gets no gradient: it becomes a constant here, and the
-  // nodes it alone feeds (Slice -> Equal -> Where's condition) fold. Unused initializers stay
-  // parameters, for training's note that they are not trained.
-  Status FreezeBuffers() {
-    std::vector<bool> live(g_.values.size(), false), used(g_.values.size(), false);
+  // A tied embedding and head: PyTorch trains one matrix, read by the embedding's Gather and by the
+  // head's MatMul, but the TorchScript exporter writes the head's operand as a second initializer
+  // holding the table's transpose (onnx::MatMul_N = wte^T), which would train apart from it. An
+  // initializer [C, V] read only by MatMul or Gemm whose values are exactly the transpose of a
+  // Gather's table [V, C] (a table with at least two distinct values: equal constants prove
+  // nothing) is that copy: its readers read Transpose(table) instead. model.untie keeps a copy
+  // separate. Distinct parameters that merely hold equal values are never the transpose of a table
+  // read by a Gather, so they stay apart.
+  Status TieTransposedCopies() {
+    std::vector<bool> table(g_.values.size(), false), other_reader(g_.values.size(), false);
+    std::vector<bool> matmul_reader(g_.values.size(), false);
+    for (const Node& node : g_.nodes) {
+      for (size_t i = 0; i < node.in.size(); ++i) {
+        const ValueId v = node.in[i];
+        if (v == kNoValue) continue;
+        const auto u = static_cast<size_t>(v);
+        if (node.op == OpKind::kGather && i == 0) table[u] = true;
+        if (node.op == OpKind::kMatMul || node.op == OpKind::kGemm) {
+          matmul_reader[u] = true;
+        } else {
+          other_reader[u] = true;
+        }
+      }
+    }
+    for (ValueId t : g_.params) {
+      const Value& tv = g_.value(t);
+      if (!table[static_cast<size_t>(t)] || tv.type.shape.rank() != 2) continue;
+      const Tensor& td = tv.data;
+      const float* a = td.data<float>();
+      const int64_t rows = tv.type.shape[0], cols = tv.type.shape[1];
+      if (std::all_of(a, a + td.numel(), [&](float x) { return x == a[0]; })) continue;
+      for (ValueId c : g_.params) {
+        const auto u = static_cast<size_t>(c);
+        const Value& cv = g_.value(c);
+        if (c == t || !matmul_reader[u] || other_reader[u] || cv.type.shape != Shape{cols, rows}) continue;
+        const float* b = cv.data.data<float>();
+        bool transposed = true;
+        for (int64_t i = 0; i < rows && transposed; ++i)
+          for (int64_t j = 0; j < cols && transposed; ++j) transposed = a[i * cols + j] == b[j * rows + i];
+        if (!transposed) continue;
+        bool keep_apart = false;
+        for (const std::string& glob : rules_.untie) keep_apart = keep_apart || GlobMatch(glob, cv.name);
+        if (keep_apart) continue;
+        RETURN_IF_ERROR(Tie(c, t));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Replaces every read of `copy` by a read of Transpose(table), a node put first in the graph.
+  Status Tie(ValueId copy, ValueId table) {
+    Attrs perm;
+    perm.Set("perm", std::vector<int64_t>{1, 0});
+    const std::string name = g_.value(copy).name;
+    ASSIGN_OR_RETURN(std::vector<ValueId> outs, b_.Add(OpKind::kTranspose, {table}, perm, b_.UniqueName(name + "/tied"), Phase::kForward));
+    const auto n = static_cast<NodeId>(g_.nodes.size());
+    std::rotate(g_.nodes.begin(), g_.nodes.end() - 1, g_.nodes.end());
+    for (Value& v : g_.values)
+      if (v.producer >= 0) v.producer = v.producer == n - 1 ? 0 : v.producer + 1;
+    for (size_t k = 1; k < g_.nodes.size(); ++k)
+      for (ValueId& v : g_.nodes[k].in)
+        if (v == copy) v = outs[0];
+    for (ValueId& v : g_.outputs)
+      if (v == copy) v = outs[0];
+    g_.value(copy).kind = ValueKind::kConst;
+    g_.params.erase(std::find(g_.params.begin(), g_.params.end(), copy));
+    g_.tied.push_back({name, g_.value(table).name});
+    return Status::Ok();
+  }
+
+  // Which float initializers train (DESIGN.md, docs/import.md "Parameters and constants").
+  // Exports store buffers as initializers too: causal masks, rotary cos/sin tables, attention
+  // masks folded for a fixed batch. The rule, by what the graph does with each one:
+  //   - held constant: no float path connects it to a graph output (a mask read through Equal);
+  //   - trained: it is read as a weight (a MatMul or Gemm operand, a Gather table, a
+  //     LayerNormalization scale or bias), directly or through layout ops (Transpose, Reshape,
+  //     Expand, Slice, Split, Concat, Cast), or it has rank 1 (biases, norm scales);
+  //   - held constant: the rest, tensors of rank >= 2 read only elementwise (masks, tables);
+  // and the config's model.frozen, then model.trainable globs, override it. Unused initializers
+  // stay parameters, for training's note that they are not trained. Nodes that only constants
+  // then feed fold.
+  Status ClassifyInitializers() {
+    const size_t nv = g_.values.size();
+    std::vector<bool> live(nv, false), used(nv, false), weight(nv, false);
     for (ValueId v : g_.outputs) live[static_cast<size_t>(v)] = g_.type(v).dtype == DType::kF32;
+    auto mark = [&](const Node& node, size_t i) {
+      if (i < node.in.size() && node.in[i] != kNoValue) weight[static_cast<size_t>(node.in[i])] = true;
+    };
     for (size_t i = g_.nodes.size(); i-- > 0;) {
       const Node& node = g_.nodes[i];
-      bool any = false;
-      for (ValueId v : node.out) any = any || live[static_cast<size_t>(v)];
+      bool any = false, any_weight = false;
+      for (ValueId v : node.out) {
+        any = any || live[static_cast<size_t>(v)];
+        any_weight = any_weight || weight[static_cast<size_t>(v)];
+      }
       for (ValueId v : node.in) {
         if (v == kNoValue) continue;
         used[static_cast<size_t>(v)] = true;
         if (any && g_.type(v).dtype == DType::kF32) live[static_cast<size_t>(v)] = true;
       }
+      switch (node.op) {
+        case OpKind::kMatMul: case OpKind::kGemm: mark(node, 0), mark(node, 1), mark(node, 2); break;
+        case OpKind::kGather: mark(node, 0); break;
+        case OpKind::kLayerNormalization: mark(node, 1), mark(node, 2); break;
+        case OpKind::kTranspose: case OpKind::kReshape: case OpKind::kExpand: case OpKind::kSlice:
+        case OpKind::kSplit: case OpKind::kCast:
+          if (any_weight) mark(node, 0);
+          break;
+        case OpKind::kConcat:
+          if (any_weight)
+            for (size_t k = 0; k < node.in.size(); ++k) mark(node, k);
+          break;
+        default: break;
+      }
     }
+    std::vector<bool> frozen_hit(rules_.frozen.size(), false), trainable_hit(rules_.trainable.size(), false);
+    auto matches = [](const std::vector<std::string>& globs, std::vector<bool>& hit, const std::string& name) {
+      bool any = false;
+      for (size_t k = 0; k < globs.size(); ++k)
+        if (GlobMatch(globs[k], name)) any = hit[k] = true;
+      return any;
+    };
     std::vector<ValueId> params;
     for (ValueId p : g_.params) {
-      if (live[static_cast<size_t>(p)] || !used[static_cast<size_t>(p)]) {
+      const auto u = static_cast<size_t>(p);
+      const Value& val = g_.value(p);
+      std::string why;
+      if (matches(rules_.frozen, frozen_hit, val.name)) {
+        why = "model.frozen";
+      } else if (matches(rules_.trainable, trainable_hit, val.name)) {
+        why = "";
+      } else if (!used[u]) {
+        why = "";
+      } else if (!live[u]) {
+        why = "no float path reaches the outputs";
+      } else if (!weight[u] && val.type.shape.rank() >= 2) {
+        why = "read only elementwise, as masks and tables are";
+      }
+      if (why.empty()) {
         params.push_back(p);
       } else {
         g_.value(p).kind = ValueKind::kConst;
+        g_.held.push_back({val.name, val.type, why});
       }
     }
+    for (size_t k = 0; k < rules_.frozen.size(); ++k)
+      if (!frozen_hit[k]) return Unmatched("model.frozen", rules_.frozen[k]);
+    for (size_t k = 0; k < rules_.trainable.size(); ++k)
+      if (!trainable_hit[k]) return Unmatched("model.trainable", rules_.trainable[k]);
     if (params.size() == g_.params.size()) return Status::Ok();
     g_.params = params;
     std::vector<bool> keep(g_.nodes.size(), true);
@@ -367,6 +494,11 @@ class Importer {
     return Status::Ok();
   }
 
+  Status Unmatched(const std::string& key, const std::string& glob) const {
+    return Status::Invalid(rules_.where + key + ": '" + glob + "' matches no float initializer of " + path_ +
+                           " (`flowrun plan` lists what trains and what is held constant)");
+  }
+
   Status Unsupported(const onnx::NodeProto& n) {
     std::string list;
     for (const OnnxOpType& t : ImportedOnnxOps(kMinOpset)) list += (list.empty() ? "" : ", ") + t.name;
@@ -377,6 +509,7 @@ class Importer {
   std::shared_ptr<const OnnxModel> model_;  // initializers' data is read in place from it
   std::string path_;
   const std::map<std::string, TensorType>& bound_;
+  const ParamRules& rules_;
   Graph g_;
   Builder b_;
   int64_t opset_ = 0;
@@ -522,19 +655,20 @@ Result<std::vector<OnnxInput>> OnnxInputs(const std::string& path) {
   return out;
 }
 
-Result<Graph> ImportOnnx(std::shared_ptr<const OnnxModel> model, const std::map<std::string, TensorType>& inputs) {
-  return Importer(std::move(model), inputs).Run();
+Result<Graph> ImportOnnx(std::shared_ptr<const OnnxModel> model, const std::map<std::string, TensorType>& inputs,
+                         const ParamRules& rules) {
+  return Importer(std::move(model), inputs, rules).Run();
 }
 
 Result<Graph> ImportOnnxBytes(const std::string& bytes, const std::string& path,
-                              const std::map<std::string, TensorType>& inputs) {
+                              const std::map<std::string, TensorType>& inputs, const ParamRules& rules) {
   ASSIGN_OR_RETURN(std::shared_ptr<const OnnxModel> model, Parse(bytes, path));
-  return ImportOnnx(std::move(model), inputs);
+  return ImportOnnx(std::move(model), inputs, rules);
 }
 
-Result<Graph> ImportOnnx(const std::string& path, const std::map<std::string, TensorType>& inputs) {
+Result<Graph> ImportOnnx(const std::string& path, const std::map<std::string, TensorType>& inputs, const ParamRules& rules) {
   ASSIGN_OR_RETURN(std::shared_ptr<const OnnxModel> model, ReadOnnx(path));
-  return ImportOnnx(std::move(model), inputs);
+  return ImportOnnx(std::move(model), inputs, rules);
 }
 
 }  // namespace fr::ir

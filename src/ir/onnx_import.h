@@ -53,11 +53,21 @@ std::string OnnxOpsTable();
 // The graph inputs that are not initializers, in file order.
 Result<std::vector<OnnxInput>> OnnxInputs(const std::string& path);
 
-Result<Graph> ImportOnnx(const std::string& path, const std::map<std::string, TensorType>& inputs);
-Result<Graph> ImportOnnx(std::shared_ptr<const OnnxModel> model, const std::map<std::string, TensorType>& inputs);
+// The config's overrides of which float initializers train (model.trainable, model.frozen): globs
+// over initializer names. A glob that matches none is an error, prefixed with `where`.
+struct ParamRules {
+  std::vector<std::string> trainable, frozen;
+  std::string where;  // "[config] FILE: "
+  std::vector<std::string> untie;  // model.untie: transposed copies of a table to keep separate
+};
+
+Result<Graph> ImportOnnx(const std::string& path, const std::map<std::string, TensorType>& inputs,
+                         const ParamRules& rules = {});
+Result<Graph> ImportOnnx(std::shared_ptr<const OnnxModel> model, const std::map<std::string, TensorType>& inputs,
+                         const ParamRules& rules = {});
 
 // The same, from serialized bytes; `path` is used in messages.
 Result<Graph> ImportOnnxBytes(const std::string& bytes, const std::string& path,
-                              const std::map<std::string, TensorType>& inputs);
+                              const std::map<std::string, TensorType>& inputs, const ParamRules& rules = {});
 
 }  // namespace fr::ir

@@ -56,6 +56,7 @@ Sigs SbpSumTo(const ir::Node& n, Types in, Types out, int64_t parts);
 void PhysicalSumTo(ir::Node& n, Types logical_in, Types physical_out);
 Out InferWhere(const ir::Node& n, Types in);
 Out InferEqual(const ir::Node& n, Types in);
+Out InferLogical(const ir::Node& n, Types in);
 Out InferCast(const ir::Node& n, Types in);
 Out InferTrilu(const ir::Node& n, Types in);
 void GradWhere(GradCtx& c);

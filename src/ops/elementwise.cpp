@@ -116,6 +116,17 @@ Out InferEqual(const ir::Node& n, Types in) {
   return y;
 }
 
+// And(A, B), Or(A, B) -> bool, broadcast; Not(A) -> bool. Inputs are bool.
+Out InferLogical(const ir::Node& n, Types in) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].dtype != DType::kBool) {
+      return Status::Invalid(n.name + ": input " + std::to_string(i) + " must be bool, got " + std::string(Name(in[i].dtype)));
+    }
+  }
+  if (in.size() == 1) return std::vector<ir::TensorType>{in[0]};
+  return InferBinary(n, in);
+}
+
 // Cast(X) to attribute `dtype` (a flowrun DType; import translates ONNX's `to`). Float to int
 // truncates toward zero; to bool is x != 0.
 Out InferCast(const ir::Node& n, Types in) {
@@ -248,6 +259,7 @@ Sigs SbpWhere(const ir::Node& n, Types in, Types out, int64_t parts) {
 }
 
 // Equal(A [5, 7], B [7]) -> bool [5, 7]: (S(0), B) -> S(0), (S(1), S(0)) -> S(1); no P (nonlinear).
+// The same for Less, LessOrEqual, Greater, GreaterOrEqual, And and Or.
 Sigs SbpEqual(const ir::Node& n, Types in, Types out, int64_t parts) { return BroadcastSplits(n, in, out, parts); }
 
 // Cast(X [5, 7]): (S(0)) -> S(0), (S(1)) -> S(1); P only when the type stays (the identity):

@@ -21,6 +21,8 @@ namespace fr {
   X(ReduceSum, true) X(ReduceMean, true) X(ReduceMax, true)                                         \
   /* ONNX ops for shape arithmetic and masks, folded at import: no gradient (see registry.cpp) */  \
   X(Shape, true) X(Equal, true) X(ConstantOfShape, true) X(Range, true)                            \
+  X(Less, true) X(LessOrEqual, true) X(Greater, true) X(GreaterOrEqual, true)                       \
+  X(And, true) X(Or, true) X(Not, true)                                                            \
   /* gradients */                                                                                  \
   X(ReluGrad, false) X(TanhGrad, false) X(SigmoidGrad, false) X(ErfGrad, false)                    \
   X(SoftmaxGrad, false) X(LogSoftmaxGrad, false) X(LayerNormGrad, false) X(SumTo, false)           \

@@ -59,6 +59,15 @@ constexpr std::array<OpDef, kNumOps> kTable = {{
     {"Equal", true, 2, 2, InferEqual, nullptr, cpu::Equal, SbpEqual, nullptr},
     {"ConstantOfShape", true, 1, 1, InferConstantOfShape, nullptr, cpu::ConstantOfShape, SbpFoldOnly, nullptr},
     {"Range", true, 3, 3, InferRange, nullptr, cpu::Range, SbpFoldOnly, nullptr},
+    // Comparisons and logic give bool: never differentiated, folded where their inputs are
+    // constants (masks), run as kernels where they are not.
+    {"Less", true, 2, 2, InferEqual, nullptr, cpu::Less, SbpEqual, nullptr},
+    {"LessOrEqual", true, 2, 2, InferEqual, nullptr, cpu::LessOrEqual, SbpEqual, nullptr},
+    {"Greater", true, 2, 2, InferEqual, nullptr, cpu::Greater, SbpEqual, nullptr},
+    {"GreaterOrEqual", true, 2, 2, InferEqual, nullptr, cpu::GreaterOrEqual, SbpEqual, nullptr},
+    {"And", true, 2, 2, InferLogical, nullptr, cpu::And, SbpEqual, nullptr},
+    {"Or", true, 2, 2, InferLogical, nullptr, cpu::Or, SbpEqual, nullptr},
+    {"Not", true, 1, 1, InferLogical, nullptr, cpu::Not, SbpActivation, nullptr},
     {"ReluGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::ReluGrad, SbpActivationGrad, nullptr},
     {"TanhGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::TanhGrad, SbpActivationGrad, nullptr},
     {"SigmoidGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::SigmoidGrad, SbpActivationGrad, nullptr},

@@ -168,6 +168,23 @@ TEST(Cli, SavedModelContinuesTheRun) {
   EXPECT_NE(b[0], a[0]) << "the saved model is the trained one, not the original";
 }
 
+// A tied head (the TorchScript exporter's transposed copy of the embedding table) is saved as the
+// trained table's transpose, so that the saved model ties again on import, as the original did.
+TEST(Cli, SavedTiedHeadIsTheTrainedTableTransposed) {
+  TempDir tmp;
+  const std::string saved = tmp / "tied.onnx";
+  const std::string tie = "tied: onnx::MatMul_591 is the transpose of lm.transformer.wte.weight";
+  Output plan = Flowrun({"plan", "tests/golden/exports/gpt2_torchscript_sgd.yaml"});
+  ASSERT_EQ(plan.code, 0) << plan.out;
+  EXPECT_NE(plan.out.find(tie), std::string::npos) << plan.out;
+  Output train = Flowrun({"train", "tests/golden/exports/gpt2_torchscript_sgd.yaml", "--set", "train.steps=2", "--set",
+                          "save={onnx: " + saved + "}"});
+  ASSERT_EQ(train.code, 0) << train.out;
+  Output again = Flowrun({"plan", "tests/golden/exports/gpt2_torchscript_sgd.yaml", "--set", "model.onnx=" + saved});
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_NE(again.out.find(tie), std::string::npos) << again.out;
+}
+
 TEST(Cli, EveryConfigTrains) {
   TempDir tmp;
   auto configs = Sorted("configs", ".yaml");

@@ -408,6 +408,9 @@ const BadCase kBadCases[] = {
      "cluster.shared_allreduce.latency: expected seconds per all-reduce > 0, got 0"},
     {"", "", {"cluster.shared_allreduce={latency: 7.5e-5, bandwidth: 5.3e+9, rounds: 1}"},
      "unknown key 'rounds' in cluster.shared_allreduce"},
+    // model.trainable / model.frozen: non-empty lists of globs.
+    {"", "", {"model.trainable=[]"}, "model.trainable: expected a non-empty list of initializer-name globs"},
+    {"", "", {"model.frozen=w"}, "model.frozen: expected a list"},
     // An override that fixes the file's value is not blamed for a later, unrelated error.
     {"  micro_batch: 8", "  micro_batch: 5", {"train.steps=10"},
      "[config] t.yaml:12:16: train.micro_batch: expected a divisor"},

@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,7 +65,10 @@ void ExpectWellFormed(const Graph& g, const std::string& what) {
       if (v != kNoValue) {
         EXPECT_TRUE(ready[static_cast<size_t>(v)]) << what << ": node " << n.name << " reads an unready value";
       }
-    for (ValueId v : n.out) ready[static_cast<size_t>(v)] = true;
+    for (ValueId v : n.out) {
+      ready[static_cast<size_t>(v)] = true;
+      EXPECT_EQ(g.value(v).producer, static_cast<NodeId>(&n - g.nodes.data())) << what << ": producer of " << g.value(v).name;
+    }
   }
   for (ValueId v : g.outputs) EXPECT_TRUE(ready[static_cast<size_t>(v)]) << what << ": output never produced";
   for (ValueId v : g.params) {
@@ -418,6 +422,118 @@ TEST(Import, IdentityOfAParameterIsAnotherParameter) {
   EXPECT_FALSE(b.data.SharesStorageWith(b2.data));
   EXPECT_EQ(std::vector<float>(b.data.data<float>(), b.data.data<float>() + 3),
             std::vector<float>(b2.data.data<float>(), b2.data.data<float>() + 3));
+}
+
+// What trains: weights (read by Gemm, MatMul directly or through Transpose) and rank-1 tensors; a
+// rank-2 initializer read only elementwise (a mask, a table) is held constant. The config's globs
+// override the rule, and a glob that matches nothing is an error.
+TEST(Import, WhatTrainsFollowsWhatTheGraphDoes) {
+  onnx::ModelProto m = SmallModel();
+  onnx::GraphProto* g = m.mutable_graph();
+  auto add_init = [&](const std::string& name, std::vector<int64_t> dims) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    int64_t n = 1;
+    for (int64_t d : dims) t->add_dims(d), n *= d;
+    std::vector<float> v(static_cast<size_t>(n), 0.5f);
+    t->set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+  };
+  add_init("V", {3, 3});
+  add_init("T", {2, 3});
+  AddOnnxNode(g, "Transpose", "vt", {"V"}, {"Vt"});
+  AddOnnxNode(g, "MatMul", "mm", {"y", "Vt"}, {"u"});
+  AddOnnxNode(g, "Add", "mask", {"u", "T"}, {"z"});
+  g->mutable_output(0)->set_name("z");
+  auto names = [](const Graph& gr) {
+    std::set<std::string> n;
+    for (ValueId p : gr.params) n.insert(gr.value(p).name);
+    return n;
+  };
+  auto gr = ImportOnnxBytes(Serialize(m), "rule.onnx", SmallBinding());
+  ASSERT_TRUE(gr.ok()) << gr.status().message();
+  EXPECT_EQ(names(*gr), (std::set<std::string>{"W", "B", "V"}));
+  ASSERT_EQ(gr->held.size(), 1u);
+  EXPECT_EQ(gr->held[0].name, "T");
+  EXPECT_NE(gr->held[0].why.find("elementwise"), std::string::npos) << gr->held[0].why;
+
+  ParamRules rules{{"T"}, {"W*"}, "[config] c.yaml: ", {}};
+  gr = ImportOnnxBytes(Serialize(m), "rule.onnx", SmallBinding(), rules);
+  ASSERT_TRUE(gr.ok()) << gr.status().message();
+  EXPECT_EQ(names(*gr), (std::set<std::string>{"B", "V", "T"}));
+  ASSERT_EQ(gr->held.size(), 1u);
+  EXPECT_EQ(gr->held[0].name, "W");
+  EXPECT_EQ(gr->held[0].why, "model.frozen");
+
+  for (const ParamRules& bad : {ParamRules{{"t"}, {}, "[config] c.yaml: ", {}}, ParamRules{{}, {"nothing*"}, "[config] c.yaml: ", {}}}) {
+    gr = ImportOnnxBytes(Serialize(m), "rule.onnx", SmallBinding(), bad);
+    ASSERT_FALSE(gr.ok());
+    const std::string& msg = gr.status().message();
+    EXPECT_EQ(msg.rfind("[config] c.yaml: model.", 0), 0u) << msg;
+    EXPECT_NE(msg.find(bad.trainable.empty() ? "'nothing*'" : "'t'"), std::string::npos) << msg;
+  }
+}
+
+// A head stored as the transpose of the embedding table (the TorchScript exporter's tied head)
+// trains as the table: its MatMul reads Transpose(table). model.untie keeps it apart; a copy that
+// is not exactly the transpose stays apart.
+TEST(Import, TransposedCopyOfATableIsTied) {
+  auto model = [](bool exact) {
+    onnx::ModelProto m;
+    m.set_ir_version(8);
+    auto* op = m.add_opset_import();
+    op->set_domain("");
+    op->set_version(20);
+    onnx::GraphProto* g = m.mutable_graph();
+    auto* x = g->add_input();
+    x->set_name("idx");
+    auto* xt = x->mutable_type()->mutable_tensor_type();
+    xt->set_elem_type(onnx::TensorProto::INT64);
+    xt->mutable_shape()->add_dim()->set_dim_value(2);
+    std::vector<float> e(12), et(12);
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 3; ++j) e[static_cast<size_t>(i * 3 + j)] = et[static_cast<size_t>(j * 4 + i)] = 0.25f * static_cast<float>(i * 3 + j);
+    if (!exact) et[5] += 1.f;
+    auto add_init = [&](const std::string& name, std::vector<int64_t> dims, const std::vector<float>& v) {
+      auto* t = g->add_initializer();
+      t->set_name(name);
+      t->set_data_type(onnx::TensorProto::FLOAT);
+      for (int64_t d : dims) t->add_dims(d);
+      t->set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+    };
+    add_init("E", {4, 3}, e);
+    add_init("Et", {3, 4}, et);
+    AddOnnxNode(g, "Gather", "embed", {"E", "idx"}, {"h"});
+    AddOnnxNode(g, "MatMul", "head", {"h", "Et"}, {"logits"});
+    g->add_output()->set_name("logits");
+    return Serialize(m);
+  };
+  const std::map<std::string, TensorType> bind = {{"idx", {DType::kI64, Shape{2}}}};
+  auto names = [](const Graph& gr) {
+    std::set<std::string> n;
+    for (ValueId p : gr.params) n.insert(gr.value(p).name);
+    return n;
+  };
+  auto gr = ImportOnnxBytes(model(true), "tied.onnx", bind);
+  ASSERT_TRUE(gr.ok()) << gr.status().message();
+  EXPECT_EQ(names(*gr), (std::set<std::string>{"E"}));
+  ASSERT_EQ(gr->tied.size(), 1u);
+  EXPECT_EQ(gr->tied[0].copy, "Et");
+  EXPECT_EQ(gr->tied[0].table, "E");
+  ExpectWellFormed(*gr, "tied");
+  EXPECT_EQ(gr->nodes[0].op, OpKind::kTranspose);
+
+  ParamRules apart;
+  apart.untie = {"Et"};
+  gr = ImportOnnxBytes(model(true), "tied.onnx", bind, apart);
+  ASSERT_TRUE(gr.ok()) << gr.status().message();
+  EXPECT_EQ(names(*gr), (std::set<std::string>{"E", "Et"}));
+  EXPECT_TRUE(gr->tied.empty());
+
+  gr = ImportOnnxBytes(model(false), "tied.onnx", bind);
+  ASSERT_TRUE(gr.ok()) << gr.status().message();
+  EXPECT_EQ(names(*gr), (std::set<std::string>{"E", "Et"}));
+  EXPECT_TRUE(gr->tied.empty());
 }
 
 TEST(Import, GptMiniOpsAndShapes) {

@@ -1415,9 +1415,11 @@ TEST(Registry, EveryOpIsComplete) {
   };
   static_assert(std::size(rows) == static_cast<size_t>(kNumOps));
   const std::string supported = SupportedOnnxOps();
-  // Their outputs never carry a gradient: not float (Shape, Equal, IsNaN), or depending on no float
-  // input (ConstantOfShape, Range). Import folds them.
-  const std::set<OpKind> fold_only = {OpKind::kShape, OpKind::kEqual, OpKind::kIsNaN, OpKind::kConstantOfShape, OpKind::kRange};
+  // Their outputs never carry a gradient: not float (Shape, the comparisons, logic, IsNaN), or
+  // depending on no float input (ConstantOfShape, Range). Import folds them where it can.
+  const std::set<OpKind> fold_only = {OpKind::kShape, OpKind::kEqual, OpKind::kLess, OpKind::kLessOrEqual, OpKind::kGreater,
+                                      OpKind::kGreaterOrEqual, OpKind::kAnd, OpKind::kOr, OpKind::kNot, OpKind::kIsNaN,
+                                      OpKind::kConstantOfShape, OpKind::kRange};
   for (const Row& r : rows) {
     SCOPED_TRACE(r.name);
     const OpDef& d = Def(r.kind);
@@ -1565,6 +1567,33 @@ TEST(Forward, MathEdgeValues) {
   EXPECT_TRUE(std::isnan(c[2]));  // NaN passes through, as PyTorch's clamp
   EXPECT_EQ(c[3], 1.f);
   EXPECT_EQ(c[4], -1.f);
+}
+
+TEST(Forward, CompareAndLogic) {
+  Net net;
+  ValueId a = net.Input("a", Ints({2, 3}, {1, 5, 3, 7, 2, 9})), b = net.Input("b", Ints({3}, {2, 5, 1}));
+  struct Case {
+    OpKind op;
+    std::vector<bool> want;
+  };
+  const Case cases[] = {
+      {OpKind::kEqual, {false, true, false, false, false, false}},
+      {OpKind::kLess, {true, false, false, false, true, false}},
+      {OpKind::kLessOrEqual, {true, true, false, false, true, false}},
+      {OpKind::kGreater, {false, false, true, true, false, true}},
+      {OpKind::kGreaterOrEqual, {false, true, true, true, false, true}},
+  };
+  std::vector<ValueId> outs;
+  for (const Case& c : cases) outs.push_back(net.Op(c.op, {a, b}));
+  ValueId lt = outs[1], gt = outs[3];
+  ValueId both = net.Op(OpKind::kAnd, {lt, gt}), either = net.Op(OpKind::kOr, {lt, gt}), none = net.Op(OpKind::kNot, {either});
+  ASSERT_TRUE(net.Run().ok());
+  auto bools = [&](ValueId v) { return std::vector<bool>(net[v].data<bool>(), net[v].data<bool>() + 6); };
+  for (size_t i = 0; i < std::size(cases); ++i) EXPECT_EQ(bools(outs[i]), cases[i].want) << Def(cases[i].op).name;
+  EXPECT_EQ(bools(both), std::vector<bool>(6, false));
+  EXPECT_EQ(bools(either), (std::vector<bool>{true, false, true, true, true, true}));
+  EXPECT_EQ(bools(none), (std::vector<bool>{false, true, false, false, false, false}));
+  EXPECT_FALSE(net.TryOp(OpKind::kAnd, {a, b}, {}, "and_ints").ok());  // logic takes bool
 }
 
 TEST(Forward, NegInt64Wraps) {

@@ -29,7 +29,9 @@ constexpr double kRtol = 1e-4;
 // The golden runs with a test below; Parity.EveryGoldenRunHasATest keeps this list complete.
 const char* const kGolden[] = {"mlp_sgd", "mlp_adamw", "mlp_ln_gelu_sgd", "mlp_ln_gelu_adamw", "gpt_sgd", "gpt_adamw",
                                "exports/gpt2_dynamo_sgd", "exports/gpt2_dynamo_adamw",
-                               "exports/llama_dynamo_sgd", "exports/llama_dynamo_adamw"};
+                               "exports/llama_dynamo_sgd", "exports/llama_dynamo_adamw",
+                               "exports/gpt2_torchscript_sgd", "exports/gpt2_torchscript_adamw",
+                               "exports/llama_torchscript_sgd", "exports/llama_torchscript_adamw"};
 
 std::string ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -139,13 +141,19 @@ TEST(Parity, Golden_mlp_ln_gelu_adamw_1n1d) { CheckGolden("mlp_ln_gelu_adamw"); 
 TEST(Parity, Golden_gpt_sgd_1n1d) { CheckGolden("gpt_sgd"); }
 TEST(Parity, Golden_gpt_adamw_1n1d) { CheckGolden("gpt_adamw"); }
 
-// Tiny Hugging Face models exported by current PyTorch's default (dynamo) exporter, at opset 20 with
-// the weights in external data (tools/make_exports.py): GPT-2 (tied head, tanh GELU as Pow and
-// Tanh) and Llama (RMSNorm, rotary embeddings, grouped-query attention, SiLU).
+// Tiny Hugging Face models exported by current PyTorch (tools/make_exports.py): GPT-2 (tied head,
+// tanh GELU as Pow and Tanh) and Llama (RMSNorm, rotary embeddings, grouped-query attention, SiLU),
+// by the default (dynamo) exporter at opset 20 with the weights in external data, and by the
+// TorchScript exporter (its tied head a transposed copy that import ties back; masks built from
+// LessOrEqual and And).
 TEST(Parity, Golden_exports_gpt2_dynamo_sgd_1n1d) { CheckGolden("exports/gpt2_dynamo_sgd"); }
 TEST(Parity, Golden_exports_gpt2_dynamo_adamw_1n1d) { CheckGolden("exports/gpt2_dynamo_adamw"); }
 TEST(Parity, Golden_exports_llama_dynamo_sgd_1n1d) { CheckGolden("exports/llama_dynamo_sgd"); }
 TEST(Parity, Golden_exports_llama_dynamo_adamw_1n1d) { CheckGolden("exports/llama_dynamo_adamw"); }
+TEST(Parity, Golden_exports_gpt2_torchscript_sgd_1n1d) { CheckGolden("exports/gpt2_torchscript_sgd"); }
+TEST(Parity, Golden_exports_gpt2_torchscript_adamw_1n1d) { CheckGolden("exports/gpt2_torchscript_adamw"); }
+TEST(Parity, Golden_exports_llama_torchscript_sgd_1n1d) { CheckGolden("exports/llama_torchscript_sgd"); }
+TEST(Parity, Golden_exports_llama_torchscript_adamw_1n1d) { CheckGolden("exports/llama_torchscript_adamw"); }
 
 TEST(Parity, EveryGoldenRunHasATest) {
   std::set<std::string> files, listed(std::begin(kGolden), std::end(kGolden));

@@ -196,15 +196,21 @@ void WhereT(const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& 
               });
 }
 
-template <typename T>
-void EqualT(const Tensor& a, const Tensor& b, const Tensor& out) {
+template <typename T, typename F>
+void CompareT(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
   bool* po = out.data<bool>();
   ForEachRow(a.shape(), b.shape(), out.shape(),
              [&](int64_t oa, int64_t ob, int64_t oo, int64_t n, int64_t sa, int64_t sb) {
-               for (int64_t i = 0; i < n; ++i) po[oo + i] = pa[oa + i * sa] == pb[ob + i * sb];
+               for (int64_t i = 0; i < n; ++i) po[oo + i] = f(pa[oa + i * sa], pb[ob + i * sb]);
              });
+}
+
+template <typename F>
+Status Compare(const KernelCtx& c, F f) {
+  ByType(c.in[0].dtype(), [&](auto t) { CompareT<decltype(t)>(c.in[0], c.in[1], c.out[0], f); });
+  return Status::Ok();
 }
 
 template <typename From, typename To>
@@ -245,8 +251,17 @@ Status Where(const KernelCtx& c) {
   return Status::Ok();
 }
 
-Status Equal(const KernelCtx& c) {
-  ByType(c.in[0].dtype(), [&](auto t) { EqualT<decltype(t)>(c.in[0], c.in[1], c.out[0]); });
+Status Equal(const KernelCtx& c) { return Compare(c, [](auto a, auto b) { return a == b; }); }
+Status Less(const KernelCtx& c) { return Compare(c, [](auto a, auto b) { return a < b; }); }
+Status LessOrEqual(const KernelCtx& c) { return Compare(c, [](auto a, auto b) { return a <= b; }); }
+Status Greater(const KernelCtx& c) { return Compare(c, [](auto a, auto b) { return a > b; }); }
+Status GreaterOrEqual(const KernelCtx& c) { return Compare(c, [](auto a, auto b) { return a >= b; }); }
+Status And(const KernelCtx& c) { return Compare(c, [](auto a, auto b) { return a && b; }); }
+Status Or(const KernelCtx& c) { return Compare(c, [](auto a, auto b) { return a || b; }); }
+Status Not(const KernelCtx& c) {
+  const bool* x = c.in[0].data<bool>();
+  bool* y = c.out[0].data<bool>();
+  for (int64_t i = 0, n = c.out[0].numel(); i < n; ++i) y[i] = !x[i];
   return Status::Ok();
 }
 
