@@ -192,6 +192,27 @@ TEST(Distributed, Gpt_Hybrid2D_2x2) {
 // Ranks that oversubscribe the cores are left unbound by mpirun; flowrun pins them round-robin so
 // the ranks of one stage do not take turns on one core. A binding asked for, `none` included, is
 // kept. Both runs train alike.
+// Exports of current PyTorch (tools/make_exports.py; their shapes are static, micro-batch 4): the
+// dynamo export of Llama (GQA, rotary tables held constant), data parallel and tensor parallel.
+const char* kLlama = "tests/golden/exports/llama_dynamo_sgd.yaml";
+TEST(Distributed, LlamaExport_DataParallel_1n2d) {
+  ExpectSameLosses({"llama_dp2", kLlama, 2, {"parallel.sbp={input_ids: [\"S(0)\"]}"}, {}});
+}
+// Megatron's layout, from hints: the projections' inputs whole (B), q, k and v split by heads (one
+// of the two kv heads each: attention runs S(1) on the head axis), the MLP's gate and up
+// projections by columns and its down projection by rows (a partial sum); the cost model, told of
+// a fast interconnect, places the rest.
+TEST(Distributed, LlamaExport_TensorParallel_1n2d) {
+  ExpectSameLosses({"llama_tp2", kLlama, 2,
+                    {"parallel.sbp={mul_4: [B], mul_10: [B], mul_13: [B], mul_19: [B], val_110: [\"S(1)\"], val_117: [\"S(1)\"], val_124: [\"S(1)\"], val_243: [\"S(1)\"], "
+                     "val_245: [\"S(1)\"], val_251: [\"S(1)\"], val_258: [\"S(1)\"], val_265: [\"S(1)\"], "
+                     "val_379: [\"S(1)\"], val_381: [\"S(1)\"]}",
+                     "cluster.flops=1.0e+13", "cluster.latency={intra: 5.0e-6, inter: 5.0e-6}",
+                     "cluster.bandwidth={intra: 1.0e+11, inter: 1.0e+11}", "cluster.p2p_latency=5.0e-6",
+                     "cluster.op_overhead=0"},
+                    {}});
+}
+
 TEST(Distributed, PinsUnboundRanks_1n4d) {
   const char* bin = std::getenv("FLOWRUN_BIN");
   const std::string train = std::string(bin ? bin : "build/src/flowrun") + " train " + kMlp +
