@@ -407,9 +407,11 @@ class Importer {
   // masks folded for a fixed batch. The rule, by what the graph does with each one:
   //   - held constant: no float path connects it to a graph output (a mask read through Equal);
   //   - trained: it is read as a weight (a MatMul or Gemm operand, a Gather table, a
-  //     LayerNormalization scale or bias), directly or through layout ops (Transpose, Reshape,
-  //     Expand, Slice, Split, Concat, Cast), or it has rank 1 (biases, norm scales);
-  //   - held constant: the rest, tensors of rank >= 2 read only elementwise (masks, tables);
+  //     LayerNormalization scale or bias, a table added to a Gather's output: positions), directly
+  //     or through layout ops (Transpose, Reshape, Expand, Slice, Split, Concat, Cast), or it is a
+  //     vector of two or more values (biases, norm scales);
+  //   - held constant: the rest, single values and tensors of rank >= 2 read only elementwise
+  //     (scales, masks, tables);
   // and the config's model.frozen, then model.trainable globs, override it. Unused initializers
   // stay parameters, for training's note that they are not trained. Nodes that only constants
   // then feed fold.
@@ -435,6 +437,10 @@ class Importer {
       switch (node.op) {
         case OpKind::kMatMul: case OpKind::kGemm: mark(node, 0), mark(node, 1), mark(node, 2); break;
         case OpKind::kGather: mark(node, 0); break;
+        case OpKind::kAdd:  // a table added to an embedding lookup: positions, folded by the exporter
+          for (size_t k = 0; k < 2; ++k)
+            if (g_.ProducedBy(node.in[1 - k], OpKind::kGather)) mark(node, k);
+          break;
         case OpKind::kLayerNormalization: mark(node, 1), mark(node, 2); break;
         case OpKind::kTranspose: case OpKind::kReshape: case OpKind::kExpand: case OpKind::kSlice:
         case OpKind::kSplit: case OpKind::kCast:
@@ -467,8 +473,9 @@ class Importer {
         why = "";
       } else if (!live[u]) {
         why = "no float path reaches the outputs";
-      } else if (!weight[u] && val.type.shape.rank() >= 2) {
-        why = "read only elementwise, as masks and tables are";
+      } else if (!weight[u] && (val.type.shape.rank() >= 2 || val.type.shape.numel() == 1)) {
+        why = val.type.shape.numel() == 1 ? "a single value read only elementwise, as scales are"
+                                          : "read only elementwise, as masks and tables are";
       }
       if (why.empty()) {
         params.push_back(p);

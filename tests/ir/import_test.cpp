@@ -441,9 +441,11 @@ TEST(Import, WhatTrainsFollowsWhatTheGraphDoes) {
   };
   add_init("V", {3, 3});
   add_init("T", {2, 3});
+  add_init("S", {1});
   AddOnnxNode(g, "Transpose", "vt", {"V"}, {"Vt"});
   AddOnnxNode(g, "MatMul", "mm", {"y", "Vt"}, {"u"});
-  AddOnnxNode(g, "Add", "mask", {"u", "T"}, {"z"});
+  AddOnnxNode(g, "Add", "mask", {"u", "T"}, {"masked"});
+  AddOnnxNode(g, "Mul", "scale", {"masked", "S"}, {"z"});
   g->mutable_output(0)->set_name("z");
   auto names = [](const Graph& gr) {
     std::set<std::string> n;
@@ -453,15 +455,17 @@ TEST(Import, WhatTrainsFollowsWhatTheGraphDoes) {
   auto gr = ImportOnnxBytes(Serialize(m), "rule.onnx", SmallBinding());
   ASSERT_TRUE(gr.ok()) << gr.status().message();
   EXPECT_EQ(names(*gr), (std::set<std::string>{"W", "B", "V"}));
-  ASSERT_EQ(gr->held.size(), 1u);
+  ASSERT_EQ(gr->held.size(), 2u);
   EXPECT_EQ(gr->held[0].name, "T");
   EXPECT_NE(gr->held[0].why.find("elementwise"), std::string::npos) << gr->held[0].why;
+  EXPECT_EQ(gr->held[1].name, "S");  // a single value: a scale, not a bias
+  EXPECT_NE(gr->held[1].why.find("single value"), std::string::npos) << gr->held[1].why;
 
   ParamRules rules{{"T"}, {"W*"}, "[config] c.yaml: ", {}};
   gr = ImportOnnxBytes(Serialize(m), "rule.onnx", SmallBinding(), rules);
   ASSERT_TRUE(gr.ok()) << gr.status().message();
   EXPECT_EQ(names(*gr), (std::set<std::string>{"B", "V", "T"}));
-  ASSERT_EQ(gr->held.size(), 1u);
+  ASSERT_EQ(gr->held.size(), 2u);
   EXPECT_EQ(gr->held[0].name, "W");
   EXPECT_EQ(gr->held[0].why, "model.frozen");
 
@@ -503,7 +507,9 @@ TEST(Import, TransposedCopyOfATableIsTied) {
     };
     add_init("E", {4, 3}, e);
     add_init("Et", {3, 4}, et);
-    AddOnnxNode(g, "Gather", "embed", {"E", "idx"}, {"h"});
+    add_init("P", {2, 3}, std::vector<float>(6, 0.5f));  // positions, added to the lookup: trained
+    AddOnnxNode(g, "Gather", "embed", {"E", "idx"}, {"tok"});
+    AddOnnxNode(g, "Add", "pos", {"tok", "P"}, {"h"});
     AddOnnxNode(g, "MatMul", "head", {"h", "Et"}, {"logits"});
     g->add_output()->set_name("logits");
     return Serialize(m);
@@ -516,7 +522,7 @@ TEST(Import, TransposedCopyOfATableIsTied) {
   };
   auto gr = ImportOnnxBytes(model(true), "tied.onnx", bind);
   ASSERT_TRUE(gr.ok()) << gr.status().message();
-  EXPECT_EQ(names(*gr), (std::set<std::string>{"E"}));
+  EXPECT_EQ(names(*gr), (std::set<std::string>{"E", "P"}));
   ASSERT_EQ(gr->tied.size(), 1u);
   EXPECT_EQ(gr->tied[0].copy, "Et");
   EXPECT_EQ(gr->tied[0].table, "E");
@@ -527,12 +533,12 @@ TEST(Import, TransposedCopyOfATableIsTied) {
   apart.untie = {"Et"};
   gr = ImportOnnxBytes(model(true), "tied.onnx", bind, apart);
   ASSERT_TRUE(gr.ok()) << gr.status().message();
-  EXPECT_EQ(names(*gr), (std::set<std::string>{"E", "Et"}));
+  EXPECT_EQ(names(*gr), (std::set<std::string>{"E", "Et", "P"}));
   EXPECT_TRUE(gr->tied.empty());
 
   gr = ImportOnnxBytes(model(false), "tied.onnx", bind);
   ASSERT_TRUE(gr.ok()) << gr.status().message();
-  EXPECT_EQ(names(*gr), (std::set<std::string>{"E", "Et"}));
+  EXPECT_EQ(names(*gr), (std::set<std::string>{"E", "Et", "P"}));
   EXPECT_TRUE(gr->tied.empty());
 }
 

@@ -31,7 +31,9 @@ const char* const kGolden[] = {"mlp_sgd", "mlp_adamw", "mlp_ln_gelu_sgd", "mlp_l
                                "exports/gpt2_dynamo_sgd", "exports/gpt2_dynamo_adamw",
                                "exports/llama_dynamo_sgd", "exports/llama_dynamo_adamw",
                                "exports/gpt2_torchscript_sgd", "exports/gpt2_torchscript_adamw",
-                               "exports/llama_torchscript_sgd", "exports/llama_torchscript_adamw"};
+                               "exports/llama_torchscript_sgd", "exports/llama_torchscript_adamw",
+                               "exports/nanogpt_dynamo_sgd", "exports/nanogpt_dynamo_adamw",
+                               "exports/nanogpt_torchscript_sgd", "exports/nanogpt_torchscript_adamw"};
 
 std::string ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -145,7 +147,8 @@ TEST(Parity, Golden_gpt_adamw_1n1d) { CheckGolden("gpt_adamw"); }
 // tanh GELU as Pow and Tanh) and Llama (RMSNorm, rotary embeddings, grouped-query attention, SiLU),
 // by the default (dynamo) exporter at opset 20 with the weights in external data, and by the
 // TorchScript exporter (its tied head a transposed copy that import ties back; masks built from
-// LessOrEqual and And).
+// LessOrEqual and And); and nanoGPT (attention through scaled_dot_product_attention, the ONNX Gelu
+// op, a tied head, positions folded by both exporters into an initializer that trains).
 TEST(Parity, Golden_exports_gpt2_dynamo_sgd_1n1d) { CheckGolden("exports/gpt2_dynamo_sgd"); }
 TEST(Parity, Golden_exports_gpt2_dynamo_adamw_1n1d) { CheckGolden("exports/gpt2_dynamo_adamw"); }
 TEST(Parity, Golden_exports_llama_dynamo_sgd_1n1d) { CheckGolden("exports/llama_dynamo_sgd"); }
@@ -154,6 +157,10 @@ TEST(Parity, Golden_exports_gpt2_torchscript_sgd_1n1d) { CheckGolden("exports/gp
 TEST(Parity, Golden_exports_gpt2_torchscript_adamw_1n1d) { CheckGolden("exports/gpt2_torchscript_adamw"); }
 TEST(Parity, Golden_exports_llama_torchscript_sgd_1n1d) { CheckGolden("exports/llama_torchscript_sgd"); }
 TEST(Parity, Golden_exports_llama_torchscript_adamw_1n1d) { CheckGolden("exports/llama_torchscript_adamw"); }
+TEST(Parity, Golden_exports_nanogpt_dynamo_sgd_1n1d) { CheckGolden("exports/nanogpt_dynamo_sgd"); }
+TEST(Parity, Golden_exports_nanogpt_dynamo_adamw_1n1d) { CheckGolden("exports/nanogpt_dynamo_adamw"); }
+TEST(Parity, Golden_exports_nanogpt_torchscript_sgd_1n1d) { CheckGolden("exports/nanogpt_torchscript_sgd"); }
+TEST(Parity, Golden_exports_nanogpt_torchscript_adamw_1n1d) { CheckGolden("exports/nanogpt_torchscript_adamw"); }
 
 TEST(Parity, EveryGoldenRunHasATest) {
   std::set<std::string> files, listed(std::begin(kGolden), std::end(kGolden));
