@@ -74,7 +74,7 @@ def llama():
 
 def nanogpt():
     """nanoGPT's model: learned positions, pre-LayerNorm blocks, causal attention through
-    F.scaled_dot_product_attention, erf GELU, and the head tied to the token embedding."""
+    F.scaled_dot_product_attention, tanh GELU (the ONNX Gelu op), and the head tied to the token embedding."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -93,7 +93,7 @@ def nanogpt():
             q, k, v = (z.view(b, t, heads, c // heads).transpose(1, 2) for z in (q, k, v))
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             x = x + self.c_proj(y.transpose(1, 2).reshape(b, t, c))
-            return x + self.proj(F.gelu(self.fc(self.ln_2(x))))
+            return x + self.proj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
 
     class NanoGPT(nn.Module):
         def __init__(self):

@@ -246,15 +246,17 @@ class Importer {
     return FoldIfConstant(n, ins);
   }
 
-  // ONNX's Gelu (opset 20) is flowrun's fused Gelu with the erf form's constants; the tanh
-  // approximation has no kernel yet.
+  // ONNX's Gelu (opset 20) is flowrun's fused Gelu: the erf form's constants, or the tanh form.
   Status LowerGelu(const onnx::NodeProto& n, Attrs& attrs) {
     const std::string approximate = attrs.Str("approximate", "none");
-    if (approximate != "none") return NodeErr(n, "approximate='" + approximate + "' is not supported (only 'none', the erf form)");
+    if (approximate != "none" && approximate != "tanh") {
+      return NodeErr(n, "approximate='" + approximate + "' is not an approximation ONNX defines ('none' or 'tanh')");
+    }
     attrs = Attrs();
     attrs.Set("div", static_cast<double>(static_cast<float>(M_SQRT2)));
     attrs.Set("one", 1.0);
     attrs.Set("half", 0.5);
+    if (approximate == "tanh") attrs.Set("tanh", int64_t{1});
     return Status::Ok();
   }
 

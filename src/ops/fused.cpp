@@ -7,7 +7,8 @@
 //
 //   Gelu(X, [bias]) -> Y = (H * (erf(H / div) + one)) * half, H = X + bias
 //       the erf GELU with the bias add before it; attributes div, one, half are the export's
-//       constants (sqrt 2, 1, 0.5).
+//       constants (sqrt 2, 1, 0.5). With attribute tanh = 1, the tanh approximation instead
+//       (ONNX Gelu with approximate='tanh'): 0.5 H (1 + tanh(sqrt(2/pi) (H + 0.044715 H^3))).
 //   GeluGrad(dY, X, [bias]) -> dX, the chain's backward arithmetic; the bias gradient is SumTo(dX).
 //   MaskedSoftmax(X, [cond]) -> softmax over the last axis of (cond == fill_if ? fill : X op scale),
 //       op = * or / (attribute `divide`); cond is a bool mask broadcast to X. Attention's scale,

@@ -831,6 +831,23 @@ TEST(Forward, Gelu) {
   }
 }
 
+// ONNX Gelu with approximate='tanh', against its formula in double.
+TEST(Forward, GeluTanh) {
+  Net net;
+  ValueId x = net.Input("x", Rand({3, 37}, 302, -5, 5)), b = net.Input("b", Rand({37}, 303));
+  ir::Attrs at = GeluAttrs(1.4142135f, 1, 0.5);
+  at.Set("tanh", int64_t{1});
+  ValueId y = net.Op(OpKind::kGelu, {x, b}, at);
+  ASSERT_TRUE(net.Run().ok());
+  std::vector<double> want;
+  const auto xv = ToDouble(net[x]), bv = ToDouble(net[b]);
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const double h = xv[i] + bv[i % 37];
+    want.push_back(0.5 * h * (1 + std::tanh(std::sqrt(2 / M_PI) * (h + 0.044715 * h * h * h))));
+  }
+  EXPECT_TRUE(AllNear(net[y], want, kRtol, kAtol));
+}
+
 // Attention's scores scaled, masked above the diagonal and softmaxed, against Mul, Where, Softmax.
 TEST(Forward, MaskedSoftmax) {
   const int64_t t = 5;
@@ -1235,6 +1252,13 @@ TEST(Grad, Gelu_bias) {
   Net net;
   ValueId x = net.Input("x", Rand({3, 5}, 320, -3, 3)), b = net.Input("b", Rand({5}, 321));
   CheckGrads(net, net.Op(OpKind::kGelu, {x, b}, GeluAttrs(1.4142135f, 1, 0.5)), {x, b});
+}
+TEST(Grad, Gelu_tanh_bias) {
+  Net net;
+  ValueId x = net.Input("x", Rand({3, 4}, 323, -3, 3)), b = net.Input("b", Rand({4}, 324));
+  ir::Attrs at = GeluAttrs(1.4142135f, 1, 0.5);
+  at.Set("tanh", int64_t{1});
+  CheckGrads(net, net.Op(OpKind::kGelu, {x, b}, at), {x, b});
 }
 TEST(Grad, Gelu_nobias) { CheckUnary(OpKind::kGelu, Rand({3, 4}, 322, -3, 3), GeluAttrs(1.4142135f, 1, 0.5)); }
 TEST(Grad, MaskedSoftmax) {

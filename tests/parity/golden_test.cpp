@@ -148,7 +148,8 @@ TEST(Parity, Golden_gpt_adamw_1n1d) { CheckGolden("gpt_adamw"); }
 // by the default (dynamo) exporter at opset 20 with the weights in external data, and by the
 // TorchScript exporter (its tied head a transposed copy that import ties back; masks built from
 // LessOrEqual and And); and nanoGPT (attention through scaled_dot_product_attention, the ONNX Gelu
-// op, a tied head, positions folded by both exporters into an initializer that trains).
+// op in its tanh form, a tied head, positions folded by both exporters into an initializer that
+// trains).
 TEST(Parity, Golden_exports_gpt2_dynamo_sgd_1n1d) { CheckGolden("exports/gpt2_dynamo_sgd"); }
 TEST(Parity, Golden_exports_gpt2_dynamo_adamw_1n1d) { CheckGolden("exports/gpt2_dynamo_adamw"); }
 TEST(Parity, Golden_exports_llama_dynamo_sgd_1n1d) { CheckGolden("exports/llama_dynamo_sgd"); }

@@ -2,6 +2,7 @@
 // in the same order, with the same vectorised exp/erf (vmath.h); what it saves is the passes over
 // memory and the intermediate tensors.
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "ops/cpu/kernels.h"
@@ -18,6 +19,9 @@ GeluConsts GeluOf(const ir::Node& n) {
   return {static_cast<float>(n.attrs.Float("div")), static_cast<float>(n.attrs.Float("one")),
           static_cast<float>(n.attrs.Float("half"))};
 }
+
+// The tanh approximation, as PyTorch computes it: 0.5 h (1 + tanh(b (h + k h^3))).
+constexpr float kTanhBeta = 0.7978845608028654f, kTanhKappa = 0.044715f;
 
 // For each row of X (all dims but the last), the offset of its row in the mask `cond` broadcast
 // to X; `col` is 1 when the mask has X's last dim and 0 when it is broadcast along it.
@@ -129,6 +133,29 @@ void GeluGradRows(const GeluConsts k, const float* dy, const float* x, const flo
   }
 }
 
+void GeluTanhRows(const float* x, const float* b, float* y, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      const float h = b ? b[j] + x[r * n + j] : x[r * n + j];
+      const float inner = kTanhBeta * (h + kTanhKappa * (h * h * h));
+      y[r * n + j] = 0.5f * h * (1.f + std::tanh(inner));
+    }
+}
+
+// d/dh: 0.5 (1 + t) + 0.5 h (1 - t^2) b (1 + 3 k h^2), t = tanh(b (h + k h^3)).
+void GeluTanhGradRows(const float* dy, const float* x, const float* b, float* dx, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t i = r * n + j;
+      const float h = b ? b[j] + x[i] : x[i];
+      const float h2 = h * h;
+      const float t = std::tanh(kTanhBeta * (h + kTanhKappa * (h2 * h)));
+      const float left = 0.5f * h, right = 1.f + t;
+      const float d_right = left * (1.f - t * t) * kTanhBeta * (1.f + 3.f * kTanhKappa * h2);
+      dx[i] = dy[i] * (0.5f * right + d_right);
+    }
+}
+
 }  // namespace
 
 Status Gelu(const KernelCtx& c) {
@@ -136,7 +163,10 @@ Status Gelu(const KernelCtx& c) {
   const int64_t n = s.rank() ? s[s.rank() - 1] : 1, rows = n ? c.in[0].numel() / n : 0;
   const float* x = c.in[0].data<float>();
   float* y = c.out[0].data<float>();
-  if (c.in.size() > 1 && c.in[1].defined()) {
+  const float* bias = c.in.size() > 1 && c.in[1].defined() ? c.in[1].data<float>() : nullptr;
+  if (c.node.attrs.Int("tanh") != 0) {
+    GeluTanhRows(x, bias, y, rows, n);
+  } else if (bias) {
     GeluRows<true>(GeluOf(c.node), x, c.in[1].data<float>(), y, rows, n);
   } else {
     GeluRows<false>(GeluOf(c.node), x, nullptr, y, rows, n);
@@ -150,7 +180,10 @@ Status GeluGrad(const KernelCtx& c) {
   const float* dy = c.in[0].data<float>();
   const float* x = c.in[1].data<float>();
   float* dx = c.out[0].data<float>();
-  if (c.in.size() > 2 && c.in[2].defined()) {
+  const float* bias = c.in.size() > 2 && c.in[2].defined() ? c.in[2].data<float>() : nullptr;
+  if (c.node.attrs.Int("tanh") != 0) {
+    GeluTanhGradRows(dy, x, bias, dx, rows, n);
+  } else if (bias) {
     GeluGradRows<true>(GeluOf(c.node), dy, x, c.in[2].data<float>(), dx, rows, n);
   } else {
     GeluGradRows<false>(GeluOf(c.node), dy, x, nullptr, dx, rows, n);
