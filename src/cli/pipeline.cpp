@@ -39,11 +39,11 @@ ir::TrainingSpec SpecOf(const Config& cfg, const data::Dataset& ds) {
   return s;
 }
 
-double MatMulFlops(const ir::Graph& g, int64_t micro_batches) {
+double ProductFlops(const ir::Graph& g, int64_t micro_batches) {
   double total = 0;
   for (const ir::Node& n : g.nodes) {
-    if (n.op != OpKind::kMatMul && n.op != OpKind::kGemm) continue;
     const double f = sbp::OpFlops(g, n);
+    if (f == 0) continue;
     total += n.phase == ir::Phase::kOptimizer ? f : f * static_cast<double>(micro_batches);
   }
   return total;
@@ -178,7 +178,7 @@ Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel>
   ir::Rewrite(forward, RewriteOptionsOf(cfg, forward));
   ASSIGN_OR_RETURN(c.training, ir::BuildTraining(std::move(forward), SpecOf(cfg, *c.dataset)));
   RETURN_IF_ERROR(CheckIntegerData(cfg, *c.dataset, c.training.graph));
-  c.flops_per_step = MatMulFlops(c.training.graph, cfg.accumulation());
+  c.flops_per_step = ProductFlops(c.training.graph, cfg.accumulation());
   c.tokens_per_step = cfg.train.global_batch * (cfg.data.format == DataConfig::Format::kTokens ? cfg.data.seq_len : 1);
   return c;
 }

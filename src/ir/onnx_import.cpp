@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <unordered_map>
 
 #include "base/file.h"
@@ -200,7 +201,7 @@ class Importer {
     }
     if (const std::string why = CheckOnnxNode(n, opset_); !why.empty()) return NodeErr(n, why);
     for (const auto& in : n.input())
-      if (used_aux_.count(in)) return NodeErr(n, "uses '" + in + "', the mask output of " + used_aux_[in] + ", which flowrun does not produce");
+      if (used_aux_.count(in)) return NodeErr(n, "uses '" + in + "', an optional output of " + used_aux_[in] + ", which flowrun does not produce");
     const std::string& op = n.op_type();
     if (op == "Constant") return AddConstant(n);
     if (n.input_size() < 1) return NodeErr(n, "has no inputs");
@@ -211,6 +212,7 @@ class Importer {
     RETURN_IF_ERROR(ReadAttrs(n, attrs));
     if (op == "Shape") return AddShape(n, x, attrs);
     if (op == "Gelu") RETURN_IF_ERROR(LowerGelu(n, attrs));
+    if (op == "BatchNormalization") return AddBatchNorm(n, x, attrs);
     const bool reshape = op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
     auto k = OnnxKernelKind(op);
     if (!k) return Unsupported(n);
@@ -238,8 +240,12 @@ class Importer {
     std::string name = n.name().empty() ? n.output(0) : n.name();
     auto outs = b_.Add(kind, ins, attrs, b_.UniqueName(name), Phase::kForward);
     if (!outs.ok()) return NodeErr(n, outs.status().message());
-    for (int i = 0; i < n.output_size() && i < static_cast<int>(outs->size()); ++i) {
+    for (int i = 0; i < n.output_size(); ++i) {
       if (n.output(i).empty()) continue;
+      if (i >= static_cast<int>(outs->size())) {  // an optional output flowrun does not compute (MaxPool's Indices)
+        used_aux_[n.output(i)] = n.name();
+        continue;
+      }
       g_.value((*outs)[static_cast<size_t>(i)]).name = n.output(i);
       names_[n.output(i)] = (*outs)[static_cast<size_t>(i)];
     }
@@ -257,6 +263,71 @@ class Importer {
     attrs.Set("one", 1.0);
     attrs.Set("half", 0.5);
     if (approximate == "tanh") attrs.Set("tanh", int64_t{1});
+    return Status::Ok();
+  }
+
+  // BatchNormalization as the ops of its formula over axes N, H, W (every axis but C): in training
+  // mode the batch's mean and biased variance, (X - mean) / sqrt(var + epsilon) * scale + B; in
+  // inference mode the running statistics (inputs 3 and 4) in their place. Made of ReduceMean,
+  // its statistics follow the SBP rules: data parallel, a split batch's ReduceMean is a partial
+  // sum that boxing all-reduces, so the statistics are the global batch's (synchronised batch
+  // norm) with no special case. The running statistics are held constant: training does not
+  // update them yet, and `save:` writes them as exported.
+  Status AddBatchNorm(const onnx::NodeProto& n, ValueId x, const Attrs& a) {
+    const Shape& xs = g_.type(x).shape;
+    if (g_.type(x).dtype != DType::kF32 || xs.rank() < 2) {
+      return NodeErr(n, "needs a float32 input [N, C, ...], got " + std::string(Name(g_.type(x).dtype)) + xs.ToString());
+    }
+    std::vector<ValueId> in;
+    for (int i = 0; i < 5; ++i) {
+      ASSIGN_OR_RETURN(ValueId v, Input(n, i));
+      const TensorType& t = g_.type(v);
+      if (t.dtype != DType::kF32 || t.shape != Shape{xs[1]}) {
+        return NodeErr(n, "input " + std::to_string(i) + " must be float32 [" + std::to_string(xs[1]) + "], got " +
+                              std::string(Name(t.dtype)) + t.shape.ToString());
+      }
+      in.push_back(v);
+    }
+    const bool training = a.Int("training_mode", n.output_size() > 1 ? 1 : 0) != 0;
+    const std::string base = n.name().empty() ? n.output(0) : n.name();
+    auto op = [&](OpKind k, std::vector<ValueId> ins, Attrs at, const std::string& tag) -> Result<ValueId> {
+      auto outs = b_.Add(k, std::move(ins), std::move(at), b_.UniqueName(base + "/" + tag), Phase::kForward);
+      if (!outs.ok()) return NodeErr(n, outs.status().message());
+      return (*outs)[0];
+    };
+    std::vector<int64_t> axes = {0}, per_channel = {xs[1]};
+    for (int64_t i = 2; i < xs.rank(); ++i) axes.push_back(i), per_channel.push_back(1);
+    Attrs reduce, shape;
+    reduce.Set("axes", axes);
+    reduce.Set("keepdims", int64_t{1});
+    shape.Set("shape", per_channel);
+    ValueId mean, var;
+    if (training) {
+      ASSIGN_OR_RETURN(mean, op(OpKind::kReduceMean, {x}, reduce, "mean"));
+    } else {
+      ASSIGN_OR_RETURN(mean, op(OpKind::kReshape, {in[3]}, shape, "running_mean"));
+    }
+    ASSIGN_OR_RETURN(ValueId d, op(OpKind::kSub, {x, mean}, {}, "centered"));
+    if (training) {
+      ASSIGN_OR_RETURN(ValueId sq, op(OpKind::kMul, {d, d}, {}, "square"));
+      ASSIGN_OR_RETURN(var, op(OpKind::kReduceMean, {sq}, reduce, "var"));
+    } else {
+      ASSIGN_OR_RETURN(var, op(OpKind::kReshape, {in[4]}, shape, "running_var"));
+    }
+    const ValueId eps = b_.Const(b_.UniqueName(base + "/epsilon"), Tensor::Full(Shape{}, static_cast<float>(a.Float("epsilon", 1e-5))));
+    ASSIGN_OR_RETURN(ValueId ve, op(OpKind::kAdd, {var, eps}, {}, "var_eps"));
+    ASSIGN_OR_RETURN(ValueId sd, op(OpKind::kSqrt, {ve}, {}, "std"));
+    ASSIGN_OR_RETURN(ValueId xhat, op(OpKind::kDiv, {d, sd}, {}, "normalized"));
+    ASSIGN_OR_RETURN(ValueId scale, op(OpKind::kReshape, {in[1]}, shape, "scale"));
+    ASSIGN_OR_RETURN(ValueId bias, op(OpKind::kReshape, {in[2]}, shape, "bias"));
+    ASSIGN_OR_RETURN(ValueId scaled, op(OpKind::kMul, {xhat, scale}, {}, "scaled"));
+    ASSIGN_OR_RETURN(ValueId y, op(OpKind::kAdd, {scaled, bias}, {}, "y"));
+    g_.value(y).name = n.output(0);
+    names_[n.output(0)] = y;
+    for (int i = 1; i < n.output_size(); ++i)
+      if (!n.output(i).empty()) used_aux_[n.output(i)] = n.name();
+    running_stats_.insert(in[3]);
+    running_stats_.insert(in[4]);
     return Status::Ok();
   }
 
@@ -467,7 +538,9 @@ class Importer {
       const auto u = static_cast<size_t>(p);
       const Value& val = g_.value(p);
       std::string why;
-      if (matches(rules_.frozen, frozen_hit, val.name)) {
+      if (running_stats_.count(p)) {
+        why = "a BatchNormalization's running statistics (not updated in training)";
+      } else if (matches(rules_.frozen, frozen_hit, val.name)) {
         why = "model.frozen";
       } else if (matches(rules_.trainable, trainable_hit, val.name)) {
         why = "";
@@ -525,6 +598,7 @@ class Importer {
   double folded_bytes_ = 0;  // what constant folding has materialised so far
   std::unordered_map<std::string, ValueId> names_;
   std::unordered_map<std::string, std::string> used_aux_;
+  std::set<ValueId> running_stats_;  // BatchNormalization's running mean and variance
 };
 
 }  // namespace
@@ -532,6 +606,7 @@ class Importer {
 std::optional<OpKind> OnnxKernelKind(std::string_view op) {
   if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") return OpKind::kReshape;
   if (op == "Gelu") return OpKind::kGelu;
+  if (op == "GlobalAveragePool") return OpKind::kReduceMean;
   return OnnxOp(op);
 }
 

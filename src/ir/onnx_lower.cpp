@@ -201,6 +201,54 @@ Status LowerReduce(const OnnxNodeCtx& c, const Shape& x, std::vector<ValueId>& i
   return Status::Ok();
 }
 
+// Conv, MaxPool, AveragePool on NCHW: kernel (Conv: the weight's, which kernel_shape must match),
+// strides, dilations and pads [top, left, bottom, right], auto_pad resolved into pads.
+Status LowerWindow(const OnnxNodeCtx& c, OpKind k, const Shape& x, const std::vector<ValueId>& ins, Attrs& a) {
+  if (x.rank() != 4) return c.error("flowrun runs 2-D " + c.proto.op_type() + " on [N, C, H, W] inputs, got " + x.ToString());
+  std::vector<int64_t> kernel = a.Ints("kernel_shape");
+  if (k == OpKind::kConv) {
+    const Shape& w = c.graph.type(ins[1]).shape;
+    if (w.rank() != 4) return c.error("the weight must be [M, C / group, kH, kW], got " + w.ToString());
+    if (!kernel.empty() && kernel != std::vector<int64_t>{w[2], w[3]}) return c.error("kernel_shape differs from the weight's");
+    kernel = {w[2], w[3]};
+  }
+  if (kernel.size() != 2) return c.error("needs a 2-D kernel_shape");
+  const std::vector<int64_t> strides = a.IntsOr("strides", {1, 1}), dilations = a.IntsOr("dilations", {1, 1});
+  std::vector<int64_t> pads = a.IntsOr("pads", {0, 0, 0, 0});
+  if (strides.size() != 2 || dilations.size() != 2 || pads.size() != 4) return c.error("strides, dilations and pads must be 2-D");
+  for (int64_t v : strides)
+    if (v < 1) return c.error("strides must be >= 1");
+  for (int64_t v : dilations)
+    if (v < 1) return c.error("dilations must be >= 1");
+  if (k == OpKind::kAveragePool && dilations != std::vector<int64_t>{1, 1}) return c.error("AveragePool with dilations is not supported");
+  if (a.Int("storage_order") != 0) return c.error("storage_order 1 (column-major indices) is not supported");
+  const std::string auto_pad = a.Str("auto_pad", "NOTSET");
+  if (auto_pad == "VALID") {
+    pads = {0, 0, 0, 0};
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (int i = 0; i < 2; ++i) {
+      const int64_t in = x[2 + i], out = (in + strides[static_cast<size_t>(i)] - 1) / strides[static_cast<size_t>(i)];
+      const int64_t total = std::max<int64_t>(0, (out - 1) * strides[static_cast<size_t>(i)] +
+                                                    (kernel[static_cast<size_t>(i)] - 1) * dilations[static_cast<size_t>(i)] + 1 - in);
+      const int64_t small = total / 2, big = total - small;
+      pads[static_cast<size_t>(i)] = auto_pad == "SAME_UPPER" ? small : big;
+      pads[static_cast<size_t>(i) + 2] = auto_pad == "SAME_UPPER" ? big : small;
+    }
+  } else if (auto_pad != "NOTSET") {
+    return c.error("auto_pad '" + auto_pad + "' is not one ONNX defines");
+  }
+  Attrs out;
+  out.Set("kernel", kernel);
+  out.Set("strides", strides);
+  out.Set("dilations", dilations);
+  out.Set("pads", pads);
+  if (k == OpKind::kConv) out.Set("group", a.Int("group", 1));
+  if (k != OpKind::kConv) out.Set("ceil_mode", int64_t{a.Int("ceil_mode") != 0});
+  if (k == OpKind::kAveragePool) out.Set("count_include_pad", int64_t{a.Int("count_include_pad") != 0});
+  a = out;
+  return Status::Ok();
+}
+
 // Clip(X, min?, max?): the bounds, where given, are constant scalars.
 Status LowerClip(const OnnxNodeCtx& c, std::vector<ValueId>& ins, Attrs& a) {
   a = Attrs();
@@ -314,9 +362,22 @@ Status LowerOnnxNode(const OnnxNodeCtx& c, OpKind k, std::vector<ValueId>& ins, 
     }
     case OpKind::kConstantOfShape: return LowerConstantOfShape(c, ins, a);
     case OpKind::kRange: return LowerRange(c, ins, a);
-    case OpKind::kReduceSum:
     case OpKind::kReduceMean:
+      if (c.proto.op_type() == "GlobalAveragePool") {  // the mean over every axis past N and C
+        if (x.rank() < 3) return c.error("needs an input [N, C, ...], got " + x.ToString());
+        std::vector<int64_t> axes;
+        for (int64_t i = 2; i < x.rank(); ++i) axes.push_back(i);
+        a = Attrs();
+        a.Set("axes", axes);
+        a.Set("keepdims", int64_t{1});
+        return Status::Ok();
+      }
+      return LowerReduce(c, x, ins, a);
+    case OpKind::kReduceSum:
     case OpKind::kReduceMax: return LowerReduce(c, x, ins, a);
+    case OpKind::kConv:
+    case OpKind::kMaxPool:
+    case OpKind::kAveragePool: return LowerWindow(c, k, x, ins, a);
     case OpKind::kClip: return LowerClip(c, ins, a);
     default: return Status::Ok();
   }

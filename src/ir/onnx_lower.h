@@ -10,6 +10,8 @@
 //   Cast                                  `dtype`, flowrun's, for ONNX's `to`
 //   ReduceSum, ReduceMean, ReduceMax      `axes` (input or attribute by opset), `keepdims`
 //   Clip                                  `min`, `max` where given
+//   Conv, MaxPool, AveragePool            `kernel`, `strides`, `dilations`, `pads` (auto_pad resolved)
+//   GlobalAveragePool                     a ReduceMean over the spatial axes, kept
 // An input that must be constant and is not, or a value out of range, is an error naming the node.
 #pragma once
 

@@ -97,6 +97,23 @@ Sigs SbpReduce(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpReduceMaxGrad(const ir::Node& n, Types in, Types out, int64_t parts);
 void PhysicalReduceMean(ir::Node& n, Types logical_in, Types physical_out);
 
+// conv.cpp
+Out InferConv(const ir::Node& n, Types in);
+Out InferConvGradData(const ir::Node& n, Types in);
+Out InferConvGradWeight(const ir::Node& n, Types in);
+Out InferPool(const ir::Node& n, Types in);
+Out InferPoolGrad(const ir::Node& n, Types in);
+void GradConv(GradCtx& c);
+void GradMaxPool(GradCtx& c);
+void GradAveragePool(GradCtx& c);
+Sigs SbpConv(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpConvGradData(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpConvGradWeight(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpPool(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpMaxPoolGrad(const ir::Node& n, Types in, Types out, int64_t parts);
+void PhysicalConvGradData(ir::Node& n, Types logical_in, Types physical_out);
+void PhysicalConvGradWeight(ir::Node& n, Types logical_in, Types physical_out);
+
 // fused.cpp
 Out InferGelu(const ir::Node& n, Types in);
 Out InferGeluGrad(const ir::Node& n, Types in);

@@ -19,6 +19,8 @@ namespace fr {
   X(Sqrt, true) X(Reciprocal, true) X(Neg, true) X(Exp, true) X(Log, true) X(Abs, true)             \
   X(Sign, true) X(Sin, true) X(Cos, true) X(Pow, true) X(Clip, true) X(IsNaN, true)                 \
   X(ReduceSum, true) X(ReduceMean, true) X(ReduceMax, true)                                         \
+  /* convolutional nets (ops/conv.cpp) */                                                          \
+  X(Conv, true) X(MaxPool, true) X(AveragePool, true)                                              \
   /* ONNX ops for shape arithmetic and masks, folded at import: no gradient (see registry.cpp) */  \
   X(Shape, true) X(Equal, true) X(ConstantOfShape, true) X(Range, true)                            \
   X(Less, true) X(LessOrEqual, true) X(Greater, true) X(GreaterOrEqual, true)                       \
@@ -27,6 +29,7 @@ namespace fr {
   X(ReluGrad, false) X(TanhGrad, false) X(SigmoidGrad, false) X(ErfGrad, false)                    \
   X(SoftmaxGrad, false) X(LogSoftmaxGrad, false) X(LayerNormGrad, false) X(SumTo, false)           \
   X(Scale, false) X(GatherGrad, false) X(SliceGrad, false) X(ClipGrad, false) X(ReduceMaxGrad, false) \
+  X(ConvGradData, false) X(ConvGradWeight, false) X(MaxPoolGrad, false) X(AveragePoolGrad, false)   \
   /* fused by ir/rewrite.cpp from exported chains */                                              \
   X(Gelu, false) X(GeluGrad, false) X(MaskedSoftmax, false) X(MaskedSoftmaxGrad, false)            \
   /* losses */                                                                                     \

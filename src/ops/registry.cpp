@@ -52,6 +52,9 @@ constexpr std::array<OpDef, kNumOps> kTable = {{
     {"ReduceSum", true, 1, 1, InferReduce, GradReduceSumMean, cpu::ReduceSum, SbpReduce, nullptr},
     {"ReduceMean", true, 1, 1, InferReduce, GradReduceSumMean, cpu::ReduceMean, SbpReduce, PhysicalReduceMean},
     {"ReduceMax", true, 1, 1, InferReduce, GradReduceMax, cpu::ReduceMax, SbpReduce, nullptr},
+    {"Conv", true, 2, 3, InferConv, GradConv, cpu::Conv, SbpConv, nullptr},
+    {"MaxPool", true, 1, 1, InferPool, GradMaxPool, cpu::MaxPool, SbpPool, nullptr},
+    {"AveragePool", true, 1, 1, InferPool, GradAveragePool, cpu::AveragePool, SbpPool, nullptr},
     // Fold-only: their outputs never carry a gradient (Shape's and Equal's are not float; the
     // others depend on no float input), so they have no gradient rule, and import folds them, so
     // B is their only placement. Equal keeps a real rule: a mask computed from data runs.
@@ -81,6 +84,10 @@ constexpr std::array<OpDef, kNumOps> kTable = {{
     {"SliceGrad", false, 1, 1, InferSliceGrad, nullptr, cpu::SliceGrad, SbpSliceGrad, PhysicalSliceGrad},
     {"ClipGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::ClipGrad, SbpClipGrad, nullptr},
     {"ReduceMaxGrad", false, 3, 3, InferReduceMaxGrad, nullptr, cpu::ReduceMaxGrad, SbpReduceMaxGrad, nullptr},
+    {"ConvGradData", false, 2, 2, InferConvGradData, nullptr, cpu::ConvGradData, SbpConvGradData, PhysicalConvGradData},
+    {"ConvGradWeight", false, 2, 2, InferConvGradWeight, nullptr, cpu::ConvGradWeight, SbpConvGradWeight, PhysicalConvGradWeight},
+    {"MaxPoolGrad", false, 2, 2, InferPoolGrad, nullptr, cpu::MaxPoolGrad, SbpMaxPoolGrad, nullptr},
+    {"AveragePoolGrad", false, 1, 1, InferPoolGrad, nullptr, cpu::AveragePoolGrad, SbpPool, PhysicalConvGradData},
     {"Gelu", false, 1, 2, InferGelu, GradGelu, cpu::Gelu, SbpGelu, nullptr},
     {"GeluGrad", false, 2, 3, InferGeluGrad, nullptr, cpu::GeluGrad, SbpGeluGrad, nullptr},
     {"MaskedSoftmax", false, 1, 2, InferMaskedSoftmax, GradMaskedSoftmax, cpu::MaskedSoftmax, SbpMaskedSoftmax, nullptr},

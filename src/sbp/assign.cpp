@@ -35,6 +35,12 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 }  // namespace
 
 double OpFlops(const ir::Graph& g, const ir::Node& n) {
+  if (n.op == OpKind::kConv || n.op == OpKind::kConvGradData || n.op == OpKind::kConvGradWeight) {
+    // 2 * (outputs of the forward convolution) * (one output's window: C/group * kH * kW)
+    const Shape& w = n.op == OpKind::kConvGradWeight ? g.type(n.out[0]).shape : g.type(n.in[1]).shape;
+    const Shape& y = n.op == OpKind::kConv ? g.type(n.out[0]).shape : g.type(n.in[0]).shape;
+    return 2.0 * static_cast<double>(y.numel()) * static_cast<double>(w[1] * w[2] * w[3]);
+  }
   if (n.op != OpKind::kMatMul && n.op != OpKind::kGemm) return 0;
   const Shape& a = g.type(n.in[0]).shape;
   int64_t k = n.attrs.Int("transA") ? a[a.rank() - 2] : a[a.rank() - 1];
@@ -43,7 +49,7 @@ double OpFlops(const ir::Graph& g, const ir::Node& n) {
 }
 
 double OpSeconds(const ir::Graph& g, const ir::Node& n, const Cluster& c) {
-  if (n.op == OpKind::kMatMul || n.op == OpKind::kGemm) return OpFlops(g, n) / c.flops;
+  if (const double f = OpFlops(g, n); f > 0) return f / c.flops;
   double elements = 0;
   for (ValueId v : n.out) elements += static_cast<double>(g.type(v).shape.numel());
   for (ValueId v : n.in)

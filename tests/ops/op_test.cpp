@@ -1466,7 +1466,7 @@ TEST(Registry, EveryOpIsComplete) {
       EXPECT_EQ(OnnxOp(r.name), std::nullopt);
     }
   }
-  EXPECT_EQ(OnnxOp("Conv"), std::nullopt);
+  EXPECT_EQ(OnnxOp("LSTM"), std::nullopt);
   EXPECT_EQ(OnnxOp("matmul"), std::nullopt);  // ONNX op types are case-sensitive
   EXPECT_EQ(OnnxOp(""), std::nullopt);
 }
@@ -1758,6 +1758,125 @@ TEST(Grad, ReduceMean_last_keep) { CheckReduce(OpKind::kReduceMean, {2}, 1); }
 TEST(Grad, ReduceMean_outer) { CheckReduce(OpKind::kReduceMean, {0, 2}, 0); }
 TEST(Grad, ReduceMax_last) { CheckReduce(OpKind::kReduceMax, {2}, 0); }  // random data: no ties
 TEST(Grad, ReduceMax_lead_keep) { CheckReduce(OpKind::kReduceMax, {0}, 1); }
+
+
+// ---- Convolutional ops (ops/conv.cpp). ----
+
+ir::Attrs ConvAttrs(std::vector<int64_t> kernel, std::vector<int64_t> strides, std::vector<int64_t> pads,
+                    std::vector<int64_t> dilations, int64_t group) {
+  return A({{"kernel", std::move(kernel)}, {"strides", std::move(strides)}, {"pads", std::move(pads)},
+            {"dilations", std::move(dilations)}, {"group", group}});
+}
+
+// Direct convolution in double: y[n][m][oy][ox] = b[m] + sum over the window and the group's channels.
+std::vector<double> RefConv(const Tensor& x, const Tensor& w, const Tensor* b, const Shape& ys, const ir::Attrs& a) {
+  const Shape &xs = x.shape(), &ws = w.shape();
+  const auto s = a.Ints("strides"), p = a.Ints("pads"), d = a.Ints("dilations");
+  const int64_t g = a.Int("group"), cg = xs[1] / g, mg = ys[1] / g;
+  std::vector<double> y;
+  for (int64_t n = 0; n < ys[0]; ++n)
+    for (int64_t m = 0; m < ys[1]; ++m)
+      for (int64_t oy = 0; oy < ys[2]; ++oy)
+        for (int64_t ox = 0; ox < ys[3]; ++ox) {
+          double acc = b ? b->data<float>()[m] : 0.0;
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t i = 0; i < ws[2]; ++i)
+              for (int64_t j = 0; j < ws[3]; ++j) {
+                const int64_t iy = oy * s[0] - p[0] + i * d[0], ix = ox * s[1] - p[1] + j * d[1];
+                if (iy < 0 || iy >= xs[2] || ix < 0 || ix >= xs[3]) continue;
+                const int64_t c = (m / mg) * cg + ci;
+                acc += static_cast<double>(x.data<float>()[((n * xs[1] + c) * xs[2] + iy) * xs[3] + ix]) *
+                       w.data<float>()[((m * ws[1] + ci) * ws[2] + i) * ws[3] + j];
+              }
+          y.push_back(acc);
+        }
+  return y;
+}
+
+TEST(Forward, Conv) {
+  struct Case {
+    Shape x, w;
+    ir::Attrs a;
+    bool bias;
+    Shape want;
+  };
+  const Case cases[] = {
+      {{2, 3, 7, 6}, {4, 3, 3, 3}, ConvAttrs({3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1), true, {2, 4, 7, 6}},
+      {{2, 3, 7, 6}, {4, 3, 3, 2}, ConvAttrs({3, 2}, {2, 1}, {0, 1, 2, 0}, {1, 2}, 1), false, {2, 4, 4, 5}},
+      {{1, 4, 5, 5}, {6, 2, 3, 3}, ConvAttrs({3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 2), true, {1, 6, 3, 3}},
+      {{2, 4, 6, 6}, {4, 1, 3, 3}, ConvAttrs({3, 3}, {1, 1}, {2, 2, 2, 2}, {2, 2}, 4), false, {2, 4, 6, 6}},  // depthwise
+  };
+  uint32_t seed = 600;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.x.ToString() + " * " + c.w.ToString());
+    Net net;
+    ValueId x = net.Input("x", Rand(c.x, seed++)), w = net.Input("w", Rand(c.w, seed++));
+    std::vector<ValueId> in = {x, w};
+    if (c.bias) in.push_back(net.Input("b", Rand({c.w[0]}, seed++)));
+    ValueId y = net.Op(OpKind::kConv, in, c.a);
+    ASSERT_TRUE(net.Run().ok());
+    ASSERT_EQ(net[y].shape(), c.want);
+    const Tensor* b = c.bias ? &net[in[2]] : nullptr;
+    EXPECT_TRUE(AllNear(net[y], RefConv(net[x], net[w], b, c.want, c.a), kRtol, kAtol));
+  }
+}
+
+TEST(Forward, Pools) {
+  Tensor xv(DType::kF32, {1, 1, 3, 4});
+  const float xs[] = {1, 5, 2, 0, 4, 3, 8, 7, -1, 6, 6, 2};
+  std::copy(xs, xs + 12, xv.data<float>());
+  ir::Attrs a = A({{"kernel", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{1, 2}},
+                   {"pads", std::vector<int64_t>{0, 0, 1, 0}}, {"dilations", std::vector<int64_t>{1, 1}},
+                   {"ceil_mode", int64_t{0}}, {"count_include_pad", int64_t{0}}});
+  Net net;
+  ValueId x = net.Input("x", xv);
+  ValueId mx = net.Op(OpKind::kMaxPool, {x}, a), av = net.Op(OpKind::kAveragePool, {x}, a);
+  a.Set("count_include_pad", int64_t{1});
+  ValueId avp = net.Op(OpKind::kAveragePool, {x}, a);
+  ASSERT_TRUE(net.Run().ok());
+  ASSERT_EQ(net[mx].shape(), (Shape{1, 1, 3, 2}));
+  EXPECT_TRUE(AllNear(net[mx], {5, 8, 6, 8, 6, 6}, 0, 0));
+  EXPECT_TRUE(AllNear(net[av], {13 / 4.0, 17 / 4.0, 12 / 4.0, 23 / 4.0, 5 / 2.0, 8 / 2.0}, kRtol, kAtol));
+  EXPECT_TRUE(AllNear(net[avp], {13 / 4.0, 17 / 4.0, 12 / 4.0, 23 / 4.0, 5 / 4.0, 8 / 4.0}, kRtol, kAtol));
+}
+
+TEST(Forward, MaxPoolCeilModeAndTies) {
+  Net net;  // ceil_mode adds a last, partial window; a tie goes to the first maximum
+  ValueId x = net.Input("x", Tensor::Full({1, 1, 3, 3}, 2.f));
+  ir::Attrs a = A({{"kernel", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}, {"ceil_mode", int64_t{1}}});
+  ValueId y = net.Op(OpKind::kMaxPool, {x}, a);
+  ValueId dx = net.Op(OpKind::kMaxPoolGrad, {net.Input("dy", Tensor::Full({1, 1, 2, 2}, 1.f)), x}, a);
+  ASSERT_TRUE(net.Run().ok());
+  EXPECT_EQ(net[y].shape(), (Shape{1, 1, 2, 2}));
+  EXPECT_TRUE(AllNear(net[dx], {1, 0, 1, 0, 0, 0, 1, 0, 1}, 0, 0));
+}
+
+TEST(Grad, Conv_bias_pad) {
+  Net net;
+  ValueId x = net.Input("x", Rand({2, 3, 5, 4}, 610)), w = net.Input("w", Rand({4, 3, 3, 3}, 611)), b = net.Input("b", Rand({4}, 612));
+  CheckGrads(net, net.Op(OpKind::kConv, {x, w, b}, ConvAttrs({3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1)), {x, w, b});
+}
+TEST(Grad, Conv_strided_dilated) {
+  Net net;
+  ValueId x = net.Input("x", Rand({1, 2, 7, 6}, 613)), w = net.Input("w", Rand({3, 2, 2, 3}, 614));
+  CheckGrads(net, net.Op(OpKind::kConv, {x, w}, ConvAttrs({2, 3}, {2, 1}, {0, 1, 1, 0}, {2, 1}, 1)), {x, w});
+}
+TEST(Grad, Conv_groups) {
+  Net net;
+  ValueId x = net.Input("x", Rand({2, 4, 5, 5}, 615)), w = net.Input("w", Rand({6, 2, 3, 3}, 616));
+  CheckGrads(net, net.Op(OpKind::kConv, {x, w}, ConvAttrs({3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 2)), {x, w});
+}
+TEST(Grad, MaxPool) {  // distinct values, so that no window's maximum moves within eps
+  Tensor x(DType::kF32, {1, 2, 4, 5});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 7) % 40) * 0.1f - 2.f;
+  CheckUnary(OpKind::kMaxPool, x, A({{"kernel", std::vector<int64_t>{3, 2}}, {"strides", std::vector<int64_t>{1, 2}},
+                                     {"pads", std::vector<int64_t>{1, 0, 1, 1}}}));
+}
+TEST(Grad, AveragePool) {
+  CheckUnary(OpKind::kAveragePool, Rand({2, 2, 5, 4}, 617),
+             A({{"kernel", std::vector<int64_t>{2, 3}}, {"strides", std::vector<int64_t>{2, 1}},
+                {"pads", std::vector<int64_t>{1, 1, 0, 1}}, {"count_include_pad", int64_t{0}}}));
+}
 
 }  // namespace
 }  // namespace fr::test

@@ -218,6 +218,15 @@ const std::vector<Case>& Cases() {
       {K::kAnd, "bcast", {Bools({5, 7}), Bools({7})}, {}},
       {K::kOr, "same", {Bools({3, 5}), Bools({3, 5})}, {}},
       {K::kNot, "x", {Bools({5, 7})}, {}},
+      {K::kConv, "bias", {F({4, 6, 5, 5}), F({8, 6, 3, 3}), F({8})}, A({{"kernel", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}})},
+      {K::kConv, "nobias", {F({4, 6, 5, 5}), F({8, 6, 3, 3})}, A({{"kernel", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}}})},
+      {K::kConv, "groups", {F({4, 6, 5, 5}), F({6, 3, 3, 3})}, A({{"kernel", std::vector<int64_t>{3, 3}}, {"group", int64_t{2}}})},
+      {K::kConvGradData, "x", {F({4, 8, 3, 3}), F({8, 6, 3, 3})}, A({{"kernel", std::vector<int64_t>{3, 3}}, {"x_shape", std::vector<int64_t>{4, 6, 5, 5}}})},
+      {K::kConvGradWeight, "w", {F({4, 8, 3, 3}), F({4, 6, 5, 5})}, A({{"kernel", std::vector<int64_t>{3, 3}}, {"w_shape", std::vector<int64_t>{8, 6, 3, 3}}})},
+      {K::kMaxPool, "x", {F({4, 6, 5, 5})}, A({{"kernel", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}, {"ceil_mode", int64_t{1}}})},
+      {K::kMaxPoolGrad, "x", {F({4, 6, 3, 3}), F({4, 6, 5, 5})}, A({{"kernel", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}, {"ceil_mode", int64_t{1}}})},
+      {K::kAveragePool, "x", {F({4, 6, 5, 5})}, A({{"kernel", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}), kTol},
+      {K::kAveragePoolGrad, "x", {F({4, 6, 5, 5})}, A({{"kernel", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"x_shape", std::vector<int64_t>{4, 6, 5, 5}}}), kTol},
       {K::kSqrt, "x", {F({5, 7}, Fill::kPositive)}, {}, kTol},
       {K::kReciprocal, "x", {F({5, 7}, Fill::kNonZero)}, {}, kTol},
       {K::kNeg, "f32", {F({5, 7})}, {}},
@@ -568,7 +577,7 @@ TEST(SbpRule, NonlinearOpsTakeNoPartialInput) {
                                       OpKind::kCrossEntropy, OpKind::kMse, OpKind::kEqual,
                                       OpKind::kSqrt, OpKind::kReciprocal, OpKind::kExp, OpKind::kLog,
                                       OpKind::kAbs, OpKind::kSign, OpKind::kSin, OpKind::kCos,
-                                      OpKind::kPow, OpKind::kClip, OpKind::kIsNaN};
+                                      OpKind::kPow, OpKind::kClip, OpKind::kIsNaN, OpKind::kMaxPool};
   int checked = 0;
   for (const Case& c : Cases()) {
     if (!nonlinear.count(c.op)) continue;
