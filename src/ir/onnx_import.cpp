@@ -278,8 +278,8 @@ class Importer {
     if (g_.type(x).dtype != DType::kF32 || xs.rank() < 2) {
       return NodeErr(n, "needs a float32 input [N, C, ...], got " + std::string(Name(g_.type(x).dtype)) + xs.ToString());
     }
-    std::vector<ValueId> in;
-    for (int i = 0; i < 5; ++i) {
+    std::vector<ValueId> in = {x};
+    for (int i = 1; i < 5; ++i) {
       ASSIGN_OR_RETURN(ValueId v, Input(n, i));
       const TensorType& t = g_.type(v);
       if (t.dtype != DType::kF32 || t.shape != Shape{xs[1]}) {
@@ -479,8 +479,8 @@ class Importer {
   // Exports store buffers as initializers too: causal masks, rotary cos/sin tables, attention
   // masks folded for a fixed batch. The rule, by what the graph does with each one:
   //   - held constant: no float path connects it to a graph output (a mask read through Equal);
-  //   - trained: it is read as a weight (a MatMul or Gemm operand, a Gather table, a
-  //     LayerNormalization scale or bias, a table added to a Gather's output: positions), directly
+  //   - trained: it is read as a weight (a MatMul or Gemm operand, a Conv weight or bias, a Gather
+  //     table, a LayerNormalization scale or bias, a table added to a Gather's output: positions), directly
   //     or through layout ops (Transpose, Reshape, Expand, Slice, Split, Concat, Cast), or it is a
   //     vector of two or more values (biases, norm scales);
   //   - held constant: the rest, single values and tensors of rank >= 2 read only elementwise
@@ -510,6 +510,7 @@ class Importer {
       switch (node.op) {
         case OpKind::kMatMul: case OpKind::kGemm: mark(node, 0), mark(node, 1), mark(node, 2); break;
         case OpKind::kGather: mark(node, 0); break;
+        case OpKind::kConv: mark(node, 1), mark(node, 2); break;
         case OpKind::kAdd:  // a table added to an embedding lookup: positions, folded by the exporter
           for (size_t k = 0; k < 2; ++k)
             if (g_.ProducedBy(node.in[1 - k], OpKind::kGather)) mark(node, k);

@@ -62,7 +62,7 @@ std::vector<ir::ValueId> GradCtx::OpN(OpKind op, std::vector<ir::ValueId> in, ir
   return *r;
 }
 
-ir::ValueId GradCtx::SumTo(ir::ValueId g, const Shape& target) {
+ir::ValueId GradCtx::SumTo(ir::ValueId g, Shape target) {
   if (type(g).shape == target) return g;
   ir::Attrs a;
   a.Set("shape", target.dims());

@@ -139,7 +139,7 @@ void GradClip(GradCtx& c) { c.set_din(0, c.Op(OpKind::kClipGrad, {c.dout(0), c.i
 
 // The gradient of a sum is dY broadcast back over the reduced axes; of a mean, that over the count.
 void GradReduceSumMean(GradCtx& c) {
-  const Shape& x = c.type(c.in(0)).shape;
+  const Shape x = c.type(c.in(0)).shape;
   const std::vector<int64_t> axes = c.node().attrs.Ints("axes");
   ir::Attrs keep, full;
   keep.Set("shape", KeptShape(x, axes).dims());

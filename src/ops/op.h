@@ -119,7 +119,8 @@ class GradCtx {
   const ir::Node& node() const { return node_; }
   ir::ValueId in(int i) const { return node_.in[static_cast<size_t>(i)]; }
   ir::ValueId out(int i) const { return node_.out[static_cast<size_t>(i)]; }
-  const ir::TensorType& type(ir::ValueId v) const { return b_.graph().type(v); }
+  // A copy: the graph's values grow as rules add nodes, so a reference into them would dangle.
+  ir::TensorType type(ir::ValueId v) const { return b_.graph().type(v); }
   ir::ValueId dout(int i) const { return dout_[static_cast<size_t>(i)]; }
   bool need(int i) const { return static_cast<size_t>(i) < need_.size() && need_[static_cast<size_t>(i)]; }
   void set_din(int i, ir::ValueId g) { din_[static_cast<size_t>(i)] = g; }
@@ -128,8 +129,9 @@ class GradCtx {
   ir::ValueId Op(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs = {}, const std::string& tag = "grad");
   // The same, for ops with several outputs.
   std::vector<ir::ValueId> OpN(OpKind op, std::vector<ir::ValueId> in, ir::Attrs attrs, const std::string& tag);
-  // Sums `g` down to `target`'s shape (undoing broadcasting); identity if shapes match.
-  ir::ValueId SumTo(ir::ValueId g, const Shape& target);
+  // Sums `g` down to `target`'s shape (undoing broadcasting); identity if shapes match. `target` is
+  // a copy: a caller's c.type(v).shape dangles once another argument adds a node (values grow).
+  ir::ValueId SumTo(ir::ValueId g, Shape target);
   // A float32 constant of zeros: the gradient of an output nothing uses, or a Where's other branch.
   // Throws GradFailure past the memory budget (base/process.h).
   ir::ValueId Zeros(const Shape& s);

@@ -155,7 +155,7 @@ Out InferGather(const ir::Node& n, Types in) {
 }
 
 void GradGather(GradCtx& c) {
-  const Shape& x = c.type(c.in(0)).shape;
+  const Shape x = c.type(c.in(0)).shape;
   ir::Attrs a;
   a.Set("axis", int64_t{*x.Axis(c.node().attrs.Int("axis", 0))});
   a.Set("shape", x.dims());

@@ -542,6 +542,77 @@ TEST(Import, TransposedCopyOfATableIsTied) {
   EXPECT_TRUE(gr->tied.empty());
 }
 
+// A small CNN as exporters write it: Conv with auto_pad, BatchNormalization in training mode (its
+// formula's ops, running statistics held constant), MaxPool, GlobalAveragePool (a ReduceMean).
+// MaxPool's Indices output is refused where a node reads it.
+TEST(Import, ConvNet) {
+  auto model = [](bool read_indices) {
+    onnx::ModelProto m;
+    m.set_ir_version(8);
+    auto* op = m.add_opset_import();
+    op->set_domain("");
+    op->set_version(17);
+    onnx::GraphProto* g = m.mutable_graph();
+    auto* x = g->add_input();
+    x->set_name("img");
+    auto* xt = x->mutable_type()->mutable_tensor_type();
+    xt->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : {2, 3, 7, 7}) xt->mutable_shape()->add_dim()->set_dim_value(d);
+    auto add_init = [&](const std::string& name, std::vector<int64_t> dims, float v) {
+      auto* t = g->add_initializer();
+      t->set_name(name);
+      t->set_data_type(onnx::TensorProto::FLOAT);
+      int64_t n = 1;
+      for (int64_t d : dims) t->add_dims(d), n *= d;
+      std::vector<float> vals(static_cast<size_t>(n));
+      for (size_t i = 0; i < vals.size(); ++i) vals[i] = v + 0.01f * static_cast<float>(i);
+      t->set_raw_data(std::string(reinterpret_cast<const char*>(vals.data()), vals.size() * sizeof(float)));
+    };
+    add_init("w", {4, 3, 3, 3}, 0.1f);
+    add_init("gamma", {4}, 1.f);
+    add_init("beta", {4}, 0.f);
+    add_init("mean", {4}, 0.f);
+    add_init("var", {4}, 1.f);
+    auto* conv = AddOnnxNode(g, "Conv", "conv", {"img", "w"}, {"c"});
+    auto* ap = conv->add_attribute();
+    ap->set_name("auto_pad");
+    ap->set_type(onnx::AttributeProto::STRING);
+    ap->set_s("SAME_UPPER");
+    auto* strides = conv->add_attribute();
+    strides->set_name("strides");
+    strides->set_type(onnx::AttributeProto::INTS);
+    strides->add_ints(2);
+    strides->add_ints(2);
+    IntAttr(AddOnnxNode(g, "BatchNormalization", "bn", {"c", "gamma", "beta", "mean", "var"}, {"n", "rm", "rv"}), "training_mode", 1);
+    auto* pool = AddOnnxNode(g, "MaxPool", "pool", {"n"}, {"p", "idx"});
+    auto* k = pool->add_attribute();
+    k->set_name("kernel_shape");
+    k->set_type(onnx::AttributeProto::INTS);
+    k->add_ints(2);
+    k->add_ints(2);
+    AddOnnxNode(g, "GlobalAveragePool", "gap", {"p"}, {"y"});
+    if (read_indices) AddOnnxNode(g, "Neg", "use_idx", {"idx"}, {"z"});
+    g->add_output()->set_name("y");
+    return Serialize(m);
+  };
+  const std::map<std::string, TensorType> bind = {{"img", {DType::kF32, Shape{2, 3, 7, 7}}}};
+  auto gr = ImportOnnxBytes(model(false), "cnn.onnx", bind);
+  ASSERT_TRUE(gr.ok()) << gr.status().message();
+  ExpectWellFormed(*gr, "cnn");
+  EXPECT_EQ(gr->type(gr->outputs[0]).shape, (Shape{2, 4, 1, 1}));
+  const Node& conv = gr->nodes[0];
+  EXPECT_EQ(conv.op, OpKind::kConv);
+  EXPECT_EQ(conv.attrs.Ints("pads"), (std::vector<int64_t>{1, 1, 1, 1}));  // SAME_UPPER: 7 -> 4 at stride 2
+  std::map<OpKind, int> ops = OpCounts(*gr);
+  EXPECT_EQ(ops[OpKind::kReduceMean], 3);  // the batch mean, the variance, the global average pool
+  std::set<std::string> held;
+  for (const auto& h : gr->held) held.insert(h.name);
+  EXPECT_EQ(held, (std::set<std::string>{"mean", "var"}));
+  auto bad = ImportOnnxBytes(model(true), "cnn.onnx", bind);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'idx', an optional output of pool"), std::string::npos) << bad.status().message();
+}
+
 TEST(Import, GptMiniOpsAndShapes) {
   for (const auto& [path, t] : {std::pair{"models/gpt_mini.onnx", 64}, {"models/gpt_mini2.onnx", 32}}) {
     SCOPED_TRACE(path);

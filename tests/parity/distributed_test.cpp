@@ -213,6 +213,15 @@ TEST(Distributed, LlamaExport_TensorParallel_1n2d) {
                     {}});
 }
 
+// The ResNet export (TorchScript, BatchNormalization in training mode), data parallel: each rank
+// holds half of every micro-batch, and BatchNorm's statistics are the whole micro-batch's (its
+// ReduceMean over a split batch is a partial sum that boxing all-reduces), as on one rank. With
+// each rank's own statistics the losses would differ from the first step.
+const char* kResNet = "tests/golden/exports/resnet_torchscript_sgd.yaml";
+TEST(Distributed, ResNetExport_DataParallel_1n2d) {
+  ExpectSameLosses({"resnet_dp2", kResNet, 2, {"parallel.sbp={x: [\"S(0)\"]}"}, {}});
+}
+
 TEST(Distributed, PinsUnboundRanks_1n4d) {
   const char* bin = std::getenv("FLOWRUN_BIN");
   const std::string train = std::string(bin ? bin : "build/src/flowrun") + " train " + kMlp +

@@ -33,7 +33,11 @@ const char* const kGolden[] = {"mlp_sgd", "mlp_adamw", "mlp_ln_gelu_sgd", "mlp_l
                                "exports/gpt2_torchscript_sgd", "exports/gpt2_torchscript_adamw",
                                "exports/llama_torchscript_sgd", "exports/llama_torchscript_adamw",
                                "exports/nanogpt_dynamo_sgd", "exports/nanogpt_dynamo_adamw",
-                               "exports/nanogpt_torchscript_sgd", "exports/nanogpt_torchscript_adamw"};
+                               "exports/nanogpt_torchscript_sgd", "exports/nanogpt_torchscript_adamw",
+                               "exports/cnn_torchscript_sgd", "exports/cnn_torchscript_adamw",
+                               "exports/resnet_torchscript_sgd", "exports/resnet_torchscript_adamw",
+                               "exports/cnn_dynamo_sgd", "exports/cnn_dynamo_adamw",
+                               "exports/resnet_dynamo_sgd", "exports/resnet_dynamo_adamw"};
 
 std::string ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -162,6 +166,38 @@ TEST(Parity, Golden_exports_nanogpt_dynamo_sgd_1n1d) { CheckGolden("exports/nano
 TEST(Parity, Golden_exports_nanogpt_dynamo_adamw_1n1d) { CheckGolden("exports/nanogpt_dynamo_adamw"); }
 TEST(Parity, Golden_exports_nanogpt_torchscript_sgd_1n1d) { CheckGolden("exports/nanogpt_torchscript_sgd"); }
 TEST(Parity, Golden_exports_nanogpt_torchscript_adamw_1n1d) { CheckGolden("exports/nanogpt_torchscript_adamw"); }
+// A CNN (Conv, BatchNormalization, ReLU, MaxPool, AveragePool) and a tiny ResNet (torchvision's
+// BasicBlock, a strided 1x1 downsample, GlobalAveragePool), exported in training mode by the
+// TorchScript exporter, which keeps BatchNormalization with batch statistics.
+TEST(Parity, Golden_exports_cnn_torchscript_sgd_1n1d) { CheckGolden("exports/cnn_torchscript_sgd"); }
+TEST(Parity, Golden_exports_cnn_torchscript_adamw_1n1d) { CheckGolden("exports/cnn_torchscript_adamw"); }
+TEST(Parity, Golden_exports_resnet_torchscript_sgd_1n1d) { CheckGolden("exports/resnet_torchscript_sgd"); }
+TEST(Parity, Golden_exports_resnet_torchscript_adamw_1n1d) { CheckGolden("exports/resnet_torchscript_adamw"); }
+
+// The dynamo exporter folds every BatchNormalization into the Conv before it, even from a model in
+// training mode: the file computes conv(x) with the running statistics baked in, not batch
+// statistics, and no trainer can recover the model PyTorch trains. flowrun trains the file as it
+// is; these check that it refuses nothing and differs from PyTorch, as it must, and not by a crash.
+void ExpectFoldedBatchNormDiffers(const std::string& name) {
+  const std::string ref = ReadAll("tests/golden/" + name + ".json");
+  const std::vector<double> losses = JsonArray(ref, "losses");
+  ASSERT_EQ(losses.size(), 20u);
+  std::string tmpl = (fs::temp_directory_path() / "flowrun_parity_XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  const std::string jsonl = tmpl + "/run.jsonl";
+  std::string output;
+  const int code = RunFlowrun("tests/golden/" + name + ".yaml", jsonl, output);
+  const std::vector<Step> got = ReadJsonl(jsonl);
+  std::error_code ec;
+  fs::remove_all(tmpl, ec);
+  ASSERT_EQ(code, 0) << output;
+  ASSERT_EQ(got.size(), 20u) << output;
+  EXPECT_GT(RelDiff(got[0].loss, losses[0]), 1e-3) << "the folded model's first loss should not be PyTorch's";
+}
+TEST(Parity, FoldedBatchNorm_exports_cnn_dynamo_sgd) { ExpectFoldedBatchNormDiffers("exports/cnn_dynamo_sgd"); }
+TEST(Parity, FoldedBatchNorm_exports_cnn_dynamo_adamw) { ExpectFoldedBatchNormDiffers("exports/cnn_dynamo_adamw"); }
+TEST(Parity, FoldedBatchNorm_exports_resnet_dynamo_sgd) { ExpectFoldedBatchNormDiffers("exports/resnet_dynamo_sgd"); }
+TEST(Parity, FoldedBatchNorm_exports_resnet_dynamo_adamw) { ExpectFoldedBatchNormDiffers("exports/resnet_dynamo_adamw"); }
 
 TEST(Parity, EveryGoldenRunHasATest) {
   std::set<std::string> files, listed(std::begin(kGolden), std::end(kGolden));

@@ -123,25 +123,29 @@ Status ErfGrad(const KernelCtx& c) {
   return UnaryGrad(c, [](float dy, float x) { return dy * k2OverSqrtPi * Exp(-x * x); });
 }
 
+// Sums in double: a bias's or a batch norm's gradient sums thousands of terms of both signs, where
+// float accumulation loses digits PyTorch's (pairwise) sums keep.
 Status SumTo(const KernelCtx& c) {
   const Tensor& x = c.in[0];
   const Tensor& y = c.out[0];
-  if (!AddsInto(c)) y.Zero();
   const float* px = x.data<float>();
-  float* py = y.data<float>();
+  std::vector<double> acc(static_cast<size_t>(y.numel()), 0.0);
   // Iterate x's rows; y is "broadcast" onto x's shape with stride 0 along the summed dims.
   ForEachRow(x.shape(), y.shape(), x.shape(),
              [&](int64_t ox, int64_t oy, int64_t, int64_t n, int64_t, int64_t sy) {
                const float* r = px + ox;
-               float* o = py + oy;
+               double* o = acc.data() + oy;
                if (sy == 1) {
                  for (int64_t i = 0; i < n; ++i) o[i] += r[i];
                } else {
-                 float s = 0.f;
+                 double s = 0;
                  for (int64_t i = 0; i < n; ++i) s += r[i];
                  o[0] += s;
                }
              });
+  float* py = y.data<float>();
+  const bool adds = AddsInto(c);
+  for (size_t i = 0; i < acc.size(); ++i) py[i] = (adds ? py[i] : 0.f) + static_cast<float>(acc[i]);
   return Status::Ok();
 }
 

@@ -1,6 +1,7 @@
 // CPU kernels of the math ops and reductions (ops/math.cpp). A reduction walks its input's rows
 // with the output viewed at the input's rank (1 on every reduced axis): ForEachRow gives each row's
 // offset into both, and a stride of 0 along a reduced innermost axis.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -50,13 +51,27 @@ template <typename T>
 void SumInto(const KernelCtx& c) {
   const Tensor& x = c.in[0];
   T* o = c.out[0].data<T>();
+  const int64_t n = c.out[0].numel();
   if constexpr (std::is_integral_v<T>) {
     // Wrapping, as the elementwise Add (a corrupt model's folded shapes can overflow).
-    ReduceInto<T>(x, Kept(c, x.shape()), o, c.out[0].numel(), T{0}, [](T a, T b) {
+    ReduceInto<T>(x, Kept(c, x.shape()), o, n, T{0}, [](T a, T b) {
       return static_cast<T>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
     });
   } else {
-    ReduceInto<T>(x, Kept(c, x.shape()), o, c.out[0].numel(), T{0}, [](T a, T b) { return a + b; });
+    // In double, as SumTo: a batch norm's statistics sum thousands of terms.
+    std::vector<double> acc(static_cast<size_t>(n));
+    const float* px = x.data<float>();
+    std::fill(acc.begin(), acc.end(), 0.0);
+    ForEachRow(x.shape(), Kept(c, x.shape()), x.shape(), [&](int64_t ox, int64_t ok, int64_t, int64_t len, int64_t, int64_t sk) {
+      if (sk == 1) {
+        for (int64_t i = 0; i < len; ++i) acc[static_cast<size_t>(ok + i)] += px[ox + i];
+      } else {
+        double s = 0;
+        for (int64_t i = 0; i < len; ++i) s += px[ox + i];
+        acc[static_cast<size_t>(ok)] += s;
+      }
+    });
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
   }
 }
 
@@ -158,9 +173,8 @@ Status ReduceMean(const KernelCtx& c) {
   int64_t count = 1;
   for (int64_t a : c.node.attrs.Ints("axes")) count *= c.in[0].shape()[static_cast<int>(a)];
   count = c.node.attrs.Int("count", count);  // a piece of a split axis divides by the logical count
-  const float inv = 1.f / static_cast<float>(count);
   float* o = c.out[0].data<float>();
-  for (int64_t i = 0, n = c.out[0].numel(); i < n; ++i) o[i] *= inv;
+  for (int64_t i = 0, n = c.out[0].numel(); i < n; ++i) o[i] = static_cast<float>(o[i] / static_cast<double>(count));
   return Status::Ok();
 }
 
