@@ -136,7 +136,28 @@ def resnet():
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES))
 
 
-MODELS = {"gpt2": gpt2, "llama": llama, "nanogpt": nanogpt, "cnn": cnn, "resnet": resnet}
+def bert():
+    """BertForSequenceClassification, 2 labels, returning its logits from input_ids,
+    attention_mask and token_type_ids."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+    cfg = BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                     max_position_embeddings=SEQ, type_vocab_size=2, num_labels=2, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, classifier_dropout=0.0)
+
+    class Classifier(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = BertForSequenceClassification(cfg)
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+
+    return Classifier()
+
+
+MODELS = {"gpt2": gpt2, "llama": llama, "nanogpt": nanogpt, "cnn": cnn, "resnet": resnet, "bert": bert}
+TEXT_FIELDS = ("input_ids", "attention_mask", "token_type_ids")
 IMAGE_MODELS = {"cnn", "resnet"}
 IMAGE, CLASSES, SAMPLES = (3, 16, 16), 10, 256
 
@@ -152,6 +173,31 @@ def make_images():
     y = (base.reshape(SAMPLES, -1) @ teacher).argmax(axis=1).astype(np.int64)
     np.save("data/images_x.npy", x.astype(np.float32))
     np.save("data/images_y.npy", y)
+
+
+def make_text_pairs():
+    """data/pairs_{input_ids,attention_mask,token_type_ids,labels}.npy, 256 samples of SEQ: windows
+    of the GPT token data as sentence pairs (token types 0 then 1 from a random cut), the last 0-7
+    positions padded (mask 0, token 0), labelled 1 where the first segment has more spaces than
+    the second."""
+    import numpy as np
+    rng = np.random.default_rng(11)
+    tok = np.fromfile("data/devils_dictionary.u16", dtype="<u2").astype(np.int64)
+    ids = np.stack([tok[i * SEQ:(i + 1) * SEQ] for i in range(SAMPLES)])
+    types = np.zeros_like(ids)
+    mask = np.ones_like(ids)
+    labels = np.zeros(SAMPLES, dtype=np.int64)
+    for i in range(SAMPLES):
+        cut, pad = rng.integers(8, SEQ - 8), rng.integers(0, 8)
+        types[i, cut:] = 1
+        if pad:
+            mask[i, SEQ - pad:] = 0
+            ids[i, SEQ - pad:] = 0
+            types[i, SEQ - pad:] = 0
+        first, second = ids[i, :cut], ids[i, cut:SEQ - pad]
+        labels[i] = int((first == 32).sum() > (second == 32).sum())
+    for name, a in (("input_ids", ids), ("attention_mask", mask), ("token_type_ids", types), ("labels", labels)):
+        np.save(f"data/pairs_{name}.npy", a)
 
 
 class Logits:
@@ -181,7 +227,7 @@ def build(name, seed=0, jitter=0.0):
     sign (the conditioning check below)."""
     import torch
     torch.manual_seed(seed)
-    model = MODELS[name]() if name in IMAGE_MODELS else Logits(MODELS[name]())
+    model = MODELS[name]() if name in IMAGE_MODELS or name == "bert" else Logits(MODELS[name]())
     # Perturb every parameter a little: default inits (LayerNorm ones, zero biases) would make
     # distinct parameters equal, which exporters then merge.
     g = torch.Generator().manual_seed(1)
@@ -215,25 +261,34 @@ def conditioned_seed(name, configs):
     raise SystemExit(f"make_exports: no seed of {name} in {SEEDS} gives a well-conditioned reference")
 
 
-def export(model, exporter, path, image):
+def example(name):
+    """The export's example inputs and their names."""
+    import torch
+    if name in IMAGE_MODELS:
+        return (torch.zeros((IMAGE_BATCH,) + IMAGE),), ["x"]
+    if name == "bert":
+        ids = torch.zeros(BATCH, SEQ, dtype=torch.int64)
+        return (ids, torch.ones_like(ids), torch.zeros_like(ids)), list(TEXT_FIELDS)
+    return (torch.zeros(BATCH, SEQ, dtype=torch.int64),), ["input_ids"]
+
+
+def export(model, exporter, path, name):
     """Language models in eval mode (dropout is 0 anyway); CNNs in training mode, so that
     BatchNormalization keeps batch statistics (eval mode folds the running ones into the Conv)."""
     import torch
-    if image:
-        model.train()
-        x, names = torch.zeros((IMAGE_BATCH,) + IMAGE), (["x"], ["logits"])
-    else:
-        model.eval()
-        x, names = torch.zeros(BATCH, SEQ, dtype=torch.int64), (["input_ids"], ["logits"])
+    image = name in IMAGE_MODELS
+    model.train() if image else model.eval()
+    x, inputs = example(name)
+    names = (inputs, ["logits"])
     for f in (path, path + ".data"):
         if os.path.exists(f):
             os.remove(f)
     state = {k: v.clone() for k, v in model.state_dict().items()}  # a training-mode trace updates BN's running stats
     if exporter == "dynamo":
-        torch.onnx.export(model, (x,), path, dynamo=True, input_names=names[0], output_names=names[1])
+        torch.onnx.export(model, x, path, dynamo=True, input_names=names[0], output_names=names[1])
     else:
         mode = torch.onnx.TrainingMode.TRAINING if image else torch.onnx.TrainingMode.EVAL
-        torch.onnx.export(model, (x,), path, dynamo=False, training=mode, input_names=names[0], output_names=names[1])
+        torch.onnx.export(model, x, path, dynamo=False, training=mode, input_names=names[0], output_names=names[1])
     model.load_state_dict(state)
     model.train()
 
@@ -267,6 +322,17 @@ IMAGE_LR = {"sgd": 0.01, "adamw": 5.0e-4}
 
 
 def golden_config(onnx_path, opt):
+    if "/bert_" in onnx_path:
+        return {
+            "model": {"onnx": onnx_path, "inputs": {f: f for f in TEXT_FIELDS},
+                      "loss": {"type": "cross_entropy", "logits": "logits", "labels": "labels"}},
+            "data": {"format": "npy", "arrays": {f: f"data/pairs_{f}.npy" for f in TEXT_FIELDS + ("labels",)},
+                     "order": "sequential"},
+            "train": {"steps": STEPS, "global_batch": 2 * BATCH, "micro_batch": BATCH, "seed": 0},
+            "optimizer": dict(OPTIMIZERS[opt]),
+            "schedule": {"type": "cosine", "warmup": 5, "min_lr": OPTIMIZERS[opt]["lr"] / 10},
+            "log": {"every": 1},
+        }
     if any(f"/{m}_" in onnx_path for m in IMAGE_MODELS):
         optimizer = dict(OPTIMIZERS[opt], lr=IMAGE_LR[opt])
         return {
@@ -302,6 +368,10 @@ def train(model, cfg):
     sys.path.insert(0, os.path.join(ROOT, "tools"))
     import make_gpt
     import make_reference as ref
+    if "arrays" in cfg["data"]:  # several inputs: make_reference.py's train_step, unrolled for them
+        import numpy as np
+        arrays = {f: torch.from_numpy(np.load(p)) for f, p in cfg["data"]["arrays"].items()}
+        return train_fields(model, cfg, arrays, ref)
     if cfg["data"]["format"] == "npy":
         x, y = ref.load_data(cfg)
         criterion = ref.make_criterion(cfg)
@@ -316,6 +386,38 @@ def train(model, cfg):
         loss, gnorm = ref.train_step(model, opt, criterion, x, y, s, cfg, lr)
         losses.append(loss)
         gnorms.append(gnorm)
+        lrs.append(lr)
+    return losses, gnorms, lrs
+
+
+def train_fields(model, cfg, arrays, ref):
+    """make_reference.train_step's loop for a model of several inputs (TEXT_FIELDS)."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    model.train()
+    opt = ref.make_optimizer(cfg, model.parameters())
+    g, mb, m = ref.batch_sizes(cfg)
+    n = arrays["labels"].shape[0]
+    losses, gnorms, lrs = [], [], []
+    for s in range(STEPS):
+        lr = ref.lr_at(cfg, s)
+        rows = ref.batch_rows(s, g, n)
+        batch = {f: a[rows] for f, a in arrays.items()}
+        opt.zero_grad(set_to_none=False)
+        step_losses = []
+        for i in range(m):
+            part = {f: a[i * mb:(i + 1) * mb] for f, a in batch.items()}
+            loss = F.cross_entropy(model(*(part[f] for f in TEXT_FIELDS)), part["labels"])
+            (loss / m).backward()
+            step_losses.append(loss.item())
+        params = list(model.parameters())
+        gnorm = torch.nn.utils.clip_grad_norm_(params, float(cfg["optimizer"]["grad_clip"]))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        opt.step()
+        losses.append(float(np.mean(np.asarray(step_losses, dtype=np.float64))))
+        gnorms.append(float(gnorm))
         lrs.append(lr)
     return losses, gnorms, lrs
 
@@ -335,6 +437,7 @@ def main():
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, onnx {onnx.__version__}")
     os.makedirs("models/exports", exist_ok=True)
     make_images()
+    make_text_pairs()
     os.makedirs("tests/golden/exports", exist_ok=True)
     only = set(filter(None, args.only.split(",")))
     for name in MODELS:
@@ -344,7 +447,7 @@ def main():
         for exporter in ("dynamo", "torchscript"):
             path = f"models/exports/{name}_{exporter}.onnx"
             try:
-                export(build(name, seed), exporter, path, name in IMAGE_MODELS)
+                export(build(name, seed), exporter, path, name)
             except Exception as e:  # an exporter that fails is a finding, not a stop
                 print(f"  {path}: export failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
                 continue

@@ -114,9 +114,22 @@ Status ReadDataFormat(const Section& s, DataConfig* d) {
       RETURN_IF_ERROR(s.Read("train", &d->train, Need::kRequired));
       RETURN_IF_ERROR(s.Read("seq_len", &d->seq_len, Need::kRequired));
       return s.Check("seq_len", d->seq_len > 0, "an integer > 0");
-    case DataConfig::Format::kNpy:
-      RETURN_IF_ERROR(s.Read("x", &d->npy["x"], Need::kRequired));
-      return s.Read("y", &d->npy["y"], Need::kRequired);
+    case DataConfig::Format::kNpy: {
+      // Fields x and y, or any named in `arrays` (a model with several inputs), or both.
+      for (const char* key : {"x", "y"})
+        if (s.Has(key)) RETURN_IF_ERROR(s.Read(key, &d->npy[key], Need::kRequired));
+      if (s.Has("arrays")) {
+        ASSIGN_OR_RETURN(Val arrays, s.Get("arrays"));
+        ASSIGN_OR_RETURN(std::vector<Val::Entry> entries, arrays.Entries());
+        if (entries.empty()) return arrays.Expected("a map of field names to .npy files");
+        for (const Val::Entry& e : entries) {
+          if (d->npy.count(e.name)) return e.value.Expected("a field other than data." + e.name);
+          ASSIGN_OR_RETURN(d->npy[e.name], e.value.String());
+        }
+      }
+      if (d->npy.empty()) return s.Read("x", &d->npy["x"], Need::kRequired);  // says what is missing
+      return Status::Ok();
+    }
     case DataConfig::Format::kSynthetic: {
       RETURN_IF_ERROR(s.Read("samples", &d->samples, Need::kRequired));
       RETURN_IF_ERROR(s.Check("samples", d->samples > 0, "an integer > 0"));
@@ -130,7 +143,7 @@ Status ReadDataFormat(const Section& s, DataConfig* d) {
 Status ReadData(const Val& v, DataConfig* d) {
   using F = DataConfig::Format;
   static const Names<F> kOwners = {{"train", F::kTokens}, {"seq_len", F::kTokens},
-                                   {"x", F::kNpy},        {"y", F::kNpy},
+                                   {"x", F::kNpy},        {"y", F::kNpy},        {"arrays", F::kNpy},
                                    {"samples", F::kSynthetic}, {"fields", F::kSynthetic}};
   std::vector<std::string> keys = {"format", "order"};
   for (const auto& [key, owner] : kOwners) keys.push_back(key);
@@ -477,7 +490,14 @@ std::string ConfigToYaml(const Config& c) {
       line("  seq_len: " + std::to_string(c.data.seq_len));
       break;
     case DataConfig::Format::kNpy:
-      for (const auto& [k, v] : c.data.npy) line("  " + k + ": " + Quote(v));
+      for (const auto& [k, v] : c.data.npy) {
+        if (k == "x" || k == "y") line("  " + k + ": " + Quote(v));
+      }
+      if (c.data.npy.size() > c.data.npy.count("x") + c.data.npy.count("y")) {
+        line("  arrays:");
+        for (const auto& [k, v] : c.data.npy)
+          if (k != "x" && k != "y") line("    " + Quote(k) + ": " + Quote(v));
+      }
       break;
     case DataConfig::Format::kSynthetic:
       line("  samples: " + std::to_string(c.data.samples));

@@ -53,7 +53,7 @@ struct DataConfig {
   // tokens
   std::string train;    // path of the uint16 token file, as written
   int64_t seq_len = 0;
-  // npy: field name -> path as written (keys `x` and `y` in YAML)
+  // npy: field name -> path as written (keys `x`, `y` and the map `arrays` in YAML)
   std::map<std::string, std::string> npy;
   // synthetic
   std::map<std::string, SyntheticField> synthetic;

@@ -335,6 +335,7 @@ class Importer {
   // (Which attributes an op may have, and their types, CheckOnnxNode checked.)
   Status CheckAttrs(const onnx::NodeProto& n, OpKind k, const Attrs& a) {
     if (k == OpKind::kGelu) return Status::Ok();  // lowered by LowerGelu
+    if (k == OpKind::kGatherND && a.Int("batch_dims") != 0) return NodeErr(n, "batch_dims other than 0 is not supported");
     if (k == OpKind::kLayerNormalization && a.Int("stash_type", 1) != 1) {
       return NodeErr(n, "stash_type other than float32 is not supported");
     }
@@ -454,6 +455,19 @@ class Importer {
     return Status::Ok();
   }
 
+  // Whether v is an embedding lookup (a Gather) or a sum of them (BERT adds token, type and
+  // position embeddings in turn).
+  bool FromLookup(ValueId v) const {
+    for (int depth = 0; depth < 8 && v != kNoValue && g_.value(v).producer >= 0; ++depth) {
+      const Node& p = g_.node(g_.value(v).producer);
+      if (p.op == OpKind::kGather) return true;
+      if (p.op != OpKind::kAdd) return false;
+      if (g_.ProducedBy(p.in[0], OpKind::kGather)) return true;
+      v = p.in[1];
+    }
+    return false;
+  }
+
   // Replaces every read of `copy` by a read of Transpose(table), a node put first in the graph.
   Status Tie(ValueId copy, ValueId table) {
     Attrs perm;
@@ -513,7 +527,7 @@ class Importer {
         case OpKind::kConv: mark(node, 1), mark(node, 2); break;
         case OpKind::kAdd:  // a table added to an embedding lookup: positions, folded by the exporter
           for (size_t k = 0; k < 2; ++k)
-            if (g_.ProducedBy(node.in[1 - k], OpKind::kGather)) mark(node, k);
+            if (FromLookup(node.in[1 - k])) mark(node, k);
           break;
         case OpKind::kLayerNormalization: mark(node, 1), mark(node, 2); break;
         case OpKind::kTranspose: case OpKind::kReshape: case OpKind::kExpand: case OpKind::kSlice:

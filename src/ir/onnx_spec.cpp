@@ -84,6 +84,7 @@ const std::unordered_map<std::string_view, OpSpec>& Specs() {
       {"Unsqueeze", {2, 2, 1, 1, {}}},
       {"Transpose", {1, 1, 1, 1, {{"perm", A::INTS}}}},
       {"Gather", {2, 2, 1, 1, {{"axis", A::INT}}}},
+      {"GatherND", {2, 2, 1, 1, {{"batch_dims", A::INT}}}},
       {"Concat", {1, kAny, 1, 1, {{"axis", A::INT, true}}}},
       {"Split", {1, 2, 1, kAny, {{"axis", A::INT}, {"num_outputs", A::INT, false, 18}}}},
       {"Slice", {3, 5, 1, 1, {}}},

@@ -512,4 +512,63 @@ void PhysicalExpand(ir::Node& n, Types, Types physical_out) { n.attrs.Set("shape
 // (Shape of a split piece would give the piece's dims).
 Sigs SbpFoldOnly(const ir::Node& n, Types, Types out, int64_t) { return {Uniform(n, out.size(), Sbp::B())}; }
 
+// ---- GatherND ----
+
+// GatherND(data [d_0 .. d_{r-1}], indices [i_0 .. i_{q-2}, k]), batch_dims 0 -> [i_0 .. i_{q-2},
+// d_k .. d_{r-1}]: each index tuple of k picks a slice of data (negative entries count from the
+// end). Exporters write it for advanced indexing, such as an attention mask's mask[:, None, None, :].
+Out InferGatherND(const ir::Node& n, Types in) {
+  const Shape &x = in[0].shape, &idx = in[1].shape;
+  if (!IsIndex(in[1].dtype)) return Status::Invalid(n.name + ": GatherND indices must be int64 or int32");
+  if (idx.rank() < 1 || idx[idx.rank() - 1] < 1 || idx[idx.rank() - 1] > x.rank()) {
+    return Status::Invalid(n.name + ": GatherND indices " + idx.ToString() + " must end in a tuple length in [1, " +
+                           std::to_string(x.rank()) + "] for data " + x.ToString());
+  }
+  const int64_t k = idx[idx.rank() - 1];
+  std::vector<int64_t> d(idx.dims().begin(), idx.dims().end() - 1);
+  d.insert(d.end(), x.dims().begin() + k, x.dims().end());
+  return std::vector<ir::TensorType>{{in[0].dtype, Shape(d)}};
+}
+
+// GatherNDGrad(dY, indices) -> dData of attribute `shape`: zeros, and each slice's dY added back.
+Out InferGatherNDGrad(const ir::Node& n, Types in) {
+  RETURN_IF_ERROR(ExpectFloat(n, in, 0));
+  const ir::TensorType data{DType::kF32, Shape(n.attrs.Ints("shape"))};
+  const std::vector<ir::TensorType> fwd = {data, in[1]};
+  auto y = InferGatherND(n, fwd);
+  FR_CHECK(y.ok() && (*y)[0].shape == in[0].shape, n.name + ": dY " + in[0].shape.ToString() + " is not a GatherND of " +
+                                                       data.shape.ToString());
+  return std::vector<ir::TensorType>{data};
+}
+
+void GradGatherND(GradCtx& c) {
+  ir::Attrs a;
+  a.Set("shape", c.type(c.in(0)).shape.dims());
+  c.set_din(0, c.Op(OpKind::kGatherNDGrad, {c.dout(0), c.in(1)}, a));
+}
+
+// GatherND(data [4, 7], indices [4, 1, 2]) -> [4, 1]: the index tuples' leading axes split the
+// output's; data stays whole (a tuple may point anywhere in it). A gather moves elements, so any P
+// passes.
+//   (B, S(0)) -> S(0);  (P, B) -> P
+Sigs SbpGatherND(const ir::Node& n, Types in, Types, int64_t parts) {
+  const Shape& idx = in[1].shape;
+  Sigs s{Uniform(n, 1, Sbp::B())};
+  for (int i = 0; i + 1 < idx.rank(); ++i)
+    if (Splits(idx[i], parts)) AddSig(s, {{Sbp::B(), Sbp::S(i)}, {Sbp::S(i)}});
+  for (sbp::Reduce r : {sbp::Reduce::kSum, sbp::Reduce::kMax, sbp::Reduce::kMin}) AddSig(s, {{Sbp::P(r), Sbp::B()}, {Sbp::P(r)}});
+  return s;
+}
+
+// GatherNDGrad(dY [4, 1], indices [4, 1, 2]) -> dData [4, 7]: each device adds its slices into
+// whole zeros: (S(0), S(0)) -> P; linear in dY: (P, B) -> P.
+Sigs SbpGatherNDGrad(const ir::Node& n, Types in, Types, int64_t parts) {
+  const Shape& idx = in[1].shape;
+  Sigs s{Uniform(n, 1, Sbp::B())};
+  for (int i = 0; i + 1 < idx.rank(); ++i)
+    if (Splits(idx[i], parts)) AddSig(s, {{Sbp::S(i), Sbp::S(i)}, {Sbp::P()}});
+  AddSig(s, {{Sbp::P(), Sbp::B()}, {Sbp::P()}});
+  return s;
+}
+
 }  // namespace fr::defs

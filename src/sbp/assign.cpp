@@ -360,6 +360,7 @@ class Assigner {
     }
     const int64_t parts = p.hierarchy()[a];
     for (const Signature& sig : Def(n.op).sbp(n, in, out, parts)) {
+      if (PartialBool(sig, in, out)) continue;
       std::vector<ir::TensorType> in2 = in, out2 = out;
       for (size_t i = 0; i < in2.size(); ++i) in2[i] = Split(in2[i], sig.in[i], parts);
       for (size_t i = 0; i < out2.size(); ++i) out2[i] = Split(out2[i], sig.out[i], parts);
@@ -367,6 +368,16 @@ class Assigner {
       Expand(id, in2, out2, chosen, cands);
       chosen.pop_back();
     }
+  }
+
+  // A partial bool (a mask passed through a Cast or a Reshape, whose rules offer P for any type):
+  // booleans have no sum to reduce pieces with, and the communicators none for them.
+  static bool PartialBool(const Signature& sig, const std::vector<ir::TensorType>& in, const std::vector<ir::TensorType>& out) {
+    for (size_t i = 0; i < in.size(); ++i)
+      if (sig.in[i].is_partial() && in[i].dtype == DType::kBool) return true;
+    for (size_t i = 0; i < out.size(); ++i)
+      if (sig.out[i].is_partial() && out[i].dtype == DType::kBool) return true;
+    return false;
   }
 
   // A tensor axis split by several mesh axes must split evenly, so every device's piece is the

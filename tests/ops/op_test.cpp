@@ -1878,5 +1878,29 @@ TEST(Grad, AveragePool) {
                 {"pads", std::vector<int64_t>{1, 1, 0, 1}}, {"count_include_pad", int64_t{0}}}));
 }
 
+
+TEST(Forward, GatherND) {
+  Net net;  // data [2, 3, 2]; tuples of 2 pick rows [d2]; a negative entry counts from the end
+  Tensor x(DType::kF32, {2, 3, 2});
+  for (int64_t i = 0; i < 12; ++i) x.data<float>()[i] = static_cast<float>(i);
+  ValueId data = net.Input("x", x);
+  ValueId idx = net.Input("i", Ints({3, 2}, {1, 2, 0, -3, 1, 0}));
+  ValueId y = net.Op(OpKind::kGatherND, {data, idx});
+  ValueId whole = net.Op(OpKind::kGatherND, {data, net.Input("j", Ints({1, 3}, {1, 1, 1}))});
+  ASSERT_TRUE(net.Run().ok());
+  EXPECT_EQ(net[y].shape(), (Shape{3, 2}));
+  EXPECT_TRUE(AllNear(net[y], {10, 11, 0, 1, 6, 7}, 0, 0));
+  EXPECT_TRUE(AllNear(net[whole], {9}, 0, 0));
+  Net bad;
+  ValueId out = bad.Op(OpKind::kGatherND, {bad.Input("x", x), bad.Input("i", Ints({1, 2}, {2, 0}))});
+  EXPECT_NE(out, ir::kNoValue);
+  EXPECT_FALSE(bad.Run().ok());  // 2 is out of range for dim 2
+}
+TEST(Grad, GatherND_repeated) {  // a slice picked twice gets both gradients
+  Net net;
+  ValueId x = net.Input("x", Rand({3, 4}, 620));
+  CheckGrads(net, net.Op(OpKind::kGatherND, {x, net.Input("i", Ints({3, 1}, {2, 0, 2}))}), {x});
+}
+
 }  // namespace
 }  // namespace fr::test

@@ -213,6 +213,23 @@ TEST(Distributed, LlamaExport_TensorParallel_1n2d) {
                     {}});
 }
 
+// The BERT export (TorchScript; three inputs from npy arrays): data parallel, and tensor parallel
+// with Megatron's MLP (the intermediate projection by columns from the LayerNorm's whole output,
+// the output projection by rows).
+const char* kBert = "tests/golden/exports/bert_torchscript_sgd.yaml";
+TEST(Distributed, BertExport_DataParallel_1n2d) {
+  ExpectSameLosses({"bert_dp2", kBert, 2, {"parallel.sbp={input_ids: [\"S(0)\"]}"}, {}});
+}
+TEST(Distributed, BertExport_TensorParallel_1n2d) {
+  ExpectSameLosses({"bert_tp2", kBert, 2,
+                    {"parallel.sbp={\"/bert/bert/encoder/layer.*/intermediate/dense/MatMul:0\": [B], "
+                     "\"/bert/bert/encoder/layer.*/intermediate/dense/MatMul:1\": [\"S(1)\"]}",
+                     "cluster.flops=1.0e+13", "cluster.latency={intra: 5.0e-6, inter: 5.0e-6}",
+                     "cluster.bandwidth={intra: 1.0e+11, inter: 1.0e+11}", "cluster.p2p_latency=5.0e-6",
+                     "cluster.op_overhead=0"},
+                    {}});
+}
+
 // The ResNet export (TorchScript, BatchNormalization in training mode), data parallel: each rank
 // holds half of every micro-batch, and BatchNorm's statistics are the whole micro-batch's (its
 // ReduceMean over a split batch is a partial sum that boxing all-reduces), as on one rank. With

@@ -37,7 +37,9 @@ const char* const kGolden[] = {"mlp_sgd", "mlp_adamw", "mlp_ln_gelu_sgd", "mlp_l
                                "exports/cnn_torchscript_sgd", "exports/cnn_torchscript_adamw",
                                "exports/resnet_torchscript_sgd", "exports/resnet_torchscript_adamw",
                                "exports/cnn_dynamo_sgd", "exports/cnn_dynamo_adamw",
-                               "exports/resnet_dynamo_sgd", "exports/resnet_dynamo_adamw"};
+                               "exports/resnet_dynamo_sgd", "exports/resnet_dynamo_adamw",
+                               "exports/bert_torchscript_sgd", "exports/bert_torchscript_adamw",
+                               "exports/bert_dynamo_sgd", "exports/bert_dynamo_adamw"};
 
 std::string ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -173,6 +175,12 @@ TEST(Parity, Golden_exports_cnn_torchscript_sgd_1n1d) { CheckGolden("exports/cnn
 TEST(Parity, Golden_exports_cnn_torchscript_adamw_1n1d) { CheckGolden("exports/cnn_torchscript_adamw"); }
 TEST(Parity, Golden_exports_resnet_torchscript_sgd_1n1d) { CheckGolden("exports/resnet_torchscript_sgd"); }
 TEST(Parity, Golden_exports_resnet_torchscript_adamw_1n1d) { CheckGolden("exports/resnet_torchscript_adamw"); }
+// BERT for sequence classification: three graph inputs (input_ids, attention_mask, token_type_ids)
+// fed from npy arrays, padded positions masked out.
+TEST(Parity, Golden_exports_bert_torchscript_sgd_1n1d) { CheckGolden("exports/bert_torchscript_sgd"); }
+TEST(Parity, Golden_exports_bert_torchscript_adamw_1n1d) { CheckGolden("exports/bert_torchscript_adamw"); }
+TEST(Parity, Golden_exports_bert_dynamo_sgd_1n1d) { CheckGolden("exports/bert_dynamo_sgd"); }
+TEST(Parity, Golden_exports_bert_dynamo_adamw_1n1d) { CheckGolden("exports/bert_dynamo_adamw"); }
 
 // The dynamo exporter folds every BatchNormalization into the Conv before it, even from a model in
 // training mode: the file computes conv(x) with the running statistics baked in, not batch

@@ -181,6 +181,8 @@ const std::vector<Case>& Cases() {
       {K::kAdamWUpdate, "clip", {F({5, 7}), F({5, 7}), F({}, Fill::kPositive)}, adamw, kTol, 2},
       {K::kAdamWUpdate, "noclip", {F({7}), F({7})}, adamw, kTol, 2},
       {K::kGather, "embed", {F({7, 5}), Labels({3, 4}, 7)}, Axis(0)},
+      {K::kGatherND, "rows", {F({5, 7}), Labels({4, 2, 1}, 5)}, {}},
+      {K::kGatherNDGrad, "rows", {F({4, 2, 7}), Labels({4, 2, 1}, 5)}, ShapeAttr({5, 7})},
       {K::kGather, "axis1", {F({3, 7, 5}), Labels({2, 3}, 7)}, Axis(1)},
       {K::kGather, "shape", {I64({4}), Labels({}, 4)}, {}},
       {K::kGatherGrad, "embed", {F({3, 4, 5}), Labels({3, 4}, 7)}, With(Axis(0), "shape", std::vector<int64_t>{7, 5})},

@@ -300,4 +300,54 @@ Status Range(const KernelCtx& c) {
   }
 }
 
+namespace {
+
+// The flat offset of each index tuple's slice in data, and the slice's element count.
+Result<std::vector<int64_t>> SliceOffsets(const KernelCtx& c, const fr::Shape& x, const Tensor& indices, int64_t* slice) {
+  const int64_t k = indices.shape()[indices.shape().rank() - 1], tuples = k ? indices.numel() / k : 0;
+  *slice = Prod(x, static_cast<int>(k), x.rank());
+  std::vector<int64_t> out(static_cast<size_t>(tuples));
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t off = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t dim = x[static_cast<int>(j)];
+      const int64_t at = t * k + j;
+      int64_t v = indices.dtype() == DType::kI64 ? indices.data<int64_t>()[at] : indices.data<int32_t>()[at];
+      if (v < -dim || v >= dim) {
+        return Status::Invalid("[ops] " + c.node.name + ": index " + std::to_string(v) + " is out of range [" + std::to_string(-dim) +
+                               ", " + std::to_string(dim) + ")");
+      }
+      off = off * dim + (v < 0 ? v + dim : v);
+    }
+    out[static_cast<size_t>(t)] = off * *slice;
+  }
+  return out;
+}
+
+}  // namespace
+
+Status GatherND(const KernelCtx& c) {
+  const Tensor &X = c.in[0], &Y = c.out[0];
+  int64_t slice = 0;
+  ASSIGN_OR_RETURN(std::vector<int64_t> offsets, SliceOffsets(c, X.shape(), c.in[1], &slice));
+  const size_t es = SizeOf(X.dtype()), bytes = static_cast<size_t>(slice) * es;
+  const auto* px = static_cast<const char*>(X.raw());
+  auto* py = static_cast<char*>(Y.raw());
+  for (size_t t = 0; t < offsets.size(); ++t) std::memcpy(py + t * bytes, px + static_cast<size_t>(offsets[t]) * es, bytes);
+  return Status::Ok();
+}
+
+// dData = 0; dData[slice t] += dY[t], in the order of t (deterministic).
+Status GatherNDGrad(const KernelCtx& c) {
+  const Tensor &dY = c.in[0], &dX = c.out[0];
+  int64_t slice = 0;
+  ASSIGN_OR_RETURN(std::vector<int64_t> offsets, SliceOffsets(c, dX.shape(), c.in[1], &slice));
+  dX.Zero();
+  const float* dy = dY.data<float>();
+  float* dx = dX.data<float>();
+  for (size_t t = 0; t < offsets.size(); ++t)
+    for (int64_t i = 0; i < slice; ++i) dx[offsets[t] + i] += dy[static_cast<int64_t>(t) * slice + i];
+  return Status::Ok();
+}
+
 }  // namespace fr::cpu
