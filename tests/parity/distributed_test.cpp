@@ -214,16 +214,18 @@ TEST(Distributed, LlamaExport_TensorParallel_1n2d) {
 }
 
 // The BERT export (TorchScript; three inputs from npy arrays): data parallel, and tensor parallel
-// with Megatron's MLP (the intermediate projection by columns from the LayerNorm's whole output,
-// the output projection by rows).
+// with Megatron's MLP, from hints: the intermediate projection by columns ((B, S(1)) -> S(2)), the
+// output projection by rows ((S(2), S(0)) -> P).
 const char* kBert = "tests/golden/exports/bert_torchscript_sgd.yaml";
 TEST(Distributed, BertExport_DataParallel_1n2d) {
   ExpectSameLosses({"bert_dp2", kBert, 2, {"parallel.sbp={input_ids: [\"S(0)\"]}"}, {}});
 }
 TEST(Distributed, BertExport_TensorParallel_1n2d) {
   ExpectSameLosses({"bert_tp2", kBert, 2,
-                    {"parallel.sbp={\"/bert/bert/encoder/layer.*/intermediate/dense/MatMul:0\": [B], "
-                     "\"/bert/bert/encoder/layer.*/intermediate/dense/MatMul:1\": [\"S(1)\"]}",
+                    {"parallel.sbp={\"/bert/bert/encoder/layer.*/intermediate/dense/MatMul:1\": [\"S(1)\"], "
+                     "\"/bert/bert/encoder/layer.*/intermediate/dense/MatMul_output_0\": [\"S(2)\"], "
+                     "\"/bert/bert/encoder/layer.*/output/dense/MatMul:1\": [\"S(0)\"], "
+                     "\"/bert/bert/encoder/layer.*/output/dense/MatMul_output_0\": [P]}",
                      "cluster.flops=1.0e+13", "cluster.latency={intra: 5.0e-6, inter: 5.0e-6}",
                      "cluster.bandwidth={intra: 1.0e+11, inter: 1.0e+11}", "cluster.p2p_latency=5.0e-6",
                      "cluster.op_overhead=0"},
