@@ -167,6 +167,16 @@ parallel:
 log: {every: 1}
 )";
 
+TEST(Config, NpyArraysBesideXAndY) {
+  Result<Config> r = ParseConfig(kBase, "t.yaml", {"data.arrays={mask: data/m.npy, ids: data/i.npy}"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->data.npy, (std::map<std::string, std::string>{
+                             {"x", "data/mlp_x.npy"}, {"y", "data/mlp_y.npy"}, {"mask", "data/m.npy"}, {"ids", "data/i.npy"}}));
+  Result<Config> again = ParseConfig(ConfigToYaml(*r), "again.yaml");  // the YAML written back reads the same
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->data.npy, r->data.npy);
+}
+
 TEST(Config, OverridesApply) {
   Result<Config> r = ParseConfig(kBase, "t.yaml",
                                  {"train.steps=10", "optimizer={type: sgd, lr: 0.5, momentum: 0.9}",
@@ -408,6 +418,10 @@ const BadCase kBadCases[] = {
      "cluster.shared_allreduce.latency: expected seconds per all-reduce > 0, got 0"},
     {"", "", {"cluster.shared_allreduce={latency: 7.5e-5, bandwidth: 5.3e+9, rounds: 1}"},
      "unknown key 'rounds' in cluster.shared_allreduce"},
+    // data.arrays: more npy fields, none named twice.
+    {"", "", {"data.arrays={x: other.npy}"}, "data.arrays.x: expected a field other than data.x"},
+    {"", "", {"data.arrays={}"}, "data.arrays: expected a map of field names to .npy files"},
+    {"  y: data/mlp_y.npy", "  y: data/mlp_y.npy\n  arrays: [a.npy]", {}, "data.arrays: expected a map"},
     // model.trainable / model.frozen: non-empty lists of globs.
     {"", "", {"model.trainable=[]"}, "model.trainable: expected a non-empty list of initializer-name globs"},
     {"", "", {"model.frozen=w"}, "model.frozen: expected a list"},
