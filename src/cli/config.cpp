@@ -57,11 +57,13 @@ Status ReadInputs(const Val& v, std::map<std::string, std::string>* inputs) {
 }
 
 Status ReadLoss(const Val& v, LossConfig* loss) {
-  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"type", "logits", "output", "labels"}));
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"type", "logits", "output", "labels", "ignore_index"}));
   RETURN_IF_ERROR(s.ReadEnum("type", &loss->type, Need::kRequired, kLossTypes));
   RETURN_IF_ERROR(s.Read("labels", &loss->labels, Need::kRequired));
   // Both name the graph output the loss reads; the key says which kind of output it is.
   bool ce = loss->type == LossConfig::Type::kCrossEntropy;
+  RETURN_IF_ERROR(s.OnlyWith("ignore_index", "type: cross_entropy", NameOf(kLossTypes, loss->type)));
+  RETURN_IF_ERROR(s.Read("ignore_index", &loss->ignore_index, Need::kOptional));
   RETURN_IF_ERROR(s.OnlyWith(ce ? "output" : "logits", ce ? "type: mse" : "type: cross_entropy",
                              NameOf(kLossTypes, loss->type)));
   return s.Read(ce ? "logits" : "output", &loss->output, Need::kRequired);
@@ -477,7 +479,8 @@ std::string ConfigToYaml(const Config& c) {
   line("  inputs: {" + List(inputs).substr(1, List(inputs).size() - 2) + "}");
   const bool ce = c.model.loss.type == LossConfig::Type::kCrossEntropy;
   line("  loss: {type: " + NameOf(kLossTypes, c.model.loss.type) + ", " + (ce ? "logits: " : "output: ") +
-       Quote(c.model.loss.output) + ", labels: " + Quote(c.model.loss.labels) + "}");
+       Quote(c.model.loss.output) + ", labels: " + Quote(c.model.loss.labels) +
+       (ce ? ", ignore_index: " + std::to_string(c.model.loss.ignore_index) : "") + "}");
   if (!c.model.trainable.empty()) line("  trainable: " + QuotedList(c.model.trainable));
   if (!c.model.frozen.empty()) line("  frozen: " + QuotedList(c.model.frozen));
   if (!c.model.untie.empty()) line("  untie: " + QuotedList(c.model.untie));

@@ -30,6 +30,7 @@ struct LossConfig {
   enum class Type { kCrossEntropy, kMse } type = Type::kCrossEntropy;
   std::string output;  // the ONNX graph output the loss reads (`logits:` or `output:` in YAML)
   std::string labels;  // the data field holding labels / targets
+  int64_t ignore_index = -100;  // cross_entropy: labels of this value are left out (PyTorch's default)
 };
 
 struct ModelConfig {

@@ -1,6 +1,7 @@
 #include "cli/pipeline.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "base/glob.h"
 #include "boxing/lower.h"
@@ -19,6 +20,7 @@ ir::TrainingSpec SpecOf(const Config& cfg, const data::Dataset& ds) {
                                                                     : ir::TrainingSpec::Loss::kMse;
   s.loss_input = cfg.model.loss.output;
   s.labels = cfg.model.loss.labels;
+  if (cfg.model.loss.type == LossConfig::Type::kCrossEntropy) s.ignore_index = cfg.model.loss.ignore_index;
   const data::Field& f = ds.fields().at(cfg.model.loss.labels);
   std::vector<int64_t> dims = {cfg.train.micro_batch};
   dims.insert(dims.end(), f.sample.dims().begin(), f.sample.dims().end());
@@ -59,17 +61,20 @@ std::string SourceOf(const Config& cfg, const std::string& field) {
 // The first value of integer field `field` outside [lo, hi), as "sample W has WHAT VALUE"; empty
 // if none. Reads every sample only where the dataset holds them (a file's worth), never a synthetic
 // set's, which may be 2^40 samples long.
-std::string FirstOutside(const data::Dataset& ds, const std::string& field, int64_t lo, int64_t hi, const std::string& what) {
+std::string FirstOutside(const data::Dataset& ds, const std::string& field, int64_t lo, int64_t hi, const std::string& what,
+                         std::optional<int64_t> allowed = std::nullopt) {
   if (auto known = ds.KnownRange(field)) {
     if (known->first >= lo && known->second <= hi) return "";
-    return "its values span [" + std::to_string(known->first) + ", " + std::to_string(known->second) + "), so it has " +
-           what + " " + (known->first < lo ? std::to_string(known->first) : std::to_string(known->second - 1));
+    if (!allowed) {
+      return "its values span [" + std::to_string(known->first) + ", " + std::to_string(known->second) + "), so it has " +
+             what + " " + (known->first < lo ? std::to_string(known->first) : std::to_string(known->second - 1));
+    }
   }
   std::vector<int64_t> sample(static_cast<size_t>(ds.fields().at(field).sample.numel()));
   for (int64_t w = 0; w < ds.size(); ++w) {
     ds.CopySample(field, w, sample.data());
     for (int64_t x : sample)
-      if (x < lo || x >= hi) return "sample " + std::to_string(w) + " has " + what + " " + std::to_string(x);
+      if ((x < lo || x >= hi) && !(allowed && x == *allowed)) return "sample " + std::to_string(w) + " has " + what + " " + std::to_string(x);
   }
   return "";
 }
@@ -102,10 +107,11 @@ Status CheckIntegerData(const Config& cfg, const data::Dataset& ds, const ir::Gr
   if (f.dtype != DType::kI64 || logits == ir::kNoValue || g.type(logits).shape.rank() == 0) return Status::Ok();
   const Shape& ls = g.type(logits).shape;
   const int64_t classes = ls[ls.rank() - 1];
-  const std::string bad = FirstOutside(ds, field, 0, classes, "label");
+  const std::string bad = FirstOutside(ds, field, 0, classes, "label", cfg.model.loss.ignore_index);
   if (bad.empty()) return Status::Ok();
   return Status::Invalid("[data] " + SourceOf(cfg, field) + ": " + bad + ", outside [0, " + std::to_string(classes) +
-                         ") for " + cfg.model.loss.output + " " + ls.ToString() + " (model.loss.labels: " + field + ")");
+                         ") for " + cfg.model.loss.output + " " + ls.ToString() + " and not model.loss.ignore_index (" +
+                         std::to_string(cfg.model.loss.ignore_index) + ") (model.loss.labels: " + field + ")");
 }
 
 // A fused projection is split into its parts when a hint names it (NODE:i on its MatMul, or its

@@ -60,10 +60,34 @@ Result<TrainingGraph> BuildTraining(Graph forward, const TrainingSpec& spec) {
     return Status::Invalid(cfg + "model.loss.labels: '" + spec.labels + "' is already a tensor of the model");
   }
   ValueId labels = g.AddValue(spec.labels, spec.labels_type, ValueKind::kInput);
-  OpKind loss_op = spec.loss == TrainingSpec::Loss::kCrossEntropy ? OpKind::kCrossEntropy : OpKind::kMse;
-  auto loss = b.Add(loss_op, {pred, labels}, {}, "loss", Phase::kLoss);
-  if (!loss.ok()) return loss.status().With(cfg + "model.loss: ");
-  tg.loss = (*loss)[0];
+  if (spec.loss == TrainingSpec::Loss::kCrossEntropy && spec.ignore_index) {
+    // The mean over the labels not ignored, as PyTorch's: their summed losses over their count,
+    // both of the whole micro-batch (partial sums on split layouts, all-reduced before the Div).
+    Attrs ce;
+    ce.Set("sum", int64_t{1});
+    ce.Set("ignore_index", *spec.ignore_index);
+    auto sum = b.Add(OpKind::kCrossEntropy, {pred, labels}, ce, "loss/sum_of_losses", Phase::kLoss);
+    if (!sum.ok()) return sum.status().With(cfg + "model.loss: ");
+    Tensor ignore(DType::kI64, Shape{});
+    ignore.data<int64_t>()[0] = *spec.ignore_index;
+    const ValueId ig = b.Const("loss/ignore_index", ignore);
+    const ValueId kept = b.Op(OpKind::kNot, {b.Op(OpKind::kEqual, {labels, ig}, {}, "loss/ignored", Phase::kLoss)}, {},
+                              "loss/counted", Phase::kLoss);
+    Attrs to_float, all;
+    to_float.Set("dtype", static_cast<int64_t>(DType::kF32));
+    std::vector<int64_t> axes;
+    for (int i = 0; i < spec.labels_type.shape.rank(); ++i) axes.push_back(i);
+    all.Set("axes", axes);
+    all.Set("keepdims", int64_t{0});
+    const ValueId count = b.Op(OpKind::kReduceSum, {b.Op(OpKind::kCast, {kept}, to_float, "loss/counted_f", Phase::kLoss)}, all,
+                               "loss/count", Phase::kLoss);
+    tg.loss = b.Op(OpKind::kDiv, {(*sum)[0], count}, {}, "loss", Phase::kLoss);
+  } else {
+    OpKind loss_op = spec.loss == TrainingSpec::Loss::kCrossEntropy ? OpKind::kCrossEntropy : OpKind::kMse;
+    auto loss = b.Add(loss_op, {pred, labels}, {}, "loss", Phase::kLoss);
+    if (!loss.ok()) return loss.status().With(cfg + "model.loss: ");
+    tg.loss = (*loss)[0];
+  }
   tg.loss_sum = b.Op(OpKind::kAccumulate, {tg.loss}, {}, "loss/sum", Phase::kAccumulate);
 
   Tensor seed_t = Tensor::Full(Shape{}, static_cast<float>(1.0 / static_cast<double>(spec.micro_batches)));

@@ -10,6 +10,7 @@
 // Nodes whose results nothing uses are removed.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ struct TrainingSpec {
   std::string labels;           // name of the labels graph input to add
   TensorType labels_type;       // its type, batch = micro_batch
   int64_t micro_batches = 1;    // M
+  std::optional<int64_t> ignore_index;  // cross-entropy labels of this value are left out
   OptimizerSpec optimizer;
   std::string config_path;      // the config file, named in messages; may be empty
 };

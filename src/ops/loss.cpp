@@ -1,6 +1,9 @@
 // Losses, appended by the training-graph builder (they are not ONNX ops):
 //   CrossEntropy(logits [..., C], labels [...] int64) -> mean over label positions of
-//     -log softmax(logits)[label], as a scalar.
+//     -log softmax(logits)[label], as a scalar; with attribute sum = 1 the sum instead, and labels
+//     equal to attribute ignore_index (where given) left out. The training graph divides that sum
+//     by the count of the other labels (ir/training.cpp), which under data parallelism is every
+//     rank's: an all-reduce like the sum's.
 //   Mse(pred, target) -> mean over all elements of (pred - target)^2.
 // Their gradients are fused kernels taking the upstream scalar gradient as input 0.
 //
@@ -39,7 +42,7 @@ Out InferMse(const ir::Node& n, Types in) {
 Out InferLossGrad(const ir::Node&, Types in) { return std::vector<ir::TensorType>{in[1]}; }
 
 void GradCrossEntropy(GradCtx& c) {
-  c.set_din(0, c.Op(OpKind::kCrossEntropyGrad, {c.dout(0), c.in(0), c.in(1)}));
+  c.set_din(0, c.Op(OpKind::kCrossEntropyGrad, {c.dout(0), c.in(0), c.in(1)}, c.node().attrs));
 }
 
 void GradMse(GradCtx& c) { c.set_din(0, c.Op(OpKind::kMseGrad, {c.dout(0), c.in(0), c.in(1)})); }

@@ -930,6 +930,23 @@ TEST(Forward, CrossEntropy) {
   }
 }
 
+TEST(Forward, CrossEntropyIgnoreIndex) {  // with sum = 1, the sum over the labels not ignored
+  Net net;
+  ValueId x = net.Input("logits", Rand({4, 5}, 130, -3, 3));
+  ValueId labels = net.Input("labels", Ints({4}, {2, -100, 4, -100}));
+  ir::Attrs a = A({{"sum", int64_t{1}}, {"ignore_index", int64_t{-100}}});
+  ValueId y = net.Op(OpKind::kCrossEntropy, {x, labels}, a);
+  ValueId dx = net.Op(OpKind::kCrossEntropyGrad, {net.Const("dL", Tensor::Full({}, 1.f)), x, labels}, a);
+  ASSERT_TRUE(net.Run().ok());
+  const std::vector<double> xv = ToDouble(net[x]);
+  const std::vector<double> kept = {xv[0], xv[1], xv[2], xv[3], xv[4], xv[10], xv[11], xv[12], xv[13], xv[14]};
+  EXPECT_TRUE(AllNear(net[y], {2 * RefCrossEntropy(kept, 5, {2, 4})}, kRtol, kAtol));
+  for (int64_t j = 5; j < 10; ++j) EXPECT_EQ(net[dx].data<float>()[j], 0.f) << "an ignored row has no gradient";
+  double row0 = 0;
+  for (int64_t j = 0; j < 5; ++j) row0 += net[dx].data<float>()[j];
+  EXPECT_NEAR(row0, 0.0, 1e-6);  // softmax - onehot sums to 0 over a kept row
+}
+
 TEST(Forward, CrossEntropyLabelOutOfRange) {
   for (int64_t bad : {int64_t{5}, int64_t{-1}}) {
     Net net;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <regex>
 #include <string>
@@ -211,6 +212,32 @@ TEST(Distributed, LlamaExport_TensorParallel_1n2d) {
                      "cluster.bandwidth={intra: 1.0e+11, inter: 1.0e+11}", "cluster.p2p_latency=5.0e-6",
                      "cluster.op_overhead=0"},
                     {}});
+}
+
+// Cross-entropy's ignore_index (-100, as PyTorch): labels of every third sample, more on one
+// rank's half of a batch than the other's, are left out. The mean is over the whole micro-batch's
+// kept labels, so data parallel equals one rank only if the count is all-reduced like the sum.
+TEST(Distributed, IgnoredLabels_DataParallel_1n2d) {
+  std::ifstream in("data/mlp_y.npy", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_GT(bytes.size(), 10u);
+  const size_t header = 10 + (static_cast<uint8_t>(bytes[8]) | static_cast<uint8_t>(bytes[9]) << 8);  // npy v1
+  auto* labels = reinterpret_cast<int64_t*>(bytes.data() + header);
+  const size_t n = (bytes.size() - header) / sizeof(int64_t);
+  for (size_t i = 0; i < n; ++i)
+    if (i % 3 == 0 || (i % 32) < 5) labels[i] = -100;
+  const fs::path dir = fs::temp_directory_path() / ("flowrun_ignore_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "y.npy").string();
+  std::ofstream(path, std::ios::binary) << bytes;
+  const Case c{"ignore_dp2", kMlp, 2, {"parallel.sbp={x: [\"S(0)\"]}"}, {"data.y=" + path}};
+  ExpectSameLosses(c);
+  const auto plain = Train({"ignore_plain", kMlp, 1, {}, {}}, 1, false);
+  const auto ignored = Train(c, 1, false);
+  fs::remove_all(dir);
+  ASSERT_EQ(plain.loss.size(), 20u);
+  ASSERT_EQ(ignored.loss.size(), 20u);
+  EXPECT_NE(plain.loss[0], ignored.loss[0]) << "the ignored labels changed nothing";
 }
 
 // The BERT export (TorchScript; three inputs from npy arrays): data parallel, and tensor parallel

@@ -1,6 +1,7 @@
 // CPU kernels for the losses and their fused gradients. Sums accumulate in double. The means divide
 // by attr "count" when the node has it (a piece of a split loss divides by the logical count, so
 // the pieces' results sum to the logical mean; see ops/loss.cpp), else by the local count.
+#include <algorithm>
 #include <cmath>
 
 #include "ops/cpu/kernels.h"
@@ -16,6 +17,12 @@ Status BadLabel(const KernelCtx& c, int64_t label, int64_t classes) {
 
 int64_t CountOf(const KernelCtx& c, int64_t local) { return c.node.attrs.Int("count", local); }
 
+// A label of attribute ignore_index contributes nothing (PyTorch's ignore_index); without the
+// attribute every label counts.
+bool Ignored(const KernelCtx& c, int64_t label) {
+  return c.node.attrs.Has("ignore_index") && label == c.node.attrs.Int("ignore_index");
+}
+
 }  // namespace
 
 Status CrossEntropy(const KernelCtx& c) {
@@ -26,12 +33,15 @@ Status CrossEntropy(const KernelCtx& c) {
   double total = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * classes;
+    if (Ignored(c, y[r])) continue;
     if (y[r] < 0 || y[r] >= classes) return BadLabel(c, y[r], classes);
     const float m = MaxOf(row, classes);
     const float s = SumOf(classes, [&](int64_t j) { return Exp(row[j] - m); });
     total += static_cast<double>(m + std::log(s) - row[y[r]]);
   }
-  c.out[0].data<float>()[0] = static_cast<float>(total / static_cast<double>(CountOf(c, rows)));
+  // "sum": the training graph divides by the count of labels not ignored itself.
+  const bool sum = c.node.attrs.Int("sum") != 0;
+  c.out[0].data<float>()[0] = static_cast<float>(sum ? total : total / static_cast<double>(CountOf(c, rows)));
   return Status::Ok();
 }
 
@@ -39,13 +49,18 @@ Status CrossEntropy(const KernelCtx& c) {
 Status CrossEntropyGrad(const KernelCtx& c) {
   const Tensor& L = c.in[1];
   int64_t classes = L.shape()[L.shape().rank() - 1], rows = L.numel() / classes;
-  const float scale = c.in[0].data<float>()[0] / static_cast<float>(CountOf(c, rows));
+  const bool sum = c.node.attrs.Int("sum") != 0;
+  const float scale = sum ? c.in[0].data<float>()[0] : c.in[0].data<float>()[0] / static_cast<float>(CountOf(c, rows));
   const float* x = L.data<float>();
   const int64_t* y = c.in[2].data<int64_t>();
   float* dx = c.out[0].data<float>();
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * classes;
     float* d = dx + r * classes;
+    if (Ignored(c, y[r])) {
+      std::fill(d, d + classes, 0.f);
+      continue;
+    }
     if (y[r] < 0 || y[r] >= classes) return BadLabel(c, y[r], classes);
     const float m = MaxOf(row, classes);
     for (int64_t j = 0; j < classes; ++j) d[j] = Exp(row[j] - m);
