@@ -62,7 +62,7 @@ Status ReadLoss(const Val& v, LossConfig* loss) {
   RETURN_IF_ERROR(s.Read("labels", &loss->labels, Need::kRequired));
   // Both name the graph output the loss reads; the key says which kind of output it is.
   bool ce = loss->type == LossConfig::Type::kCrossEntropy;
-  RETURN_IF_ERROR(s.OnlyWith("ignore_index", "type: cross_entropy", NameOf(kLossTypes, loss->type)));
+  if (!ce) RETURN_IF_ERROR(s.OnlyWith("ignore_index", "type: cross_entropy", NameOf(kLossTypes, loss->type)));
   RETURN_IF_ERROR(s.Read("ignore_index", &loss->ignore_index, Need::kOptional));
   RETURN_IF_ERROR(s.OnlyWith(ce ? "output" : "logits", ce ? "type: mse" : "type: cross_entropy",
                              NameOf(kLossTypes, loss->type)));

@@ -14,14 +14,31 @@
 namespace fr {
 namespace {
 
+// Whether an int64 field holds `value` in some sample.
+bool Contains(const data::Dataset& ds, const std::string& field, int64_t value) {
+  if (auto known = ds.KnownRange(field)) return value >= known->first && value < known->second;
+  std::vector<int64_t> sample(static_cast<size_t>(ds.fields().at(field).sample.numel()));
+  for (int64_t w = 0; w < ds.size(); ++w) {
+    ds.CopySample(field, w, sample.data());
+    for (int64_t x : sample)
+      if (x == value) return true;
+  }
+  return false;
+}
+
 ir::TrainingSpec SpecOf(const Config& cfg, const data::Dataset& ds) {
   ir::TrainingSpec s;
   s.loss = cfg.model.loss.type == LossConfig::Type::kCrossEntropy ? ir::TrainingSpec::Loss::kCrossEntropy
                                                                     : ir::TrainingSpec::Loss::kMse;
   s.loss_input = cfg.model.loss.output;
   s.labels = cfg.model.loss.labels;
-  if (cfg.model.loss.type == LossConfig::Type::kCrossEntropy) s.ignore_index = cfg.model.loss.ignore_index;
   const data::Field& f = ds.fields().at(cfg.model.loss.labels);
+  // The mean over kept labels costs a count and its all-reduce each micro-batch: only where the
+  // data has labels to leave out (a masked-LM's), never for token windows or in-range labels.
+  if (cfg.model.loss.type == LossConfig::Type::kCrossEntropy && f.dtype == DType::kI64 &&
+      Contains(ds, cfg.model.loss.labels, cfg.model.loss.ignore_index)) {
+    s.ignore_index = cfg.model.loss.ignore_index;
+  }
   std::vector<int64_t> dims = {cfg.train.micro_batch};
   dims.insert(dims.end(), f.sample.dims().begin(), f.sample.dims().end());
   s.labels_type = {f.dtype, Shape(dims)};
@@ -65,7 +82,7 @@ std::string FirstOutside(const data::Dataset& ds, const std::string& field, int6
                          std::optional<int64_t> allowed = std::nullopt) {
   if (auto known = ds.KnownRange(field)) {
     if (known->first >= lo && known->second <= hi) return "";
-    if (!allowed) {
+    if (!allowed || *allowed < known->first || *allowed >= known->second) {  // the range says it all
       return "its values span [" + std::to_string(known->first) + ", " + std::to_string(known->second) + "), so it has " +
              what + " " + (known->first < lo ? std::to_string(known->first) : std::to_string(known->second - 1));
     }
