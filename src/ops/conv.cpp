@@ -11,6 +11,7 @@
 //
 // GlobalAveragePool imports as ReduceMean over H and W, BatchNormalization as the ops of its
 // formula (ir/onnx_import.cpp), so neither needs an op of its own here.
+#include "base/process.h"
 #include "ops/defs.h"
 
 namespace fr::defs {
@@ -77,6 +78,13 @@ Result<Shape> ConvShape(const ir::Node& n, const Shape& x, const Shape& wt) {
                            wt.ToString());
   }
   ASSIGN_OR_RETURN(Shape p, PooledShape(n, x));
+  // The kernels' im2col buffer: one sample's group of windows, [C/g * kH * kW, OH * OW] floats.
+  const double scratch = 4.0 * static_cast<double>(wt[1]) * static_cast<double>(wt[2]) * static_cast<double>(wt[3]) *
+                         static_cast<double>(p[2]) * static_cast<double>(p[3]);
+  if (scratch > MemoryBudgetBytes() / 4) {
+    return Status::Invalid(n.name + ": its im2col buffer of " + std::to_string(static_cast<int64_t>(scratch / (1 << 20))) +
+                           " MiB is more than this machine can spare");
+  }
   return Shape{x[0], wt[0], p[2], p[3]};
 }
 
