@@ -249,6 +249,37 @@ Status LowerWindow(const OnnxNodeCtx& c, OpKind k, const Shape& x, const std::ve
   return Status::Ok();
 }
 
+// Pad(X, pads, constant_value?, axes?), mode constant: pads [begin..., end...] over `axes` (all by
+// default), the value a constant scalar (0 by default).
+Status LowerPad(const OnnxNodeCtx& c, const Shape& x, std::vector<ValueId>& ins, Attrs& a) {
+  const std::string mode = a.Str("mode", "constant");
+  if (mode != "constant") return c.error("mode '" + mode + "' is not supported (only 'constant')");
+  ASSIGN_OR_RETURN(std::vector<int64_t> pads, ConstIntsAt(c, ins, 1));
+  double value = 0;
+  if (Has(ins, 2)) {
+    ASSIGN_OR_RETURN(value, ConstScalarAt(c, ins, 2));
+  }
+  std::vector<int64_t> axes;
+  if (Has(ins, 3)) {
+    ASSIGN_OR_RETURN(axes, ConstIntsAt(c, ins, 3));
+  } else {
+    for (int64_t i = 0; i < x.rank(); ++i) axes.push_back(i);
+  }
+  if (pads.size() != 2 * axes.size()) return c.error("needs 2 pads per padded axis");
+  std::vector<int64_t> full(static_cast<size_t>(2 * x.rank()), 0);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t ax = axes[i] < 0 ? axes[i] + x.rank() : axes[i];
+    if (ax < 0 || ax >= x.rank()) return c.error("axis " + std::to_string(axes[i]) + " is out of range for " + x.ToString());
+    full[static_cast<size_t>(ax)] = pads[i];
+    full[static_cast<size_t>(ax + x.rank())] = pads[i + axes.size()];
+  }
+  a = Attrs();
+  a.Set("pads", full);
+  a.Set("value", value);
+  ins.resize(1);
+  return Status::Ok();
+}
+
 // Clip(X, min?, max?): the bounds, where given, are constant scalars.
 Status LowerClip(const OnnxNodeCtx& c, std::vector<ValueId>& ins, Attrs& a) {
   a = Attrs();
@@ -379,6 +410,14 @@ Status LowerOnnxNode(const OnnxNodeCtx& c, OpKind k, std::vector<ValueId>& ins, 
     case OpKind::kMaxPool:
     case OpKind::kAveragePool: return LowerWindow(c, k, x, ins, a);
     case OpKind::kClip: return LowerClip(c, ins, a);
+    case OpKind::kTile: {
+      ASSIGN_OR_RETURN(std::vector<int64_t> repeats, ConstIntsAt(c, ins, 1));
+      a = Attrs();
+      a.Set("repeats", repeats);
+      ins.resize(1);
+      return Status::Ok();
+    }
+    case OpKind::kPad: return LowerPad(c, x, ins, a);
     default: return Status::Ok();
   }
 }

@@ -12,6 +12,7 @@
 //   Clip                                  `min`, `max` where given
 //   Conv, MaxPool, AveragePool            `kernel`, `strides`, `dilations`, `pads` (auto_pad resolved)
 //   GlobalAveragePool                     a ReduceMean over the spatial axes, kept
+//   Tile                                  `repeats`;  Pad: `pads` over every axis, `value`
 // An input that must be constant and is not, or a value out of range, is an error naming the node.
 #pragma once
 

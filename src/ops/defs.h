@@ -114,6 +114,19 @@ Sigs SbpMaxPoolGrad(const ir::Node& n, Types in, Types out, int64_t parts);
 void PhysicalConvGradData(ir::Node& n, Types logical_in, Types physical_out);
 void PhysicalConvGradWeight(ir::Node& n, Types logical_in, Types physical_out);
 
+// index.cpp
+Out InferTile(const ir::Node& n, Types in);
+Out InferPad(const ir::Node& n, Types in);
+Out InferGatherElements(const ir::Node& n, Types in);
+Out InferGatherElementsGrad(const ir::Node& n, Types in);
+void GradTile(GradCtx& c);
+void GradPad(GradCtx& c);
+void GradGatherElements(GradCtx& c);
+Sigs SbpTile(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpPad(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpGatherElements(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpGatherElementsGrad(const ir::Node& n, Types in, Types out, int64_t parts);
+
 // fused.cpp
 Out InferGelu(const ir::Node& n, Types in);
 Out InferGeluGrad(const ir::Node& n, Types in);

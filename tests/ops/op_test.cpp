@@ -1919,5 +1919,29 @@ TEST(Grad, GatherND_repeated) {  // a slice picked twice gets both gradients
   CheckGrads(net, net.Op(OpKind::kGatherND, {x, net.Input("i", Ints({3, 1}, {2, 0, 2}))}), {x});
 }
 
+
+TEST(Forward, TilePadGatherElements) {
+  Net net;
+  Tensor xv(DType::kF32, {2, 3});
+  for (int64_t i = 0; i < 6; ++i) xv.data<float>()[i] = static_cast<float>(i + 1);
+  ValueId x = net.Input("x", xv);
+  ValueId tile = net.Op(OpKind::kTile, {x}, A({{"repeats", std::vector<int64_t>{2, 1}}}));
+  ValueId pad = net.Op(OpKind::kPad, {x}, A({{"pads", std::vector<int64_t>{1, 0, 0, 2}}, {"value", -1.0}}));
+  ValueId ge = net.Op(OpKind::kGatherElements, {x, net.Input("i", Ints({2, 2}, {2, 0, -1, 1}))}, A({{"axis", int64_t{1}}}));
+  ASSERT_TRUE(net.Run().ok());
+  EXPECT_EQ(net[tile].shape(), (Shape{4, 3}));
+  EXPECT_TRUE(AllNear(net[tile], {1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6}, 0, 0));
+  EXPECT_EQ(net[pad].shape(), (Shape{3, 5}));
+  EXPECT_TRUE(AllNear(net[pad], {-1, -1, -1, -1, -1, 1, 2, 3, -1, -1, 4, 5, 6, -1, -1}, 0, 0));
+  EXPECT_TRUE(AllNear(net[ge], {3, 1, 6, 5}, 0, 0));
+}
+TEST(Grad, Tile) { CheckUnary(OpKind::kTile, Rand({2, 3}, 630), A({{"repeats", std::vector<int64_t>{3, 2}}})); }
+TEST(Grad, Pad) { CheckUnary(OpKind::kPad, Rand({2, 3}, 631), A({{"pads", std::vector<int64_t>{1, 0, 2, 1}}, {"value", 0.5}})); }
+TEST(Grad, GatherElements_repeated) {
+  Net net;
+  ValueId x = net.Input("x", Rand({3, 4}, 632));
+  CheckGrads(net, net.Op(OpKind::kGatherElements, {x, net.Input("i", Ints({2, 4}, {2, 0, 2, 1, 0, 0, 1, 2})), }, A({{"axis", int64_t{0}}})), {x});
+}
+
 }  // namespace
 }  // namespace fr::test
