@@ -44,6 +44,27 @@ Result<int64_t> IndexAt(const KernelCtx& c, const Tensor& indices, int64_t e, in
   return v < 0 ? v + dim : v;
 }
 
+// Calls f(o, target) for each element o of `indices`: its own multi-index with the axis entry
+// replaced by its value, flattened into data of shape xs (GatherElements and its gradient).
+template <typename F>
+Status ForEachTarget(const KernelCtx& c, const Tensor& indices, const fr::Shape& xs, F f) {
+  const int a = *xs.Axis(c.node.attrs.Int("axis", 0));
+  Status bad;
+  std::vector<int64_t> target;
+  ForEachIndex(indices.shape(), [&](int64_t o, const std::vector<int64_t>& at) {
+    if (!bad.ok()) return;
+    auto v = IndexAt(c, indices, o, xs[a]);
+    if (!v.ok()) {
+      bad = v.status();
+      return;
+    }
+    target = at;
+    target[static_cast<size_t>(a)] = *v;
+    f(o, Flat(xs, target));
+  });
+  return bad;
+}
+
 }  // namespace
 
 Status Tile(const KernelCtx& c) {
@@ -83,45 +104,15 @@ Status Pad(const KernelCtx& c) {
 }
 
 Status GatherElements(const KernelCtx& c) {
-  const Tensor &X = c.in[0], &I = c.in[1], &Y = c.out[0];
-  const fr::Shape& xs = X.shape();
-  const int a = *xs.Axis(c.node.attrs.Int("axis", 0));
-  Status bad;
-  std::vector<int64_t> src;
-  ForEachIndex(I.shape(), [&](int64_t o, const std::vector<int64_t>& at) {
-    if (!bad.ok()) return;
-    auto v = IndexAt(c, I, o, xs[a]);
-    if (!v.ok()) {
-      bad = v.status();
-      return;
-    }
-    src = at;
-    src[static_cast<size_t>(a)] = *v;
-    CopyElement(X, Flat(xs, src), Y, o);
-  });
-  return bad;
+  const Tensor &X = c.in[0], &Y = c.out[0];
+  return ForEachTarget(c, c.in[1], X.shape(), [&](int64_t o, int64_t from) { CopyElement(X, from, Y, o); });
 }
 
 // dData = 0; dData[target of each index] += dY, in index order (deterministic).
 Status GatherElementsGrad(const KernelCtx& c) {
-  const Tensor &dY = c.in[0], &I = c.in[1], &dX = c.out[0];
-  const fr::Shape& xs = dX.shape();
-  const int a = *xs.Axis(c.node.attrs.Int("axis", 0));
+  const Tensor &dY = c.in[0], &dX = c.out[0];
   dX.Zero();
-  Status bad;
-  std::vector<int64_t> dst;
-  ForEachIndex(I.shape(), [&](int64_t o, const std::vector<int64_t>& at) {
-    if (!bad.ok()) return;
-    auto v = IndexAt(c, I, o, xs[a]);
-    if (!v.ok()) {
-      bad = v.status();
-      return;
-    }
-    dst = at;
-    dst[static_cast<size_t>(a)] = *v;
-    dX.data<float>()[Flat(xs, dst)] += dY.data<float>()[o];
-  });
-  return bad;
+  return ForEachTarget(c, c.in[1], dX.shape(), [&](int64_t o, int64_t to) { dX.data<float>()[to] += dY.data<float>()[o]; });
 }
 
 }  // namespace fr::cpu
