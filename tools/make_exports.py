@@ -54,7 +54,8 @@ def ensure_venv(venv):
 
 
 # --------------------------------------------------------------------------
-# The models: tiny seeded configs, every dropout 0 (flowrun's Dropout trains as identity).
+# The models: tiny seeded configs, every dropout 0 so that PyTorch and flowrun train the same
+# model (their dropout masks cannot agree); bert_dropout keeps BERT's dropouts at 0.1.
 # --------------------------------------------------------------------------
 
 def gpt2():
@@ -136,14 +137,14 @@ def resnet():
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES))
 
 
-def bert():
+def bert(dropout=0.0):
     """BertForSequenceClassification, 2 labels, returning its logits from input_ids,
     attention_mask and token_type_ids."""
     import torch
     from transformers import BertConfig, BertForSequenceClassification
     cfg = BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                     max_position_embeddings=SEQ, type_vocab_size=2, num_labels=2, hidden_dropout_prob=0.0,
-                     attention_probs_dropout_prob=0.0, classifier_dropout=0.0)
+                     max_position_embeddings=SEQ, type_vocab_size=2, num_labels=2, hidden_dropout_prob=dropout,
+                     attention_probs_dropout_prob=dropout, classifier_dropout=dropout)
 
     class Classifier(torch.nn.Module):
         def __init__(self):
@@ -156,7 +157,11 @@ def bert():
     return Classifier()
 
 
-MODELS = {"gpt2": gpt2, "llama": llama, "nanogpt": nanogpt, "cnn": cnn, "resnet": resnet, "bert": bert}
+MODELS = {"gpt2": gpt2, "llama": llama, "nanogpt": nanogpt, "cnn": cnn, "resnet": resnet, "bert": bert,
+          "bert_dropout": lambda: bert(0.1)}
+# Exported in training mode with their Dropout nodes; the golden run sets model.dropout: false and
+# must equal the model without them (same seed, same weights: dropout has no parameters).
+DROPOUT_MODELS = {"bert_dropout": "bert"}
 TEXT_FIELDS = ("input_ids", "attention_mask", "token_type_ids")
 IMAGE_MODELS = {"cnn", "resnet"}
 IMAGE, CLASSES, SAMPLES = (3, 16, 16), 10, 256
@@ -227,7 +232,7 @@ def build(name, seed=0, jitter=0.0):
     sign (the conditioning check below)."""
     import torch
     torch.manual_seed(seed)
-    model = MODELS[name]() if name in IMAGE_MODELS or name == "bert" else Logits(MODELS[name]())
+    model = MODELS[name]() if name in IMAGE_MODELS or name.startswith("bert") else Logits(MODELS[name]())
     # Perturb every parameter a little: default inits (LayerNorm ones, zero biases) would make
     # distinct parameters equal, which exporters then merge.
     g = torch.Generator().manual_seed(1)
@@ -266,7 +271,7 @@ def example(name):
     import torch
     if name in IMAGE_MODELS:
         return (torch.zeros((IMAGE_BATCH,) + IMAGE),), ["x"]
-    if name == "bert":
+    if name.startswith("bert"):
         ids = torch.zeros(BATCH, SEQ, dtype=torch.int64)
         return (ids, torch.ones_like(ids), torch.zeros_like(ids)), list(TEXT_FIELDS)
     return (torch.zeros(BATCH, SEQ, dtype=torch.int64),), ["input_ids"]
@@ -274,9 +279,10 @@ def example(name):
 
 def export(model, exporter, path, name):
     """Language models in eval mode (dropout is 0 anyway); CNNs in training mode, so that
-    BatchNormalization keeps batch statistics (eval mode folds the running ones into the Conv)."""
+    BatchNormalization keeps batch statistics (eval mode folds the running ones into the Conv), and
+    the dropout models, so that their Dropout nodes are kept."""
     import torch
-    image = name in IMAGE_MODELS
+    image = name in IMAGE_MODELS or name in DROPOUT_MODELS
     model.train() if image else model.eval()
     x, inputs = example(name)
     names = (inputs, ["logits"])
@@ -325,7 +331,8 @@ def golden_config(onnx_path, opt):
     if "/bert_" in onnx_path:
         return {
             "model": {"onnx": onnx_path, "inputs": {f: f for f in TEXT_FIELDS},
-                      "loss": {"type": "cross_entropy", "logits": "logits", "labels": "labels"}},
+                      "loss": {"type": "cross_entropy", "logits": "logits", "labels": "labels"},
+                      **({"dropout": False} if "/bert_dropout_" in onnx_path else {})},
             "data": {"format": "npy", "arrays": {f: f"data/pairs_{f}.npy" for f in TEXT_FIELDS + ("labels",)},
                      "order": "sequential"},
             "train": {"steps": STEPS, "global_batch": 2 * BATCH, "micro_batch": BATCH, "seed": 0},
@@ -443,7 +450,8 @@ def main():
     for name in MODELS:
         if only and name not in only:
             continue
-        seed = conditioned_seed(name, [golden_config(f"models/exports/{name}_dynamo.onnx", opt) for opt in OPTIMIZERS])
+        plain = DROPOUT_MODELS.get(name, name)  # what the reference trains
+        seed = conditioned_seed(plain, [golden_config(f"models/exports/{plain}_dynamo.onnx", opt) for opt in OPTIMIZERS])
         for exporter in ("dynamo", "torchscript"):
             path = f"models/exports/{name}_{exporter}.onnx"
             try:
@@ -457,7 +465,7 @@ def main():
                 cfg = golden_config(path, opt)
                 write_yaml(stem + ".yaml", cfg, f"# Golden run of a {exporter} export of a tiny {name}: flowrun's 20 losses\n"
                                                 f"# must equal PyTorch's in {os.path.basename(stem)}.json (tools/make_exports.py).\n")
-                losses, gnorms, lrs = train(build(name, seed), cfg)
+                losses, gnorms, lrs = train(build(plain, seed), cfg)
                 with open(stem + ".json", "w") as f:
                     json.dump({"config": stem + ".yaml", "torch": torch.__version__, "seed": seed, "losses": losses,
                                "gnorms": gnorms, "lrs": lrs}, f, indent=1)

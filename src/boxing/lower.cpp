@@ -177,7 +177,11 @@ class Lowering {
     std::vector<ir::TensorType> logical_in, physical_out;
     for (ValueId v : n.in) logical_in.push_back(v == ir::kNoValue ? ir::TensorType{} : g_.type(v));
     for (size_t i = 0; i < n.out.size(); ++i) physical_out.push_back(Piece(n.out[i], s.out[i], pl, d));
-    if (Def(n.op).physical) Def(n.op).physical(phys, logical_in, physical_out);
+    if (Def(n.op).physical) {
+      std::vector<int64_t> start;
+      for (const sbp::Range& r : sbp::PieceRanges(g_.type(n.out[0]).shape, s.out[0], pl, d)) start.push_back(r.begin);
+      Def(n.op).physical(phys, logical_in, physical_out, start);
+    }
     p_.nodes.push_back(std::move(phys));
     return static_cast<int>(p_.nodes.size() - 1);
   }

@@ -12,6 +12,7 @@
 #include <thread>
 #include <iostream>
 #include <new>
+#include <set>
 
 #include "actor/runtime.h"
 #include "actor/trace.h"
@@ -230,6 +231,22 @@ int Plan(const Args& a) {
     std::cout << std::endl;
     for (const ir::Graph::Tie& t : g.tied)
       std::cout << "tied: " << t.copy << " is the transpose of " << t.table << " and trains as it (model.untie keeps it apart)" << std::endl;
+    std::set<double> ratios;
+    int drops = 0;
+    for (const ir::Node& n : g.nodes) {
+      if (n.op != OpKind::kDropout || n.phase != ir::Phase::kForward) continue;
+      ++drops;
+      ratios.insert(n.attrs.Float("ratio"));
+    }
+    if (drops > 0) {
+      std::string list;
+      for (double r : ratios) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", r);
+        list += (list.empty() ? "" : ", ") + std::string(buf);
+      }
+      std::cout << "dropout: " << drops << " nodes drop (ratio " << list << "), seeded by train.seed; model.dropout: false turns them off" << std::endl;
+    }
     for (const ir::Graph::Held& h : g.held)
       std::cout << "  " << h.name << " " << Name(h.type.dtype) << h.type.shape.ToString() << ": " << h.why << std::endl;
     if (a.dump) {

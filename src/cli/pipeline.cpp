@@ -196,7 +196,8 @@ Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel>
     ASSIGN_OR_RETURN(model, ir::ReadOnnx(cfg.model.onnx));
   }
   c.model = model;
-  const ir::ParamRules rules{cfg.model.trainable, cfg.model.frozen, "[config] " + cfg.path + ": ", cfg.model.untie};
+  const ir::ImportOptions rules{cfg.model.trainable, cfg.model.frozen, "[config] " + cfg.path + ": ", cfg.model.untie,
+                                cfg.model.dropout, cfg.train.seed};
   ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(std::move(model), bound, rules));
   ir::Rewrite(forward, RewriteOptionsOf(cfg, forward));
   ASSIGN_OR_RETURN(c.training, ir::BuildTraining(std::move(forward), SpecOf(cfg, *c.dataset)));

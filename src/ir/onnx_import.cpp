@@ -16,6 +16,7 @@
 #include "ir/onnx_lower.h"
 #include "ir/onnx_proto.h"
 #include "ir/onnx_spec.h"
+#include "ir/plan_serialize.h"
 #include "onnx/onnx_pb.h"
 #include "ops/cuda/backend.h"
 #include "ops/op.h"
@@ -42,7 +43,7 @@ Result<std::shared_ptr<OnnxModel>> Parse(const std::string& bytes, const std::st
 class Importer {
  public:
   Importer(std::shared_ptr<const OnnxModel> model, const std::map<std::string, TensorType>& inputs,
-           const ParamRules& rules)
+           const ImportOptions& rules)
       : model_(std::move(model)), path_(model_->path), bound_(inputs), rules_(rules), b_(g_) {}
 
   Result<Graph> Run() {
@@ -207,7 +208,8 @@ class Importer {
     if (n.input_size() < 1) return NodeErr(n, "has no inputs");
     ASSIGN_OR_RETURN(ValueId x, Input(n, 0));
     if (op == "Identity" && g_.value(x).kind == ValueKind::kParam) return Untie(n, x);
-    if (op == "Identity" || op == "Dropout") return Alias(n, x);
+    if (op == "Identity") return Alias(n, x);
+    if (op == "Dropout") return AddDropout(n, x);
     Attrs attrs;
     RETURN_IF_ERROR(ReadAttrs(n, attrs));
     if (op == "Shape") return AddShape(n, x, attrs);
@@ -250,6 +252,44 @@ class Importer {
       names_[n.output(i)] = (*outs)[static_cast<size_t>(i)];
     }
     return FoldIfConstant(n, ins);
+  }
+
+  // Dropout(data, ratio = 0.5, training_mode = false) trains as flowrun's Dropout: the file's
+  // training_mode when it says false (an inference export) or model.dropout: false make it the
+  // identity. Its mask derives from train.seed (or the node's seed attribute) and the node's name,
+  // so that every rank and every layout draws the same one.
+  Status AddDropout(const onnx::NodeProto& n, ValueId x) {
+    auto scalar = [&](int i, const char* what) -> Result<std::optional<double>> {
+      if (n.input_size() <= i || n.input(i).empty()) return std::optional<double>();
+      ASSIGN_OR_RETURN(ValueId v, Input(n, i));
+      const Value& val = g_.value(v);
+      if (!IsConst(v) || val.type.shape.numel() != 1) {
+        return NodeErr(n, std::string("input ") + std::to_string(i) + " (" + what + ") must be a constant scalar");
+      }
+      switch (val.data.dtype()) {
+        case DType::kF32: return std::optional<double>(val.data.data<float>()[0]);
+        case DType::kBool: return std::optional<double>(val.data.data<bool>()[0] ? 1 : 0);
+        default: return NodeErr(n, std::string("input ") + std::to_string(i) + " (" + what + ") has type " + std::string(Name(val.data.dtype())));
+      }
+    };
+    ASSIGN_OR_RETURN(std::optional<double> ratio, scalar(1, "ratio"));
+    ASSIGN_OR_RETURN(std::optional<double> training, scalar(2, "training_mode"));
+    const double r = ratio.value_or(0.5);
+    if (!(r >= 0 && r < 1)) return NodeErr(n, "ratio " + std::to_string(r) + " is outside [0, 1)");
+    if (!rules_.dropout || (training && *training == 0) || r == 0) return Alias(n, x);
+    if (n.output_size() > 1 && !n.output(1).empty()) used_aux_[n.output(1)] = n.name();  // the mask stays inside
+    Attrs attrs;
+    RETURN_IF_ERROR(ReadAttrs(n, attrs));
+    const std::string name = n.name().empty() ? n.output(0) : n.name();
+    const uint64_t seed = static_cast<uint64_t>(attrs.Has("seed") ? attrs.Int("seed") : rules_.seed);
+    Attrs a;
+    a.Set("ratio", r);
+    a.Set("key", static_cast<int64_t>(Fnv1a64(name) ^ (seed * 0x9e3779b97f4a7c15ull)));
+    auto outs = b_.Add(OpKind::kDropout, {x}, a, b_.UniqueName(name), Phase::kForward);
+    if (!outs.ok()) return NodeErr(n, outs.status().message());
+    g_.value((*outs)[0]).name = n.output(0);
+    names_[n.output(0)] = (*outs)[0];
+    return Status::Ok();
   }
 
   // ONNX's Gelu (opset 20) is flowrun's fused Gelu: the erf form's constants, or the tanh form.
@@ -582,7 +622,7 @@ class Importer {
     g_.params = params;
     std::vector<bool> keep(g_.nodes.size(), true);
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
-      if (!AllConst(g_.nodes[i].in)) continue;
+      if (!AllConst(g_.nodes[i].in) || g_.nodes[i].op == OpKind::kDropout) continue;  // a mask a step
       Status s = Evaluate(g_.nodes[i]);
       if (!s.ok()) return Err("node '" + g_.nodes[i].name + "': constant folding failed: " + s.message());
       keep[i] = false;
@@ -606,7 +646,7 @@ class Importer {
   std::shared_ptr<const OnnxModel> model_;  // initializers' data is read in place from it
   std::string path_;
   const std::map<std::string, TensorType>& bound_;
-  const ParamRules& rules_;
+  const ImportOptions& rules_;
   Graph g_;
   Builder b_;
   int64_t opset_ = 0;
@@ -622,6 +662,7 @@ std::optional<OpKind> OnnxKernelKind(std::string_view op) {
   if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") return OpKind::kReshape;
   if (op == "Gelu") return OpKind::kGelu;
   if (op == "GlobalAveragePool") return OpKind::kReduceMean;
+  if (op == "Dropout") return OpKind::kDropout;
   return OnnxOp(op);
 }
 
@@ -755,17 +796,17 @@ Result<std::vector<OnnxInput>> OnnxInputs(const std::string& path) {
 }
 
 Result<Graph> ImportOnnx(std::shared_ptr<const OnnxModel> model, const std::map<std::string, TensorType>& inputs,
-                         const ParamRules& rules) {
+                         const ImportOptions& rules) {
   return Importer(std::move(model), inputs, rules).Run();
 }
 
 Result<Graph> ImportOnnxBytes(const std::string& bytes, const std::string& path,
-                              const std::map<std::string, TensorType>& inputs, const ParamRules& rules) {
+                              const std::map<std::string, TensorType>& inputs, const ImportOptions& rules) {
   ASSIGN_OR_RETURN(std::shared_ptr<const OnnxModel> model, Parse(bytes, path));
   return ImportOnnx(std::move(model), inputs, rules);
 }
 
-Result<Graph> ImportOnnx(const std::string& path, const std::map<std::string, TensorType>& inputs, const ParamRules& rules) {
+Result<Graph> ImportOnnx(const std::string& path, const std::map<std::string, TensorType>& inputs, const ImportOptions& rules) {
   ASSIGN_OR_RETURN(std::shared_ptr<const OnnxModel> model, ReadOnnx(path));
   return ImportOnnx(std::move(model), inputs, rules);
 }

@@ -5,7 +5,7 @@
 // arithmetic) by running its CPU kernels, folds Shape from its input's static type whatever the
 // input is, moves the constant inputs that decide shapes into attributes (ir/onnx_lower.h: one
 // static Reshape for Reshape/Flatten/Squeeze/Unsqueeze, Split sizes, Slice bounds...), drops
-// Identity and Dropout (identity when training), and infers every shape.
+// Identity (and Dropout in inference mode or with model.dropout: false), and infers every shape.
 //
 // Float initializers of rank >= 1 become parameters (kParam); everything else constant. Two
 // PyTorch export habits are undone: an Identity of a parameter (the eval-mode export merges
@@ -44,7 +44,7 @@ Result<std::shared_ptr<const OnnxModel>> ReadOnnx(const std::string& path);
 inline constexpr int64_t kMinOnnxOpset = 13, kMaxOnnxOpset = 21;
 
 // The op kind whose kernels run an ONNX op type; none for op types import resolves itself
-// (Constant, Identity, Dropout) or does not know.
+// (Constant, Identity) or does not know.
 std::optional<OpKind> OnnxKernelKind(std::string_view op_type);
 
 // `flowrun ops`: every ONNX op type flowrun imports, its opsets and the devices with its kernel.
@@ -53,21 +53,23 @@ std::string OnnxOpsTable();
 // The graph inputs that are not initializers, in file order.
 Result<std::vector<OnnxInput>> OnnxInputs(const std::string& path);
 
-// The config's overrides of which float initializers train (model.trainable, model.frozen): globs
-// over initializer names. A glob that matches none is an error, prefixed with `where`.
-struct ParamRules {
+// What the config says about the model. trainable/frozen override which float initializers train:
+// globs over initializer names; a glob that matches none is an error, prefixed with `where`.
+struct ImportOptions {
   std::vector<std::string> trainable, frozen;
   std::string where;  // "[config] FILE: "
   std::vector<std::string> untie;  // model.untie: transposed copies of a table to keep separate
+  bool dropout = true;  // model.dropout: false imports Dropout as the identity
+  int64_t seed = 0;     // train.seed: dropout masks derive from it and the node's name
 };
 
 Result<Graph> ImportOnnx(const std::string& path, const std::map<std::string, TensorType>& inputs,
-                         const ParamRules& rules = {});
+                         const ImportOptions& rules = {});
 Result<Graph> ImportOnnx(std::shared_ptr<const OnnxModel> model, const std::map<std::string, TensorType>& inputs,
-                         const ParamRules& rules = {});
+                         const ImportOptions& rules = {});
 
 // The same, from serialized bytes; `path` is used in messages.
 Result<Graph> ImportOnnxBytes(const std::string& bytes, const std::string& path,
-                              const std::map<std::string, TensorType>& inputs, const ParamRules& rules = {});
+                              const std::map<std::string, TensorType>& inputs, const ImportOptions& rules = {});
 
 }  // namespace fr::ir

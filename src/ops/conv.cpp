@@ -233,7 +233,7 @@ Sigs SbpMaxPoolGrad(const ir::Node& n, Types in, Types, int64_t parts) {
 }
 
 // A piece's gradient has the piece's shape.
-void PhysicalConvGradData(ir::Node& n, Types, Types physical_out) { n.attrs.Set("x_shape", physical_out[0].shape.dims()); }
-void PhysicalConvGradWeight(ir::Node& n, Types, Types physical_out) { n.attrs.Set("w_shape", physical_out[0].shape.dims()); }
+void PhysicalConvGradData(ir::Node& n, Types, Types physical_out, Starts) { n.attrs.Set("x_shape", physical_out[0].shape.dims()); }
+void PhysicalConvGradWeight(ir::Node& n, Types, Types physical_out, Starts) { n.attrs.Set("w_shape", physical_out[0].shape.dims()); }
 
 }  // namespace fr::defs

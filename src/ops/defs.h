@@ -11,6 +11,7 @@ namespace fr::defs {
 using Types = std::span<const ir::TensorType>;
 using Out = Result<std::vector<ir::TensorType>>;
 using Sigs = std::vector<sbp::Signature>;
+using Starts = std::span<const int64_t>;  // OpDef::physical: where output 0's piece starts
 using sbp::Sbp;
 
 // ---- Helpers for the SBP rules (OpDef::sbp). ----
@@ -53,7 +54,7 @@ Sigs SbpActivation(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpScale(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpActivationGrad(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpSumTo(const ir::Node& n, Types in, Types out, int64_t parts);
-void PhysicalSumTo(ir::Node& n, Types logical_in, Types physical_out);
+void PhysicalSumTo(ir::Node& n, Types logical_in, Types physical_out, Starts);
 Out InferWhere(const ir::Node& n, Types in);
 Out InferEqual(const ir::Node& n, Types in);
 Out InferLogical(const ir::Node& n, Types in);
@@ -95,7 +96,10 @@ Sigs SbpPow(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpClipGrad(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpReduce(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpReduceMaxGrad(const ir::Node& n, Types in, Types out, int64_t parts);
-void PhysicalReduceMean(ir::Node& n, Types logical_in, Types physical_out);
+void PhysicalReduceMean(ir::Node& n, Types logical_in, Types physical_out, Starts);
+Out InferDropout(const ir::Node& n, Types in);
+void GradDropout(GradCtx& c);
+void PhysicalDropout(ir::Node& n, Types logical_in, Types physical_out, Starts start);
 
 // conv.cpp
 Out InferConv(const ir::Node& n, Types in);
@@ -111,8 +115,8 @@ Sigs SbpConvGradData(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpConvGradWeight(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpPool(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpMaxPoolGrad(const ir::Node& n, Types in, Types out, int64_t parts);
-void PhysicalConvGradData(ir::Node& n, Types logical_in, Types physical_out);
-void PhysicalConvGradWeight(ir::Node& n, Types logical_in, Types physical_out);
+void PhysicalConvGradData(ir::Node& n, Types logical_in, Types physical_out, Starts);
+void PhysicalConvGradWeight(ir::Node& n, Types logical_in, Types physical_out, Starts);
 
 // index.cpp
 Out InferTile(const ir::Node& n, Types in);
@@ -166,7 +170,7 @@ void GradReshape(GradCtx& c);
 void GradTranspose(GradCtx& c);
 Sigs SbpReshape(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpTranspose(const ir::Node& n, Types in, Types out, int64_t parts);
-void PhysicalReshape(ir::Node& n, Types logical_in, Types physical_out);
+void PhysicalReshape(ir::Node& n, Types logical_in, Types physical_out, Starts);
 Out InferGather(const ir::Node& n, Types in);
 Out InferGatherGrad(const ir::Node& n, Types in);
 Out InferConcat(const ir::Node& n, Types in);
@@ -195,10 +199,10 @@ Sigs SbpSlice(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpSliceGrad(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpExpand(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpFoldOnly(const ir::Node& n, Types in, Types out, int64_t parts);
-void PhysicalGatherGrad(ir::Node& n, Types logical_in, Types physical_out);
-void PhysicalSlice(ir::Node& n, Types logical_in, Types physical_out);
-void PhysicalSliceGrad(ir::Node& n, Types logical_in, Types physical_out);
-void PhysicalExpand(ir::Node& n, Types logical_in, Types physical_out);
+void PhysicalGatherGrad(ir::Node& n, Types logical_in, Types physical_out, Starts);
+void PhysicalSlice(ir::Node& n, Types logical_in, Types physical_out, Starts);
+void PhysicalSliceGrad(ir::Node& n, Types logical_in, Types physical_out, Starts);
+void PhysicalExpand(ir::Node& n, Types logical_in, Types physical_out, Starts);
 
 // loss.cpp
 Out InferCrossEntropy(const ir::Node& n, Types in);
@@ -209,8 +213,8 @@ void GradMse(GradCtx& c);
 Sigs SbpCrossEntropy(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpMse(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpLossGrad(const ir::Node& n, Types in, Types out, int64_t parts);
-void PhysicalCrossEntropy(ir::Node& n, Types logical_in, Types physical_out);
-void PhysicalMse(ir::Node& n, Types logical_in, Types physical_out);
+void PhysicalCrossEntropy(ir::Node& n, Types logical_in, Types physical_out, Starts);
+void PhysicalMse(ir::Node& n, Types logical_in, Types physical_out, Starts);
 
 // optim.cpp
 Out InferAccumulate(const ir::Node& n, Types in);

@@ -230,7 +230,7 @@ Sigs SbpSumTo(const ir::Node& n, Types in, Types out, int64_t parts) {
 }
 
 // A piece sums to its own piece of the target.
-void PhysicalSumTo(ir::Node& n, Types, Types physical_out) { n.attrs.Set("shape", physical_out[0].shape.dims()); }
+void PhysicalSumTo(ir::Node& n, Types, Types physical_out, Starts) { n.attrs.Set("shape", physical_out[0].shape.dims()); }
 
 Sigs BroadcastSplits(const ir::Node& n, Types in, Types out, int64_t parts) {
   Sigs s{Uniform(n, 1, Sbp::B())};

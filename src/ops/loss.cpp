@@ -85,13 +85,13 @@ Sigs SbpLossGrad(const ir::Node& n, Types in, Types, int64_t parts) {
 
 // The kernels average over attr "count" when it is there: the logical number of rows (logits
 // without the class axis) for CrossEntropy and its gradient, of elements for Mse and its gradient.
-void PhysicalCrossEntropy(ir::Node& n, Types logical_in, Types) {
+void PhysicalCrossEntropy(ir::Node& n, Types logical_in, Types, Starts) {
   const Shape& lg = logical_in[n.op == OpKind::kCrossEntropy ? 0 : 1].shape;
   const int64_t classes = lg[lg.rank() - 1];
   n.attrs.Set("count", classes ? lg.numel() / classes : int64_t{0});
 }
 
-void PhysicalMse(ir::Node& n, Types logical_in, Types) {
+void PhysicalMse(ir::Node& n, Types logical_in, Types, Starts) {
   n.attrs.Set("count", logical_in[n.op == OpKind::kMse ? 0 : 1].shape.numel());
 }
 

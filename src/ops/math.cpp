@@ -37,6 +37,14 @@ Out InferNeg(const ir::Node& n, Types in) {
   return std::vector<ir::TensorType>{in[0]};
 }
 
+// Dropout(X): ratio in [0, 1) (attribute; import reads ONNX's input), key (the mask's seed).
+Out InferDropout(const ir::Node& n, Types in) {
+  RETURN_IF_ERROR(ExpectFloat(n, in, 0));
+  const double ratio = n.attrs.Float("ratio");
+  if (!(ratio >= 0 && ratio < 1)) return Status::Invalid(n.name + ": Dropout's ratio must be in [0, 1)");
+  return std::vector<ir::TensorType>{in[0]};
+}
+
 Out InferPow(const ir::Node& n, Types in) {
   RETURN_IF_ERROR(ExpectFloat(n, in, 0));
   RETURN_IF_ERROR(ExpectFloat(n, in, 1));
@@ -106,6 +114,10 @@ void GradReciprocal(GradCtx& c) {  // dX = -dY Y^2
   ir::ValueId y2 = c.Op(OpKind::kMul, {c.out(0), c.out(0)}, {}, "y2");
   c.set_din(0, Scaled(c, c.Op(OpKind::kMul, {c.dout(0), y2}, {}, "mul"), -1.0, "neg"));
 }
+// Y = X * mask / (1 - ratio), so dX = dY * mask / (1 - ratio): Dropout of dY with the same
+// attributes, which draws the same mask again (cpu::Dropout) instead of keeping it.
+void GradDropout(GradCtx& c) { c.set_din(0, c.Op(OpKind::kDropout, {c.dout(0)}, c.node().attrs)); }
+
 void GradNeg(GradCtx& c) { c.set_din(0, c.Op(OpKind::kNeg, {c.dout(0)})); }
 void GradExp(GradCtx& c) { c.set_din(0, c.Op(OpKind::kMul, {c.dout(0), c.out(0)})); }
 void GradLog(GradCtx& c) { c.set_din(0, c.Op(OpKind::kDiv, {c.dout(0), c.in(0)})); }
@@ -160,7 +172,9 @@ void GradReduceMax(GradCtx& c) {
 // ---- SBP rules ----
 
 // Sqrt, Reciprocal, Exp, Log, Abs, Sign, Sin, Cos, Clip, IsNaN: nonlinear, as SbpActivation: any
-// split passes through, no P. Neg is linear: as Scale, plus (P) -> P.
+// split passes through, no P. Neg is linear: as Scale, plus (P) -> P. So is Dropout, whose mask
+// is fixed by the element's logical index: Dropout(X [4, 7]) has (S(0)) -> S(0), (S(1)) -> S(1),
+// (B) -> B and (P) -> P, the pieces of P all masked alike.
 Sigs SbpNeg(const ir::Node& n, Types in, Types out, int64_t parts) {
   Sigs s = SbpActivation(n, in, out, parts);
   AddSig(s, Uniform(n, 1, Sbp::P()));
@@ -198,7 +212,13 @@ Sigs SbpReduce(const ir::Node& n, Types in, Types, int64_t parts) {
 }
 
 // A piece of a split reduced axis divides by the logical count, not its own.
-void PhysicalReduceMean(ir::Node& n, Types logical_in, Types) {
+// A piece draws the mask of its place in the logical tensor: the mask is the same on every layout.
+void PhysicalDropout(ir::Node& n, Types logical_in, Types, Starts start) {
+  n.attrs.Set("start", std::vector<int64_t>(start.begin(), start.end()));
+  n.attrs.Set("logical", logical_in[0].shape.dims());
+}
+
+void PhysicalReduceMean(ir::Node& n, Types logical_in, Types, Starts) {
   int64_t count = 1;
   for (int64_t a : n.attrs.Ints("axes")) count *= logical_in[0].shape[static_cast<int>(a)];
   n.attrs.Set("count", count);

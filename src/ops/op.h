@@ -22,9 +22,10 @@
 //    both dims to split evenly at every level ([6, 2] -> [12] is fine for 2 parts of the logical
 //    6 and 12, not for 2 parts of the pieces 3 and 6).
 //  - physical: nullptr when the node runs unchanged on a physical piece. Otherwise it adjusts a
-//    copy of the node to run on one device's piece, given the logical input types and the
-//    physical output types (the output's piece under the chosen signature); after it, infer on
-//    the physical input types gives exactly those physical output types.
+//    copy of the node to run on one device's piece, given the logical input types, the physical
+//    output types (the output's piece under the chosen signature) and where output 0's piece
+//    starts in the logical output (zeros for B and P); after it, infer on the physical input
+//    types gives exactly those physical output types.
 #pragma once
 
 #include <optional>
@@ -60,7 +61,7 @@ using KernelFn = Status (*)(const KernelCtx&);
 using SbpFn = std::vector<sbp::Signature> (*)(const ir::Node& n, std::span<const ir::TensorType> in,
                                               std::span<const ir::TensorType> out, int64_t parts);
 using PhysicalFn = void (*)(ir::Node& physical, std::span<const ir::TensorType> logical_in,
-                            std::span<const ir::TensorType> physical_out);
+                            std::span<const ir::TensorType> physical_out, std::span<const int64_t> out0_start);
 
 struct OpDef {
   const char* name;

@@ -19,6 +19,7 @@ namespace fr {
   X(Sqrt, true) X(Reciprocal, true) X(Neg, true) X(Exp, true) X(Log, true) X(Abs, true)             \
   X(Sign, true) X(Sin, true) X(Cos, true) X(Pow, true) X(Clip, true) X(IsNaN, true)                 \
   X(ReduceSum, true) X(ReduceMean, true) X(ReduceMax, true)                                         \
+  X(Dropout, false) /* import reads ONNX's ratio input into an attribute */                        \
   /* convolutional nets (ops/conv.cpp) */                                                          \
   X(Conv, true) X(MaxPool, true) X(AveragePool, true)                                              \
   /* ONNX ops for shape arithmetic and masks, folded at import: no gradient (see registry.cpp) */  \

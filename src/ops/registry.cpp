@@ -56,6 +56,7 @@ constexpr std::array<OpDef, kNumOps> kTable = {{
     {"ReduceSum", true, 1, 1, InferReduce, GradReduceSumMean, cpu::ReduceSum, SbpReduce, nullptr},
     {"ReduceMean", true, 1, 1, InferReduce, GradReduceSumMean, cpu::ReduceMean, SbpReduce, PhysicalReduceMean},
     {"ReduceMax", true, 1, 1, InferReduce, GradReduceMax, cpu::ReduceMax, SbpReduce, nullptr},
+    {"Dropout", false, 1, 1, InferDropout, GradDropout, cpu::Dropout, SbpNeg, PhysicalDropout},
     {"Conv", true, 2, 3, InferConv, GradConv, cpu::Conv, SbpConv, nullptr},
     {"MaxPool", true, 1, 1, InferPool, GradMaxPool, cpu::MaxPool, SbpPool, nullptr},
     {"AveragePool", true, 1, 1, InferPool, GradAveragePool, cpu::AveragePool, SbpPool, nullptr},

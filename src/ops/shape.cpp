@@ -112,7 +112,7 @@ Sigs SbpReshape(const ir::Node& n, Types in, Types out, int64_t parts) {
 }
 
 // A piece reshapes to its own piece of the target.
-void PhysicalReshape(ir::Node& n, Types, Types physical_out) { n.attrs.Set("shape", physical_out[0].shape.dims()); }
+void PhysicalReshape(ir::Node& n, Types, Types physical_out, Starts) { n.attrs.Set("shape", physical_out[0].shape.dims()); }
 
 // Transpose: output axis j is input axis perm[j]. Transpose(X [2, 5, 7], perm [1, 2, 0]) -> [5, 7, 2]:
 //   (S(1)) -> S(0), (S(2)) -> S(1), (S(0)) -> S(2), P (any reduction) -> the same P, (B) -> B
@@ -432,7 +432,7 @@ Sigs SbpGatherGrad(const ir::Node& n, Types in, Types out, int64_t parts) {
 }
 
 // A device's dData piece is the whole table (P) or its columns (S).
-void PhysicalGatherGrad(ir::Node& n, Types, Types physical_out) {
+void PhysicalGatherGrad(ir::Node& n, Types, Types physical_out, Starts) {
   n.attrs.Set("shape", physical_out[0].shape.dims());
 }
 
@@ -473,7 +473,7 @@ Sigs SbpSlice(const ir::Node& n, Types in, Types, int64_t parts) {
   return s;
 }
 
-void PhysicalSlice(ir::Node& n, Types logical_in, Types physical_out) {
+void PhysicalSlice(ir::Node& n, Types logical_in, Types physical_out, Starts) {
   SetWholeEnds(n, logical_in[0].shape, physical_out[0].shape);
 }
 
@@ -488,7 +488,7 @@ Sigs SbpSliceGrad(const ir::Node& n, Types, Types out, int64_t parts) {
   return s;
 }
 
-void PhysicalSliceGrad(ir::Node& n, Types, Types physical_out) {
+void PhysicalSliceGrad(ir::Node& n, Types, Types physical_out, Starts) {
   SetWholeEnds(n, Shape(n.attrs.Ints("shape")), physical_out[0].shape);
   n.attrs.Set("shape", physical_out[0].shape.dims());
 }
@@ -506,7 +506,7 @@ Sigs SbpExpand(const ir::Node& n, Types in, Types out, int64_t parts) {
 }
 
 // A piece expands to its own piece of the target.
-void PhysicalExpand(ir::Node& n, Types, Types physical_out) { n.attrs.Set("shape", physical_out[0].shape.dims()); }
+void PhysicalExpand(ir::Node& n, Types, Types physical_out, Starts) { n.attrs.Set("shape", physical_out[0].shape.dims()); }
 
 // Shape, ConstantOfShape, Range: folded at import, so never placed; B alone is always right
 // (Shape of a split piece would give the piece's dims).

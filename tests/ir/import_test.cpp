@@ -461,7 +461,7 @@ TEST(Import, WhatTrainsFollowsWhatTheGraphDoes) {
   EXPECT_EQ(gr->held[1].name, "S");  // a single value: a scale, not a bias
   EXPECT_NE(gr->held[1].why.find("single value"), std::string::npos) << gr->held[1].why;
 
-  ParamRules rules{{"T"}, {"W*"}, "[config] c.yaml: ", {}};
+  ImportOptions rules{{"T"}, {"W*"}, "[config] c.yaml: ", {}};
   gr = ImportOnnxBytes(Serialize(m), "rule.onnx", SmallBinding(), rules);
   ASSERT_TRUE(gr.ok()) << gr.status().message();
   EXPECT_EQ(names(*gr), (std::set<std::string>{"B", "V", "T"}));
@@ -469,7 +469,7 @@ TEST(Import, WhatTrainsFollowsWhatTheGraphDoes) {
   EXPECT_EQ(gr->held[0].name, "W");
   EXPECT_EQ(gr->held[0].why, "model.frozen");
 
-  for (const ParamRules& bad : {ParamRules{{"t"}, {}, "[config] c.yaml: ", {}}, ParamRules{{}, {"nothing*"}, "[config] c.yaml: ", {}}}) {
+  for (const ImportOptions& bad : {ImportOptions{{"t"}, {}, "[config] c.yaml: ", {}}, ImportOptions{{}, {"nothing*"}, "[config] c.yaml: ", {}}}) {
     gr = ImportOnnxBytes(Serialize(m), "rule.onnx", SmallBinding(), bad);
     ASSERT_FALSE(gr.ok());
     const std::string& msg = gr.status().message();
@@ -529,7 +529,7 @@ TEST(Import, TransposedCopyOfATableIsTied) {
   ExpectWellFormed(*gr, "tied");
   EXPECT_EQ(gr->nodes[0].op, OpKind::kTranspose);
 
-  ParamRules apart;
+  ImportOptions apart;
   apart.untie = {"Et"};
   gr = ImportOnnxBytes(model(true), "tied.onnx", bind, apart);
   ASSERT_TRUE(gr.ok()) << gr.status().message();
@@ -1007,6 +1007,78 @@ TEST(Import, GeluOfOpset20) {
     const double want = 0.5 * xs[i] * (1 + std::erf(xs[i] / std::sqrt(2.0)));
     EXPECT_NEAR(y.data<float>()[i], want, 1e-6 + 1e-6 * std::abs(want)) << xs[i];
   }
+}
+
+// SmallModel's output through Dropout(y, ratio[, training_mode]) to z.
+onnx::ModelProto DropoutModel(float ratio, int training_mode = -1) {
+  onnx::ModelProto m = SmallModel();
+  onnx::GraphProto* g = m.mutable_graph();
+  AddConstNode(g, "ratio", {}, {}, {ratio});
+  std::vector<std::string> in = {"y", "ratio"};
+  if (training_mode >= 0) {
+    auto* t = AddOnnxNode(g, "Constant", "mode_node", {}, {"mode"})->add_attribute();
+    t->set_name("value");
+    t->set_type(onnx::AttributeProto::TENSOR);
+    t->mutable_t()->set_data_type(onnx::TensorProto::BOOL);
+    t->mutable_t()->add_int32_data(training_mode);
+    in.push_back("mode");
+  }
+  AddOnnxNode(g, "Dropout", "drop", in, {"z"});
+  g->mutable_output(0)->set_name("z");
+  return m;
+}
+
+int DropoutNodes(const Graph& g) {
+  int n = 0;
+  for (const Node& node : g.nodes) n += node.op == OpKind::kDropout;
+  return n;
+}
+
+TEST(Import, DropoutTrains) {
+  auto g = ImportOnnxBytes(Serialize(DropoutModel(0.25f, 1)), "small.onnx", SmallBinding());
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_EQ(DropoutNodes(*g), 1);
+  const Node& drop = g->nodes.back();
+  EXPECT_EQ(drop.op, OpKind::kDropout);
+  EXPECT_DOUBLE_EQ(drop.attrs.Float("ratio"), 0.25);
+  // Absent training_mode trains too (flowrun runs the training graph); train.seed moves the key.
+  ImportOptions seeded;
+  seeded.seed = 5;
+  auto other = ImportOnnxBytes(Serialize(DropoutModel(0.25f)), "small.onnx", SmallBinding(), seeded);
+  ASSERT_TRUE(other.ok()) << other.status().message();
+  ASSERT_EQ(DropoutNodes(*other), 1);
+  EXPECT_NE(other->nodes.back().attrs.Int("key"), drop.attrs.Int("key"));
+}
+
+TEST(Import, DropoutThatIsTheIdentity) {
+  ImportOptions off;
+  off.dropout = false;
+  for (const auto& [what, bytes, opts] : {std::tuple{"model.dropout: false", Serialize(DropoutModel(0.25f)), off},
+                                          std::tuple{"training_mode false", Serialize(DropoutModel(0.25f, 0)), ImportOptions{}},
+                                          std::tuple{"ratio 0", Serialize(DropoutModel(0.f, 1)), ImportOptions{}}}) {
+    auto g = ImportOnnxBytes(bytes, "small.onnx", SmallBinding(), opts);
+    ASSERT_TRUE(g.ok()) << what << ": " << g.status().message();
+    EXPECT_EQ(DropoutNodes(*g), 0) << what;
+    EXPECT_EQ(g->nodes.back().op, OpKind::kRelu) << what;
+  }
+}
+
+TEST(Import, DropoutThatIsRefused) {
+  auto ratio = ImportOnnxBytes(Serialize(DropoutModel(1.f)), "small.onnx", SmallBinding());
+  ASSERT_FALSE(ratio.ok());
+  EXPECT_NE(ratio.status().message().find("node 'drop'"), std::string::npos) << ratio.status().message();
+  EXPECT_NE(ratio.status().message().find("outside [0, 1)"), std::string::npos) << ratio.status().message();
+  onnx::ModelProto mask = DropoutModel(0.5f);
+  NodeNamed(mask, "drop")->add_output("mask");
+  AddOnnxNode(mask.mutable_graph(), "Identity", "use_mask", {"mask"}, {"mask2"});
+  auto read = ImportOnnxBytes(Serialize(mask), "small.onnx", SmallBinding());
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("uses 'mask', an optional output of drop"), std::string::npos) << read.status().message();
+  onnx::ModelProto computed = DropoutModel(0.5f);  // the ratio from the data: not a constant
+  NodeNamed(computed, "drop")->set_input(1, "x");
+  auto data = ImportOnnxBytes(Serialize(computed), "small.onnx", SmallBinding());
+  ASSERT_FALSE(data.ok());
+  EXPECT_NE(data.status().message().find("must be a constant scalar"), std::string::npos) << data.status().message();
 }
 
 // ---- External data: initializers in a file beside the model ----

@@ -1740,6 +1740,56 @@ TEST(Forward, ReduceMaxGradSharesTies) {  // as PyTorch's amax: ties share the g
 TEST(Grad, Sqrt) { CheckUnary(OpKind::kSqrt, Rand({3, 4}, 501, 0.5, 3)); }
 TEST(Grad, Reciprocal) { CheckUnary(OpKind::kReciprocal, RandAwayFromZero({3, 4}, 502, 0.5, 2)); }
 TEST(Grad, Neg) { CheckUnary(OpKind::kNeg, Rand({3, 4}, 503)); }
+TEST(Grad, Dropout) { CheckUnary(OpKind::kDropout, Rand({3, 4}, 512), A({{"ratio", 0.4}, {"key", int64_t{3}}})); }
+
+// Dropout drops about `ratio` of the elements, scales the rest by 1 / (1 - ratio), draws the same
+// mask for the same (key, step, micro-batch) and another for any other.
+TEST(Forward, DropoutDropsTheRatioAndIsSeeded) {
+  const int64_t n = 200000;
+  auto run = [&](int64_t key, int64_t step, int64_t micro, double ratio) {
+    Net net;
+    ValueId x = net.Input("x", Tensor::Full({n / 100, 100}, 2.f));
+    ValueId y = net.Op(OpKind::kDropout, {x}, A({{"ratio", ratio}, {"key", key}}));
+    EXPECT_TRUE(net.Run(step, micro).ok());
+    return net[y].Clone();
+  };
+  const Tensor a = run(1, 0, 0, 0.25);
+  int64_t dropped = 0;
+  for (float v : a.span<float>()) {
+    if (v == 0.f) ++dropped;
+    else EXPECT_FLOAT_EQ(v, 2.f / 0.75f);
+  }
+  EXPECT_NEAR(static_cast<double>(dropped) / n, 0.25, 0.005);
+  EXPECT_TRUE(AllNear(run(1, 0, 0, 0.25), ToDouble(a), 0, 0)) << "the same draw twice differs";
+  for (const Tensor& other : {run(2, 0, 0, 0.25), run(1, 1, 0, 0.25), run(1, 0, 1, 0.25)}) {
+    int64_t same = 0;
+    for (int64_t i = 0; i < n; ++i) same += (other.data<float>()[i] == 0.f) == (a.data<float>()[i] == 0.f);
+    EXPECT_LT(same, n * 0.7) << "another key, step or micro-batch drew the same mask";
+  }
+  const Tensor none = run(1, 0, 0, 0.0);
+  for (float v : none.span<float>()) ASSERT_EQ(v, 2.f);
+}
+
+// A piece of the logical tensor (PhysicalDropout's start and logical) draws the logical mask's part.
+TEST(Forward, DropoutPieceDrawsItsPartOfTheLogicalMask) {
+  Net whole;
+  Tensor xv = Rand({6, 10}, 513, 1, 2);
+  ValueId x = whole.Input("x", xv);
+  const ir::Attrs at = A({{"ratio", 0.5}, {"key", int64_t{9}}});
+  ValueId y = whole.Op(OpKind::kDropout, {x}, at);
+  ASSERT_TRUE(whole.Run(3, 1).ok());
+  Net part;
+  Tensor pv(DType::kF32, {3, 4});  // rows 2-4, columns 5-8
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 4; ++c) pv.data<float>()[r * 4 + c] = xv.data<float>()[(r + 2) * 10 + c + 5];
+  ir::Attrs pat = at;
+  pat.Set("start", std::vector<int64_t>{2, 5});
+  pat.Set("logical", std::vector<int64_t>{6, 10});
+  ValueId py = part.Op(OpKind::kDropout, {part.Input("x", pv)}, pat);
+  ASSERT_TRUE(part.Run(3, 1).ok());
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(part[py].data<float>()[r * 4 + c], whole[y].data<float>()[(r + 2) * 10 + c + 5]);
+}
 TEST(Grad, Exp) { CheckUnary(OpKind::kExp, Rand({3, 4}, 504, -2, 2)); }
 TEST(Grad, Log) { CheckUnary(OpKind::kLog, Rand({3, 4}, 505, 0.5, 3)); }
 TEST(Grad, Abs) { CheckUnary(OpKind::kAbs, RandAwayFromZero({3, 4}, 506, 0.1, 2)); }

@@ -259,6 +259,41 @@ TEST(Distributed, BertExport_TensorParallel_1n2d) {
                     {}});
 }
 
+// Dropout trains (tools/make_exports.py's bert_dropout: 8 Dropout nodes at 0.1, one on the
+// attention probabilities): every layout draws the logical tensor's mask, each piece its part of
+// it, so data, tensor and pipeline parallel equal one rank. On one rank, a rerun repeats every
+// bit, and the losses differ from those of model.dropout: false from the first step.
+const char* kBertDropout = "tests/golden/exports/bert_dropout_torchscript_sgd.yaml";
+const std::string kDropoutOn = "model.dropout=true";
+TEST(Distributed, Dropout_DataParallel_1n2d) {
+  ExpectSameLosses({"drop_dp2", kBertDropout, 2, {"parallel.sbp={input_ids: [\"S(0)\"]}"}, {kDropoutOn}});
+}
+TEST(Distributed, Dropout_TensorParallel_1n2d) {
+  ExpectSameLosses({"drop_tp2", kBertDropout, 2,
+                    {"parallel.sbp={\"/bert/bert/encoder/layer.*/intermediate/dense/MatMul:1\": [\"S(1)\"], "
+                     "\"/bert/bert/encoder/layer.*/intermediate/dense/MatMul_output_0\": [\"S(2)\"], "
+                     "\"/bert/bert/encoder/layer.*/attention/self/Dropout_output_0\": [\"S(1)\"]}"},
+                    {kDropoutOn}});
+}
+TEST(Distributed, Dropout_Pipeline2Stages_1n2d) {
+  ExpectSameLosses({"drop_pp2", kBertDropout, 2,
+                    {"parallel.stages=[[\"/bert/bert/embeddings/*\", \"/bert/bert/encoder/layer.0/*\"], [\"*\"]]"},
+                    {kDropoutOn}});
+}
+TEST(Distributed, Dropout_IsSeededAndDrops_1n1d) {
+  const ::Run on = Train({"drop_on", kBertDropout, 1, {}, {kDropoutOn}}, 1, false);
+  const ::Run again = Train({"drop_again", kBertDropout, 1, {}, {kDropoutOn}}, 1, false);
+  const ::Run off = Train({"drop_off", kBertDropout, 1, {}, {}}, 1, false);
+  const ::Run seeded = Train({"drop_seed", kBertDropout, 1, {}, {kDropoutOn, "train.seed=7"}}, 1, false);
+  for (const ::Run* r : {&on, &again, &off, &seeded}) {
+    ASSERT_EQ(r->code, 0) << r->out;
+    ASSERT_EQ(r->loss.size(), 20u) << r->out;
+  }
+  for (size_t i = 0; i < 20; ++i) EXPECT_EQ(on.loss[i], again.loss[i]) << "step " << i + 1;
+  EXPECT_NE(on.loss[0], off.loss[0]) << "dropout changed nothing";
+  EXPECT_NE(on.loss[0], seeded.loss[0]) << "train.seed does not move the masks";
+}
+
 // The ResNet export (TorchScript, BatchNormalization in training mode), data parallel: each rank
 // holds half of every micro-batch, and BatchNorm's statistics are the whole micro-batch's (its
 // ReduceMean over a split batch is a partial sum that boxing all-reduces), as on one rank. With

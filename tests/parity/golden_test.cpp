@@ -39,7 +39,9 @@ const char* const kGolden[] = {"mlp_sgd", "mlp_adamw", "mlp_ln_gelu_sgd", "mlp_l
                                "exports/cnn_dynamo_sgd", "exports/cnn_dynamo_adamw",
                                "exports/resnet_dynamo_sgd", "exports/resnet_dynamo_adamw",
                                "exports/bert_torchscript_sgd", "exports/bert_torchscript_adamw",
-                               "exports/bert_dynamo_sgd", "exports/bert_dynamo_adamw"};
+                               "exports/bert_dynamo_sgd", "exports/bert_dynamo_adamw",
+                               "exports/bert_dropout_torchscript_sgd", "exports/bert_dropout_torchscript_adamw",
+                               "exports/bert_dropout_dynamo_sgd", "exports/bert_dropout_dynamo_adamw"};
 
 std::string ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -181,6 +183,12 @@ TEST(Parity, Golden_exports_bert_torchscript_sgd_1n1d) { CheckGolden("exports/be
 TEST(Parity, Golden_exports_bert_torchscript_adamw_1n1d) { CheckGolden("exports/bert_torchscript_adamw"); }
 TEST(Parity, Golden_exports_bert_dynamo_sgd_1n1d) { CheckGolden("exports/bert_dynamo_sgd"); }
 TEST(Parity, Golden_exports_bert_dynamo_adamw_1n1d) { CheckGolden("exports/bert_dynamo_adamw"); }
+// The same BERT with its dropouts at 0.1, exported in training mode (Dropout nodes kept), trained
+// with model.dropout: false: it must equal PyTorch's model without dropout (the same weights).
+TEST(Parity, Golden_exports_bert_dropout_torchscript_sgd_1n1d) { CheckGolden("exports/bert_dropout_torchscript_sgd"); }
+TEST(Parity, Golden_exports_bert_dropout_torchscript_adamw_1n1d) { CheckGolden("exports/bert_dropout_torchscript_adamw"); }
+TEST(Parity, Golden_exports_bert_dropout_dynamo_sgd_1n1d) { CheckGolden("exports/bert_dropout_dynamo_sgd"); }
+TEST(Parity, Golden_exports_bert_dropout_dynamo_adamw_1n1d) { CheckGolden("exports/bert_dropout_dynamo_adamw"); }
 
 // The dynamo exporter folds every BatchNormalization into the Conv before it, even from a model in
 // training mode: the file computes conv(x) with the running statistics baked in, not batch

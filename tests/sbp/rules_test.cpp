@@ -238,6 +238,8 @@ const std::vector<Case>& Cases() {
       {K::kReciprocal, "x", {F({5, 7}, Fill::kNonZero)}, {}, kTol},
       {K::kNeg, "f32", {F({5, 7})}, {}},
       {K::kNeg, "i64", {I64({3, 5})}, {}},
+      {K::kDropout, "2d", {F({5, 7})}, A({{"ratio", 0.5}, {"key", int64_t{7}}}), true, 2},
+      {K::kDropout, "3d", {F({4, 3, 5})}, A({{"ratio", 0.3}, {"key", int64_t{-2}}}), kTol, 2},  // 1 / 0.7 rounds P's pieces
       {K::kExp, "x", {F({5, 7})}, {}, kTol},
       {K::kLog, "x", {F({5, 7}, Fill::kPositive)}, {}, kTol},
       {K::kAbs, "x", {F({5, 7})}, {}},
@@ -500,7 +502,11 @@ void CheckSignature(const Case& c, const Built& b, const Signature& sig, int n, 
       out.emplace_back(pout.back().dtype, pout.back().shape);
     }
     ir::Node node = b.node;
-    if (def.physical) def.physical(node, b.in, pout);
+    if (def.physical) {
+      std::vector<int64_t> start;
+      for (const sbp::Range& r : sbp::PieceRanges(b.out[0].shape, sbp::NdSbp{sig.out[0]}, pl, k)) start.push_back(r.begin);
+      def.physical(node, b.in, pout, start);
+    }
     auto inferred = def.infer(node, pin);
     ASSERT_TRUE(inferred.ok()) << inferred.status().message();
     ASSERT_EQ(*inferred, pout) << "infer on the physical inputs disagrees with the output pieces";

@@ -98,6 +98,64 @@ Status Neg(const KernelCtx& c) {
   return Map(c, [](float x) { return -x; });
 }
 
+namespace {
+
+// SplitMix64's output function: a bijection of 64-bit words whose outputs, for counters in
+// sequence, pass the usual statistical tests. Dropout draws from it by counter, with no state.
+uint64_t Mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+// Element i of the LOGICAL tensor is dropped when the draw for (key, step, micro-batch, i) falls
+// below ratio. A piece (attributes start and logical, ops/math.cpp PhysicalDropout) numbers its
+// elements by their logical place, so every layout drops the same elements.
+Status Dropout(const KernelCtx& c) {
+  const auto& a = c.node.attrs;
+  const fr::Shape& piece = c.out[0].shape();
+  const int rank = piece.rank();
+  std::vector<int64_t> start = a.Ints("start"), logical = a.Ints("logical");
+  if (start.empty()) start.assign(static_cast<size_t>(rank), 0);
+  if (logical.empty()) logical = piece.dims();
+  FR_CHECK(static_cast<int>(start.size()) == rank && static_cast<int>(logical.size()) == rank,
+           c.node.name + ": Dropout's piece attributes do not fit its rank");
+  for (int d = 0; d < rank; ++d)
+    FR_CHECK(start[static_cast<size_t>(d)] + piece[d] <= logical[static_cast<size_t>(d)], c.node.name + ": piece outside the tensor");
+  const double ratio = a.Float("ratio");
+  const auto below = static_cast<uint64_t>(ratio * 4294967296.0);  // drop when the draw's top 32 bits are under it
+  const float scale = static_cast<float>(1.0 / (1.0 - ratio));
+  const uint64_t base = Mix(Mix(Mix(static_cast<uint64_t>(a.Int("key"))) ^ static_cast<uint64_t>(c.step)) ^
+                            static_cast<uint64_t>(c.micro));
+  // Strides of the logical tensor; rows along the last axis are contiguous in both.
+  std::vector<int64_t> stride(static_cast<size_t>(rank), 1);
+  for (int d = rank - 2; d >= 0; --d) stride[static_cast<size_t>(d)] = stride[static_cast<size_t>(d) + 1] * logical[static_cast<size_t>(d) + 1];
+  const int64_t row = rank == 0 ? 1 : piece[rank - 1];
+  const int64_t rows = row == 0 ? 0 : piece.numel() / row;
+  const float* x = c.in[0].data<float>();
+  float* y = c.out[0].data<float>();
+  std::vector<int64_t> at(static_cast<size_t>(std::max(rank - 1, 0)), 0);  // the row's index in the piece
+  for (int64_t r = 0; r < rows; ++r) {
+    uint64_t first = rank == 0 ? 0 : static_cast<uint64_t>(start[static_cast<size_t>(rank) - 1]);
+    for (int d = 0; d + 1 < rank; ++d)
+      first += static_cast<uint64_t>((start[static_cast<size_t>(d)] + at[static_cast<size_t>(d)]) * stride[static_cast<size_t>(d)]);
+    const float* xr = x + r * row;
+    float* yr = y + r * row;
+    for (int64_t j = 0; j < row; ++j) {
+      const uint64_t draw = Mix(base + (first + static_cast<uint64_t>(j)) * 0x9e3779b97f4a7c15ull) >> 32;
+      yr[j] = draw < below ? 0.f : xr[j] * scale;
+    }
+    for (int d = rank - 2; d >= 0; --d) {  // next row
+      if (++at[static_cast<size_t>(d)] < piece[d]) break;
+      at[static_cast<size_t>(d)] = 0;
+    }
+  }
+  return Status::Ok();
+}
+
 Status IsNaN(const KernelCtx& c) {
   const float* x = c.in[0].data<float>();
   bool* y = c.out[0].data<bool>();
