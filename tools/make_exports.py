@@ -157,8 +157,28 @@ def bert(dropout=0.0):
     return Classifier()
 
 
+def bert_mlm():
+    """BertForMaskedLM (decoder tied to the word embeddings), returning its logits [B, S, V] from
+    input_ids, attention_mask and token_type_ids."""
+    import torch
+    from transformers import BertConfig, BertForMaskedLM
+    cfg = BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                     max_position_embeddings=SEQ, type_vocab_size=2, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0)
+
+    class MaskedLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = BertForMaskedLM(cfg)
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+
+    return MaskedLM()
+
+
 MODELS = {"gpt2": gpt2, "llama": llama, "nanogpt": nanogpt, "cnn": cnn, "resnet": resnet, "bert": bert,
-          "bert_dropout": lambda: bert(0.1)}
+          "bert_dropout": lambda: bert(0.1), "bert_mlm": bert_mlm}
 # Exported in training mode with their Dropout nodes; the golden run sets model.dropout: false and
 # must equal the model without them (same seed, same weights: dropout has no parameters).
 DROPOUT_MODELS = {"bert_dropout": "bert"}
@@ -178,6 +198,21 @@ def make_images():
     y = (base.reshape(SAMPLES, -1) @ teacher).argmax(axis=1).astype(np.int64)
     np.save("data/images_x.npy", x.astype(np.float32))
     np.save("data/images_y.npy", y)
+
+
+MASK_TOKEN = VOCAB - 1
+
+
+def make_masked_lm():
+    """data/mlm_{input_ids,labels}.npy: the pairs' tokens with 15% of the unpadded positions replaced
+    by MASK_TOKEN, labelled with the token they hid; every other label is -100 (ignored)."""
+    import numpy as np
+    rng = np.random.default_rng(13)
+    ids, mask = np.load("data/pairs_input_ids.npy"), np.load("data/pairs_attention_mask.npy")
+    hidden = (rng.random(ids.shape) < 0.15) & (mask == 1)
+    labels = np.where(hidden, ids, -100).astype(np.int64)
+    np.save("data/mlm_input_ids.npy", np.where(hidden, MASK_TOKEN, ids).astype(np.int64))
+    np.save("data/mlm_labels.npy", labels)
 
 
 def make_text_pairs():
@@ -329,12 +364,14 @@ IMAGE_LR = {"sgd": 0.01, "adamw": 5.0e-4}
 
 def golden_config(onnx_path, opt):
     if "/bert_" in onnx_path:
+        arrays = {f: f"data/pairs_{f}.npy" for f in TEXT_FIELDS + ("labels",)}
+        if "/bert_mlm_" in onnx_path:
+            arrays.update(input_ids="data/mlm_input_ids.npy", labels="data/mlm_labels.npy")
         return {
             "model": {"onnx": onnx_path, "inputs": {f: f for f in TEXT_FIELDS},
                       "loss": {"type": "cross_entropy", "logits": "logits", "labels": "labels"},
                       **({"dropout": False} if "/bert_dropout_" in onnx_path else {})},
-            "data": {"format": "npy", "arrays": {f: f"data/pairs_{f}.npy" for f in TEXT_FIELDS + ("labels",)},
-                     "order": "sequential"},
+            "data": {"format": "npy", "arrays": arrays, "order": "sequential"},
             "train": {"steps": STEPS, "global_batch": 2 * BATCH, "micro_batch": BATCH, "seed": 0},
             "optimizer": dict(OPTIMIZERS[opt]),
             "schedule": {"type": "cosine", "warmup": 5, "min_lr": OPTIMIZERS[opt]["lr"] / 10},
@@ -415,7 +452,9 @@ def train_fields(model, cfg, arrays, ref):
         step_losses = []
         for i in range(m):
             part = {f: a[i * mb:(i + 1) * mb] for f, a in batch.items()}
-            loss = F.cross_entropy(model(*(part[f] for f in TEXT_FIELDS)), part["labels"])
+            logits = model(*(part[f] for f in TEXT_FIELDS))
+            # A masked LM's [B, S, V] against [B, S]: the mean over the labels that are not -100.
+            loss = F.cross_entropy(logits.flatten(0, -2), part["labels"].flatten(), ignore_index=-100)
             (loss / m).backward()
             step_losses.append(loss.item())
         params = list(model.parameters())
@@ -445,6 +484,7 @@ def main():
     os.makedirs("models/exports", exist_ok=True)
     make_images()
     make_text_pairs()
+    make_masked_lm()
     os.makedirs("tests/golden/exports", exist_ok=True)
     only = set(filter(None, args.only.split(",")))
     for name in MODELS:

@@ -259,6 +259,12 @@ TEST(Distributed, BertExport_TensorParallel_1n2d) {
                     {}});
 }
 
+// BERT for masked LM: the mean over the masked positions' labels, whose count differs between the
+// ranks' halves of a batch, is the whole micro-batch's under data parallelism too.
+TEST(Distributed, BertMaskedLm_DataParallel_1n2d) {
+  ExpectSameLosses({"mlm_dp2", "tests/golden/exports/bert_mlm_dynamo_sgd.yaml", 2, {"parallel.sbp={input_ids: [\"S(0)\"]}"}, {}});
+}
+
 // Dropout trains (tools/make_exports.py's bert_dropout: 8 Dropout nodes at 0.1, one on the
 // attention probabilities): every layout draws the logical tensor's mask, each piece its part of
 // it, so data, tensor and pipeline parallel equal one rank. On one rank, a rerun repeats every

@@ -41,7 +41,9 @@ const char* const kGolden[] = {"mlp_sgd", "mlp_adamw", "mlp_ln_gelu_sgd", "mlp_l
                                "exports/bert_torchscript_sgd", "exports/bert_torchscript_adamw",
                                "exports/bert_dynamo_sgd", "exports/bert_dynamo_adamw",
                                "exports/bert_dropout_torchscript_sgd", "exports/bert_dropout_torchscript_adamw",
-                               "exports/bert_dropout_dynamo_sgd", "exports/bert_dropout_dynamo_adamw"};
+                               "exports/bert_dropout_dynamo_sgd", "exports/bert_dropout_dynamo_adamw",
+                               "exports/bert_mlm_torchscript_sgd", "exports/bert_mlm_torchscript_adamw",
+                               "exports/bert_mlm_dynamo_sgd", "exports/bert_mlm_dynamo_adamw"};
 
 std::string ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -189,6 +191,12 @@ TEST(Parity, Golden_exports_bert_dropout_torchscript_sgd_1n1d) { CheckGolden("ex
 TEST(Parity, Golden_exports_bert_dropout_torchscript_adamw_1n1d) { CheckGolden("exports/bert_dropout_torchscript_adamw"); }
 TEST(Parity, Golden_exports_bert_dropout_dynamo_sgd_1n1d) { CheckGolden("exports/bert_dropout_dynamo_sgd"); }
 TEST(Parity, Golden_exports_bert_dropout_dynamo_adamw_1n1d) { CheckGolden("exports/bert_dropout_dynamo_adamw"); }
+// BERT for masked LM: logits [B, S, V] from a head tied to the word embeddings (TorchScript: a
+// transposed copy tied back), 15% of the positions masked and labelled, the rest -100 (ignored).
+TEST(Parity, Golden_exports_bert_mlm_torchscript_sgd_1n1d) { CheckGolden("exports/bert_mlm_torchscript_sgd"); }
+TEST(Parity, Golden_exports_bert_mlm_torchscript_adamw_1n1d) { CheckGolden("exports/bert_mlm_torchscript_adamw"); }
+TEST(Parity, Golden_exports_bert_mlm_dynamo_sgd_1n1d) { CheckGolden("exports/bert_mlm_dynamo_sgd"); }
+TEST(Parity, Golden_exports_bert_mlm_dynamo_adamw_1n1d) { CheckGolden("exports/bert_mlm_dynamo_adamw"); }
 
 // The dynamo exporter folds every BatchNormalization into the Conv before it, even from a model in
 // training mode: the file computes conv(x) with the running statistics baked in, not batch
