@@ -431,7 +431,28 @@ def train(model, cfg):
         losses.append(loss)
         gnorms.append(gnorm)
         lrs.append(lr)
-    return losses, gnorms, lrs
+    return losses, gnorms, lrs, running_stats(model)
+
+
+def start_running_stats_as_exported(model, path):
+    """The TorchScript exporter traces a training-mode model once on the example input, and the
+    file keeps the running statistics that forward left (var 0.9 after a constant input): the
+    reference starts from them too, so that the saved statistics can be compared."""
+    import onnx
+    import torch
+    from onnx import numpy_helper
+    inits = {t.name: t for t in onnx.load(path, load_external_data=False).graph.initializer}
+    with torch.no_grad():
+        for k, v in model.state_dict().items():
+            if (k.endswith("running_mean") or k.endswith("running_var")) and k in inits:
+                v.copy_(torch.from_numpy(numpy_helper.to_array(inits[k]).copy()))
+
+
+def running_stats(model):
+    """BatchNorm's running statistics after training, by state_dict name (the TorchScript
+    export's initializer names)."""
+    return {k: v.flatten().tolist() for k, v in model.state_dict().items()
+            if k.endswith("running_mean") or k.endswith("running_var")}
 
 
 def train_fields(model, cfg, arrays, ref):
@@ -465,7 +486,7 @@ def train_fields(model, cfg, arrays, ref):
         losses.append(float(np.mean(np.asarray(step_losses, dtype=np.float64))))
         gnorms.append(float(gnorm))
         lrs.append(lr)
-    return losses, gnorms, lrs
+    return losses, gnorms, lrs, running_stats(model)
 
 
 def main():
@@ -505,10 +526,18 @@ def main():
                 cfg = golden_config(path, opt)
                 write_yaml(stem + ".yaml", cfg, f"# Golden run of a {exporter} export of a tiny {name}: flowrun's 20 losses\n"
                                                 f"# must equal PyTorch's in {os.path.basename(stem)}.json (tools/make_exports.py).\n")
-                losses, gnorms, lrs = train(build(plain, seed), cfg)
+                model = build(plain, seed)
+                if exporter == "torchscript":
+                    start_running_stats_as_exported(model, path)
+                losses, gnorms, lrs, running = train(model, cfg)
+                if exporter != "torchscript":
+                    running = {}  # the dynamo exporter folds BatchNorm away: nothing to compare
+                ref = {"config": stem + ".yaml", "torch": torch.__version__, "seed": seed, "losses": losses,
+                       "gnorms": gnorms, "lrs": lrs}
+                if running:  # BatchNorm's running statistics after the last step, for the saved model
+                    ref["running"] = running
                 with open(stem + ".json", "w") as f:
-                    json.dump({"config": stem + ".yaml", "torch": torch.__version__, "seed": seed, "losses": losses,
-                               "gnorms": gnorms, "lrs": lrs}, f, indent=1)
+                    json.dump(ref, f, indent=1)
                     f.write("\n")
                 print(f"    {opt}: loss {losses[0]:.6f} -> {losses[-1]:.6f}")
 

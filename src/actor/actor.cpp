@@ -262,6 +262,9 @@ Status Actor::Body(int64_t k) {
     case TaskKind::kNormSink:
       rt_.ReportGradNormSq(step, rt_.Slot(in_[0].regst, in_[0].slots.front()).data<float>()[0]);
       return Status::Ok();
+    case TaskKind::kStatSink:
+      rt_.ReportStat(task_.param, step, micro, rt_.Slot(in_[0].regst, in_[0].slots.front()));
+      return Status::Ok();
   }
   return Status::Ok();
 }

@@ -203,6 +203,10 @@ void Runtime::ReportGradNormSq(int64_t step, double sq) {
   MaybeEmit();
 }
 
+void Runtime::ReportStat(ir::ValueId stat, int64_t step, int64_t micro, const Tensor& x) const {
+  if (opt_.on_stat) opt_.on_stat(stat, step, micro, x);
+}
+
 void Runtime::MaybeEmit() {
   while (parts_.count(next_emit_) && parts_[next_emit_] == 2) {
     StepRecord r = partial_[next_emit_];

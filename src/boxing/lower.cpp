@@ -60,6 +60,7 @@ class Lowering {
     }
     RETURN_IF_ERROR(AddSink(TaskKind::kLossSink, "loss", tg_.loss_sum));  // may join a gradient bucket
     RETURN_IF_ERROR(AddSink(TaskKind::kNormSink, "grad_norm", tg_.grad_norm_sq));
+    for (const ir::Graph::Running& r : g_.running) RETURN_IF_ERROR(AddSink(TaskKind::kStatSink, "stat", r.batch));
     EmitBuckets();
     for (const TaskDesc& t : p_.tasks) {
       std::vector<int> regs = t.kind == TaskKind::kBoxing ? t.move.in : std::vector<int>{};
@@ -516,7 +517,11 @@ class Lowering {
     }
     const int ndim = p_.stages[static_cast<size_t>(stage)].ndim();
     ASSIGN_OR_RETURN(std::vector<int> regs, Deliver(v, stage, sbp::NdSbp::Broadcast(ndim), name));
-    TaskDesc& t = NewTask(kind, name, 0, kComputeStream, true);
+    // The loss and the norm a step; a BatchNorm statistic every micro-batch, which its running
+    // average takes in order.
+    TaskDesc& t = NewTask(kind, kind == TaskKind::kStatSink ? "stat:" + g_.value(v).name : name, 0, kComputeStream,
+                          kind != TaskKind::kStatSink);
+    t.param = kind == TaskKind::kStatSink ? v : ir::kNoValue;
     t.in.push_back(ir::TaskInput{regs[at], -1});
     return Status::Ok();
   }

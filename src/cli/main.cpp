@@ -25,6 +25,7 @@
 #include "cli/env.h"
 #include "cli/pipeline.h"
 #include "cli/run_files.h"
+#include "cli/running_stats.h"
 #include "cli/save.h"
 #include "ir/onnx_export.h"
 #include "cli/step_log.h"
@@ -161,6 +162,8 @@ int Train(const Args& a) {
   actor::RunOptions ro;
   ro.feeder = &loader;
   ro.on_step = [&](const actor::StepRecord& r) { return log.OnStep(r); };
+  RunningStats running(c->training.graph);
+  ro.on_stat = [&](ir::ValueId stat, int64_t, int64_t, const Tensor& x) { running.Take(stat, x); };
   ro.stall_timeout = cfg->parallel.timeout;
   ro.stop_signal = &g_stop_signal;
   if (kernel_threads > 0) ro.on_thread_start = [kernel_threads] { omp_set_num_threads(kernel_threads); };
@@ -186,7 +189,8 @@ int Train(const Args& a) {
     if (Status s = tracer->Write(actor::TracePath(a.trace, world->rank, world->size)); !s.ok()) return fail(s);
   }
   if (!cfg->save.onnx.empty()) {
-    if (Status s = SaveTrained(plan, c->training, rt, world->comm.get(), world->rank, cfg->parallel.timeout, *c->model, cfg->save.onnx); !s.ok())
+    if (Status s = SaveTrained(plan, c->training, rt, world->comm.get(), world->rank, cfg->parallel.timeout, *c->model,
+                                   running.Values(), cfg->save.onnx); !s.ok())
       return fail(s);
     if (lead) std::cout << "saved: " << cfg->save.onnx << " (model.onnx with the trained parameters)" << std::endl;
   }
@@ -198,6 +202,46 @@ int Train(const Args& a) {
   // The world's destructor (MPI_Finalize) waits for every rank; the watchdog outlives it.
   if (world->size > 1) dog.Arm("finishing with the other ranks (MPI_Finalize)", cfg->parallel.timeout);
   return 0;
+}
+
+// What plan says about the model beside the plan: what trains, what is held constant and why,
+// ties, BatchNorm's running statistics and dropout.
+void PrintModelSummary(const ir::Graph& g, const std::vector<std::string>& frozen, bool dump) {
+  int64_t values = 0;
+  for (ir::ValueId p : g.params) values += g.type(p).shape.numel();
+  std::cout << "trains " << g.params.size() << " parameter tensors (" << values << " values)";
+  if (!g.held.empty()) std::cout << "; holds " << g.held.size() << " float initializers constant:";
+  std::cout << std::endl;
+  for (const ir::Graph::Held& h : g.held)
+    std::cout << "  " << h.name << " " << Name(h.type.dtype) << h.type.shape.ToString() << ": " << h.why << std::endl;
+  for (const ir::Graph::Tie& t : g.tied)
+    std::cout << "tied: " << t.copy << " is the transpose of " << t.table << " and trains as it (model.untie keeps it apart)" << std::endl;
+  if (!g.running.empty()) {
+    std::cout << "batchnorm: " << g.running.size()
+              << " running statistics follow each micro-batch's with the node's momentum and are saved, not trained" << std::endl;
+  }
+  std::set<double> ratios;
+  int drops = 0;
+  for (const ir::Node& n : g.nodes) {
+    if (n.op != OpKind::kDropout || n.phase != ir::Phase::kForward) continue;
+    ++drops;
+    ratios.insert(n.attrs.Float("ratio"));
+  }
+  if (drops > 0) {
+    std::string list;
+    for (double r : ratios) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", r);
+      list += (list.empty() ? "" : ", ") + std::string(buf);
+    }
+    std::cout << "dropout: " << drops << " nodes drop (ratio " << list << "), seeded by train.seed; model.dropout: false turns them off" << std::endl;
+  }
+  if (dump) {
+    std::cout << "parameters:" << std::endl;
+    for (ir::ValueId p : g.params) std::cout << "  " << g.value(p).name << " " << g.type(p).shape.ToString() << std::endl;
+  }
+  for (const std::string& f : frozen)
+    std::cout << "note: initializer '" << f << "' does not affect the loss and is not trained" << std::endl;
 }
 
 int Plan(const Args& a) {
@@ -224,37 +268,7 @@ int Plan(const Args& a) {
               << std::endl;
   }
   if (a.format == "text") {
-    int64_t values = 0;
-    for (ir::ValueId p : g.params) values += g.type(p).shape.numel();
-    std::cout << "trains " << g.params.size() << " parameter tensors (" << values << " values)";
-    if (!g.held.empty()) std::cout << "; holds " << g.held.size() << " float initializers constant:";
-    std::cout << std::endl;
-    for (const ir::Graph::Tie& t : g.tied)
-      std::cout << "tied: " << t.copy << " is the transpose of " << t.table << " and trains as it (model.untie keeps it apart)" << std::endl;
-    std::set<double> ratios;
-    int drops = 0;
-    for (const ir::Node& n : g.nodes) {
-      if (n.op != OpKind::kDropout || n.phase != ir::Phase::kForward) continue;
-      ++drops;
-      ratios.insert(n.attrs.Float("ratio"));
-    }
-    if (drops > 0) {
-      std::string list;
-      for (double r : ratios) {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%g", r);
-        list += (list.empty() ? "" : ", ") + std::string(buf);
-      }
-      std::cout << "dropout: " << drops << " nodes drop (ratio " << list << "), seeded by train.seed; model.dropout: false turns them off" << std::endl;
-    }
-    for (const ir::Graph::Held& h : g.held)
-      std::cout << "  " << h.name << " " << Name(h.type.dtype) << h.type.shape.ToString() << ": " << h.why << std::endl;
-    if (a.dump) {
-      std::cout << "parameters:" << std::endl;
-      for (ir::ValueId p : g.params) std::cout << "  " << g.value(p).name << " " << g.type(p).shape.ToString() << std::endl;
-    }
-    for (const std::string& f : c->training.frozen)
-      std::cout << "note: initializer '" << f << "' does not affect the loss and is not trained" << std::endl;
+    PrintModelSummary(g, c->training.frozen, a.dump);
   }
   return 0;
 }

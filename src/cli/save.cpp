@@ -90,6 +90,7 @@ std::map<std::string, ir::TensorType> SavedTypes(const ir::TrainingGraph& t) {
       it->second.shape = s;
     }
   }
+  for (const ir::Graph::Running& r : t.graph.running) out[r.initializer] = {DType::kF32, r.initial.shape()};
   for (const ir::Graph::Tie& tie : t.graph.tied) {  // a tied copy is saved as the table's transpose
     auto it = out.find(tie.table);
     if (it != out.end()) out[tie.copy] = {it->second.dtype, Shape{it->second.shape[1], it->second.shape[0]}};
@@ -98,7 +99,8 @@ std::map<std::string, ir::TensorType> SavedTypes(const ir::TrainingGraph& t) {
 }
 
 Status SaveTrained(const ir::Plan& plan, const ir::TrainingGraph& t, const actor::Runtime& rt, actor::Communicator* comm,
-                   int rank, double timeout, const ir::OnnxModel& model, const std::string& path) {
+                   int rank, double timeout, const ir::OnnxModel& model, const std::map<std::string, Tensor>& running,
+                   const std::string& path) {
   ASSIGN_OR_RETURN(std::vector<Piece> pieces, Pieces(plan, t));
   std::map<ir::ValueId, Tensor> params;  // rank 0: each parameter, assembled
   if (rank == 0)
@@ -162,6 +164,7 @@ Status SaveTrained(const ir::Plan& plan, const ir::TrainingGraph& t, const actor
       for (int64_t j = 0; j < cols; ++j) b.data<float>()[j * rows + i] = a.data<float>()[i * cols + j];
     weights[tie.copy] = b;
   }
+  for (const auto& [name, value] : running) weights[name] = value;
   return ir::WriteOnnx(model, weights, path);
 }
 

@@ -108,6 +108,17 @@ struct Graph {
     std::string copy, table;
   };
   std::vector<Tie> tied;
+  // A BatchNormalization's running statistic in training mode: after every micro-batch, as in
+  // PyTorch, initializer = momentum * initializer + (1 - momentum) * unbias * batch; the trainer
+  // keeps it (cli/running_stats.h) and `save:` writes it. Nothing in the graph reads it.
+  struct Running {
+    std::string initializer;
+    ValueId batch = kNoValue;  // the micro-batch's statistic, [1, C, 1, ...]
+    double momentum = 0.9;
+    double unbias = 1;         // n / (n - 1) for the variance: PyTorch's running variance is unbiased
+    Tensor initial;            // the initializer's value in the file
+  };
+  std::vector<Running> running;
   int opset = 0;
 
   const Value& value(ValueId v) const { return values[static_cast<size_t>(v)]; }

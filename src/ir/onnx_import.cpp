@@ -329,6 +329,15 @@ class Importer {
       in.push_back(v);
     }
     const bool training = a.Int("training_mode", n.output_size() > 1 ? 1 : 0) != 0;
+    for (int i : {3, 4}) {
+      if (g_.value(in[static_cast<size_t>(i)]).kind != ValueKind::kParam && !IsConst(in[static_cast<size_t>(i)])) {
+        return NodeErr(n, std::string(i == 3 ? "input_mean" : "input_var") + " must be an initializer (a running statistic)");
+      }
+    }
+    const int64_t per_channel_count = xs[1] > 0 ? xs.numel() / xs[1] : 0;
+    if (training && per_channel_count < 2) {
+      return NodeErr(n, "trains on one value per channel (input " + xs.ToString() + "): its batch variance is undefined");
+    }
     const std::string base = n.name().empty() ? n.output(0) : n.name();
     auto op = [&](OpKind k, std::vector<ValueId> ins, Attrs at, const std::string& tag) -> Result<ValueId> {
       auto outs = b_.Add(k, std::move(ins), std::move(at), b_.UniqueName(base + "/" + tag), Phase::kForward);
@@ -368,6 +377,18 @@ class Importer {
       if (!n.output(i).empty()) used_aux_[n.output(i)] = n.name();
     running_stats_.insert(in[3]);
     running_stats_.insert(in[4]);
+    if (training) {
+      const double momentum = a.Float("momentum", 0.9);
+      if (!(momentum >= 0 && momentum <= 1)) return NodeErr(n, "momentum " + std::to_string(momentum) + " is outside [0, 1]");
+      const auto count = static_cast<double>(per_channel_count);
+      for (int i : {3, 4}) {
+        if (!running_updated_.insert(g_.value(in[static_cast<size_t>(i)]).name).second) {
+          return NodeErr(n, "updates the running statistic '" + g_.value(in[static_cast<size_t>(i)]).name + "', which another BatchNormalization updates too");
+        }
+      }
+      g_.running.push_back({g_.value(in[3]).name, mean, momentum, 1.0, g_.value(in[3]).data});
+      g_.running.push_back({g_.value(in[4]).name, var, momentum, count / (count - 1), g_.value(in[4]).data});
+    }
     return Status::Ok();
   }
 
@@ -594,7 +615,8 @@ class Importer {
       const Value& val = g_.value(p);
       std::string why;
       if (running_stats_.count(p)) {
-        why = "a BatchNormalization's running statistics (not updated in training)";
+        why = running_updated_.count(val.name) ? "a BatchNormalization's running statistic: updated from each batch, saved, not trained"
+                                               : "a BatchNormalization's running statistic, read in inference mode";
       } else if (matches(rules_.frozen, frozen_hit, val.name)) {
         why = "model.frozen";
       } else if (matches(rules_.trainable, trainable_hit, val.name)) {
@@ -654,6 +676,7 @@ class Importer {
   std::unordered_map<std::string, ValueId> names_;
   std::unordered_map<std::string, std::string> used_aux_;
   std::set<ValueId> running_stats_;  // BatchNormalization's running mean and variance
+  std::set<std::string> running_updated_;  // of those, the ones a training-mode node updates
 };
 
 }  // namespace

@@ -13,6 +13,7 @@ const char* Name(TaskKind k) {
     case TaskKind::kBoxing: return "boxing";
     case TaskKind::kLossSink: return "loss-sink";
     case TaskKind::kNormSink: return "norm-sink";
+    case TaskKind::kStatSink: return "stat-sink";
   }
   return "?";
 }

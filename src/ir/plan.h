@@ -33,6 +33,7 @@ enum class TaskKind : uint8_t {
   kBoxing,    // one boxing::Task: data movement
   kLossSink,  // reports the step's loss (its micro-batches' summed, over M) to the step log
   kNormSink,  // collects the squared gradient norm per step
+  kStatSink,  // reports a micro-batch's BatchNorm statistic (its `param`) to the trainer, on rank 0
 };
 const char* Name(TaskKind k);
 
@@ -64,7 +65,7 @@ struct TaskDesc {
   std::string name;
   int node = -1;               // kCompute: index into Plan::nodes; kVariable: its update node (or -1)
   NodeId logical = -1;         // the logical node, for dumps
-  ValueId param = kNoValue;    // kVariable: the parameter
+  ValueId param = kNoValue;    // kVariable: the parameter; kStatSink: the statistic it reports
   int param_piece = -1;        // kVariable: index into Plan::consts of its initial piece
   std::vector<TaskInput> in;   // per node input (kCompute, kVariable: in[0] is the parameter itself)
   std::vector<int> out;        // regsts it writes

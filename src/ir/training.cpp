@@ -134,6 +134,8 @@ Result<TrainingGraph> BuildTraining(Graph forward, const TrainingSpec& spec) {
     updates.push_back(static_cast<NodeId>(g.nodes.size() - 1));
   }
   RemoveDeadNodes(g, {tg.loss_sum, tg.grad_norm_sq}, updates);
+  // A BatchNormalization the loss does not read updates nothing (and its statistic is not made).
+  std::erase_if(g.running, [&](const Graph::Running& r) { return g.value(r.batch).producer < 0; });
   for (ParamGrad& pg : tg.params) {
     for (size_t n = 0; n < g.nodes.size(); ++n)
       if (g.nodes[n].phase == Phase::kOptimizer && g.nodes[n].in[0] == pg.param) pg.update = static_cast<NodeId>(n);

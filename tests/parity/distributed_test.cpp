@@ -12,12 +12,14 @@
 #include <filesystem>
 #include <iterator>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "../flowrun_cmd.h"
+#include "onnx/onnx_pb.h"
 
 namespace {
 
@@ -307,6 +309,47 @@ TEST(Distributed, Dropout_IsSeededAndDrops_1n1d) {
 const char* kResNet = "tests/golden/exports/resnet_torchscript_sgd.yaml";
 TEST(Distributed, ResNetExport_DataParallel_1n2d) {
   ExpectSameLosses({"resnet_dp2", kResNet, 2, {"parallel.sbp={x: [\"S(0)\"]}"}, {}});
+}
+
+// The running statistics a run saves, by initializer name.
+std::map<std::string, std::vector<float>> SavedRunningStats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  onnx::ModelProto m;
+  std::map<std::string, std::vector<float>> out;
+  if (!m.ParseFromString(std::string((std::istreambuf_iterator<char>(in)), {}))) return out;
+  for (const onnx::TensorProto& t : m.graph().initializer()) {
+    if (!t.name().ends_with("running_mean") && !t.name().ends_with("running_var")) continue;
+    const auto* f = reinterpret_cast<const float*>(t.raw_data().data());
+    out[t.name()].assign(f, f + t.raw_data().size() / sizeof(float));
+  }
+  return out;
+}
+
+// BatchNorm's running statistics follow the global batch's statistics on every layout: data
+// parallel (each rank holds half of a micro-batch) and two pipeline stages (the second stage's
+// statistics reach rank 0 from rank 1) save the running statistics of one rank.
+TEST(Distributed, ResNetRunningStats_1n2d) {
+  const fs::path dir = fs::temp_directory_path() / ("flowrun_running_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string one = (dir / "one.onnx").string(), dp = (dir / "dp.onnx").string(), pp = (dir / "pp.onnx").string();
+  const ::Run a = Train({"running_1", kResNet, 1, {}, {"save.onnx=" + one}}, 1, false);
+  const ::Run b = Train({"running_dp", kResNet, 2, {"parallel.sbp={x: [\"S(0)\"]}"}, {"save.onnx=" + dp}}, 2, true);
+  const ::Run c = Train({"running_pp", kResNet, 2, {"parallel.stages=[[\"/0/*\", \"/1/*\", \"/2/*\", \"/3/*\"], [\"*\"]]"},
+                         {"save.onnx=" + pp}}, 2, true);
+  const auto want = SavedRunningStats(one), got_dp = SavedRunningStats(dp), got_pp = SavedRunningStats(pp);
+  fs::remove_all(dir);
+  for (const ::Run* r : {&a, &b, &c}) ASSERT_EQ(r->code, 0) << r->out;
+  ASSERT_EQ(want.size(), 12u) << a.out;
+  for (const auto* got : {&got_dp, &got_pp}) {
+    ASSERT_EQ(got->size(), want.size());
+    for (const auto& [name, w] : want) {
+      const std::vector<float>& g = got->at(name);
+      ASSERT_EQ(g.size(), w.size()) << name;
+      float scale = 0;
+      for (float v : w) scale = std::max(scale, std::fabs(v));
+      for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(g[i], w[i], kRtol * scale) << name << " channel " << i;
+    }
+  }
 }
 
 TEST(Distributed, PinsUnboundRanks_1n4d) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../flowrun_cmd.h"
+#include "onnx/onnx_pb.h"
 
 namespace {
 
@@ -94,10 +95,11 @@ std::vector<Step> ReadJsonl(const std::string& path) {
   return out;
 }
 
-int RunFlowrun(const std::string& config, const std::string& jsonl, std::string& output) {
+int RunFlowrun(const std::string& config, const std::string& jsonl, std::string& output, const std::string& save = "") {
   const char* bin = std::getenv("FLOWRUN_BIN");
   std::string cmd = std::string(bin && *bin ? bin : "build/src/flowrun") + " train '" + config + "' --set 'log.jsonl=" +
                     jsonl + "'";
+  if (!save.empty()) cmd += " --set 'save.onnx=" + save + "'";
   const fr::testing::Output r = fr::testing::Shell(cmd, 120);
   output += r.out;
   return r.code;
@@ -197,6 +199,47 @@ TEST(Parity, Golden_exports_bert_mlm_torchscript_sgd_1n1d) { CheckGolden("export
 TEST(Parity, Golden_exports_bert_mlm_torchscript_adamw_1n1d) { CheckGolden("exports/bert_mlm_torchscript_adamw"); }
 TEST(Parity, Golden_exports_bert_mlm_dynamo_sgd_1n1d) { CheckGolden("exports/bert_mlm_dynamo_sgd"); }
 TEST(Parity, Golden_exports_bert_mlm_dynamo_adamw_1n1d) { CheckGolden("exports/bert_mlm_dynamo_adamw"); }
+
+// BatchNorm's running statistics (the TorchScript CNN and ResNet, training mode): training
+// updates them from every micro-batch's statistics and save writes them; they must equal PyTorch's
+// buffers after the same 20 steps (tools/make_exports.py: "running", started from the file's),
+// within rtol 1e-4 of the tensor's largest magnitude: a channel's mean near 0 is a sum of terms
+// that cancel, whose rounding is relative to the terms, not to the sum.
+void CheckSavedRunningStats(const std::string& name) {
+  const std::string ref = ReadAll("tests/golden/" + name + ".json");
+  ASSERT_NE(ref.find("\"running\""), std::string::npos) << name << ".json has no running statistics";
+  std::string tmpl = (fs::temp_directory_path() / "flowrun_parity_XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  std::string output;
+  const int code = RunFlowrun("tests/golden/" + name + ".yaml", tmpl + "/run.jsonl", output, tmpl + "/saved.onnx");
+  onnx::ModelProto saved;
+  const bool parsed = saved.ParseFromString(ReadAll(tmpl + "/saved.onnx"));
+  std::error_code ec;
+  fs::remove_all(tmpl, ec);
+  ASSERT_EQ(code, 0) << output;
+  ASSERT_TRUE(parsed) << output;
+  int checked = 0;
+  double worst = 0;
+  for (const onnx::TensorProto& t : saved.graph().initializer()) {
+    const std::string& n = t.name();
+    if (!n.ends_with("running_mean") && !n.ends_with("running_var")) continue;
+    SCOPED_TRACE(n);
+    const std::vector<double> want = JsonArray(ref, n);
+    ASSERT_EQ(want.size() * sizeof(float), t.raw_data().size());
+    const auto* got = reinterpret_cast<const float*>(t.raw_data().data());
+    double scale = 0;
+    for (double w : want) scale = std::max(scale, std::fabs(w));
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], kRtol * scale) << "channel " << i;
+      worst = std::max(worst, std::fabs(got[i] - want[i]) / scale);
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 4) << "the saved model has no running statistics";
+  std::cout << "[ parity   ] " << name << ": " << checked << " running statistics, max relative difference " << worst << std::endl;
+}
+TEST(Parity, SavedRunningStats_cnn_torchscript_sgd_1n1d) { CheckSavedRunningStats("exports/cnn_torchscript_sgd"); }
+TEST(Parity, SavedRunningStats_resnet_torchscript_adamw_1n1d) { CheckSavedRunningStats("exports/resnet_torchscript_adamw"); }
 
 // The dynamo exporter folds every BatchNormalization into the Conv before it, even from a model in
 // training mode: the file computes conv(x) with the running statistics baked in, not batch
