@@ -178,7 +178,12 @@ def bert_mlm():
 
 
 MODELS = {"gpt2": gpt2, "llama": llama, "nanogpt": nanogpt, "cnn": cnn, "resnet": resnet, "bert": bert,
-          "bert_dropout": lambda: bert(0.1), "bert_mlm": bert_mlm}
+          "bert_dropout": lambda: bert(0.1), "bert_mlm": bert_mlm, "gpt2_fresh": gpt2}
+# LayerNorms left at PyTorch's initialisation (weights 1, biases 0): the dynamo exporter merges
+# initializers of equal value (up to 1024 elements) into one, which flowrun must train apart. (Its
+# optimizer also drops a Linear's all-zero bias, which no trainer can undo: the other parameters
+# move off their initial values as everywhere else.)
+FRESH_MODELS = {"gpt2_fresh"}
 # Exported in training mode with their Dropout nodes; the golden run sets model.dropout: false and
 # must equal the model without them (same seed, same weights: dropout has no parameters).
 DROPOUT_MODELS = {"bert_dropout": "bert"}
@@ -272,8 +277,9 @@ def build(name, seed=0, jitter=0.0):
     # distinct parameters equal, which exporters then merge.
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.02)
+        for pname, p in model.named_parameters():
+            if name not in FRESH_MODELS or ".ln_" not in pname:
+                p.add_(torch.randn(p.shape, generator=g) * 0.02)
         if jitter:
             for p in model.parameters():
                 p.mul_(1 + jitter * torch.randn(p.shape, generator=g).sign())

@@ -70,12 +70,12 @@ Status ReadLoss(const Val& v, LossConfig* loss) {
 }
 
 Status ReadModel(const Val& v, ModelConfig* m) {
-  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"onnx", "inputs", "loss", "trainable", "frozen", "untie", "dropout"}));
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"onnx", "inputs", "loss", "trainable", "frozen", "untie", "tie", "dropout"}));
   RETURN_IF_ERROR(s.Read("onnx", &m->onnx, Need::kRequired));
   RETURN_IF_ERROR(s.Read("dropout", &m->dropout, Need::kOptional));
   ASSIGN_OR_RETURN(Val inputs, s.Get("inputs"));
   RETURN_IF_ERROR(ReadInputs(inputs, &m->inputs));
-  for (auto [key, globs] : {std::pair{"trainable", &m->trainable}, std::pair{"frozen", &m->frozen}, std::pair{"untie", &m->untie}}) {
+  for (auto [key, globs] : {std::pair{"trainable", &m->trainable}, std::pair{"frozen", &m->frozen}, std::pair{"untie", &m->untie}, std::pair{"tie", &m->tie}}) {
     if (!s.Has(key)) continue;
     ASSIGN_OR_RETURN(Val list, s.Get(key));
     ASSIGN_OR_RETURN(*globs, list.StringList());
@@ -485,6 +485,7 @@ std::string ConfigToYaml(const Config& c) {
   if (!c.model.trainable.empty()) line("  trainable: " + QuotedList(c.model.trainable));
   if (!c.model.frozen.empty()) line("  frozen: " + QuotedList(c.model.frozen));
   if (!c.model.untie.empty()) line("  untie: " + QuotedList(c.model.untie));
+  if (!c.model.tie.empty()) line("  tie: " + QuotedList(c.model.tie));
   if (!c.model.dropout) line("  dropout: false");
   line("data:");
   line("  format: " + NameOf(kFormats, c.data.format));

@@ -40,6 +40,7 @@ struct ModelConfig {
   // Globs over float initializer names overriding import's rule of what trains (ir/onnx_import.h).
   std::vector<std::string> trainable, frozen;
   std::vector<std::string> untie;  // initializer globs: transposed copies of a table kept separate
+  std::vector<std::string> tie;    // initializer globs: merged initializers kept one parameter
   bool dropout = true;              // false: the model's Dropout nodes are the identity
 };
 

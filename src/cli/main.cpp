@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <thread>
 #include <iostream>
+#include <map>
 #include <new>
 #include <set>
 
@@ -216,6 +217,19 @@ void PrintModelSummary(const ir::Graph& g, const std::vector<std::string>& froze
     std::cout << "  " << h.name << " " << Name(h.type.dtype) << h.type.shape.ToString() << ": " << h.why << std::endl;
   for (const ir::Graph::Tie& t : g.tied)
     std::cout << "tied: " << t.copy << " is the transpose of " << t.table << " and trains as it (model.untie keeps it apart)" << std::endl;
+  std::set<std::string> trained;
+  for (ir::ValueId p : g.params) trained.insert(g.value(p).name);
+  std::map<std::string, int> merged;  // original -> copies that train
+  for (const ir::Graph::Copy& c : g.copies)
+    if (trained.count(c.copy)) ++merged[c.original];
+  if (!merged.empty()) {
+    int copies = 0;
+    for (const auto& [name, n] : merged) copies += n;
+    std::cout << "untied: " << merged.size() << " initializers that several nodes read (the exporter merges equal ones of up to 1024 values) train as "
+              << merged.size() + static_cast<size_t>(copies) << " parameters, each reader its own (model.tie keeps one)" << std::endl;
+    if (dump)
+      for (const auto& [name, n] : merged) std::cout << "  " << name << ": " << n + 1 << " copies" << std::endl;
+  }
   if (!g.running.empty()) {
     std::cout << "batchnorm: " << g.running.size()
               << " running statistics follow each micro-batch's with the node's momentum and are saved, not trained" << std::endl;

@@ -197,7 +197,7 @@ Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel>
   }
   c.model = model;
   const ir::ImportOptions rules{cfg.model.trainable, cfg.model.frozen, "[config] " + cfg.path + ": ", cfg.model.untie,
-                                cfg.model.dropout, cfg.train.seed};
+                                cfg.model.tie, cfg.model.dropout, cfg.train.seed};
   ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(std::move(model), bound, rules));
   ir::Rewrite(forward, RewriteOptionsOf(cfg, forward));
   ASSIGN_OR_RETURN(c.training, ir::BuildTraining(std::move(forward), SpecOf(cfg, *c.dataset)));

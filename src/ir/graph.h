@@ -108,6 +108,12 @@ struct Graph {
     std::string copy, table;
   };
   std::vector<Tie> tied;
+  // Initializers the exporter merged for their equal values, which import gave each reader after
+  // the first a copy of (INIT@NODE) to train apart.
+  struct Copy {
+    std::string copy, original;
+  };
+  std::vector<Copy> copies;
   // A BatchNormalization's running statistic in training mode: after every micro-batch, as in
   // PyTorch, initializer = momentum * initializer + (1 - momentum) * unbias * batch; the trainer
   // keeps it (cli/running_stats.h) and `save:` writes it. Nothing in the graph reads it.

@@ -2,10 +2,12 @@
 
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <utility>
 #include <set>
+#include <vector>
 
 #include "base/file.h"
 #include "ir/onnx_proto.h"
@@ -23,9 +25,17 @@ std::string Dims(const onnx::TensorProto& t) {
   return s + "]";
 }
 
+// A node's own copy of an initializer it shared (onnx_import.h: "INIT@NODE"): the node, by index,
+// reads `copy` in place of `init`.
+struct PrivateCopy {
+  int node = -1;
+  std::string init, copy;
+};
+
 // Checks every weight against the file; fills `untied` with the Identity nodes whose outputs are
-// weights (index into the graph's nodes).
-Status Check(const OnnxModel& model, const std::map<std::string, TensorType>& weights, std::set<int>* untied) {
+// weights (index into the graph's nodes), and `copies` with the private copies.
+Status Check(const OnnxModel& model, const std::map<std::string, TensorType>& weights, std::set<int>* untied,
+             std::vector<PrivateCopy>* copies) {
   const onnx::GraphProto& g = model.proto.graph();
   const std::string where = "[onnx] " + model.path + ": ";
   std::map<std::string, const onnx::TensorProto*> inits;
@@ -43,9 +53,26 @@ Status Check(const OnnxModel& model, const std::map<std::string, TensorType>& we
       continue;
     }
     auto id = identity_of.find(name);
-    if (id == identity_of.end())
-      return Status::Invalid(where + "cannot save '" + name + "': the file has no initializer or Identity output of that name");
-    untied->insert(id->second);
+    if (id != identity_of.end()) {
+      untied->insert(id->second);
+      continue;
+    }
+    const size_t at = name.rfind('@');
+    const std::string init = at == std::string::npos ? "" : name.substr(0, at), reader = at == std::string::npos ? "" : name.substr(at + 1);
+    int node = -1;
+    for (int i = 0; i < g.node_size() && node < 0 && inits.count(init); ++i) {
+      const onnx::NodeProto& n = g.node(i);
+      if ((n.name().empty() ? (n.output_size() ? n.output(0) : "") : n.name()) != reader) continue;
+      if (std::find(n.input().begin(), n.input().end(), init) != n.input().end()) node = i;
+    }
+    if (node < 0) {
+      return Status::Invalid(where + "cannot save '" + name +
+                             "': the file has no initializer or Identity output of that name, nor a node of that name reading such an initializer");
+    }
+    const onnx::TensorProto& t = *inits[init];
+    if (Shape(std::vector<int64_t>(t.dims().begin(), t.dims().end())) != type.shape)
+      return Status::Invalid(where + "cannot save '" + name + "' " + type.shape.ToString() + " as a copy of " + init + " " + Dims(t));
+    copies->push_back({node, init, name});
   }
   return Status::Ok();
 }
@@ -85,16 +112,21 @@ Status WriteExternalData(const std::string& path, onnx::GraphProto* g) {
 
 Status CheckOnnxWeights(const OnnxModel& model, const std::map<std::string, TensorType>& weights) {
   std::set<int> untied;
-  return Check(model, weights, &untied);
+  std::vector<PrivateCopy> copies;
+  return Check(model, weights, &untied, &copies);
 }
 
 Status WriteOnnx(const OnnxModel& model, const std::map<std::string, Tensor>& weights, const std::string& path) {
   std::map<std::string, TensorType> types;
   for (const auto& [name, t] : weights) types[name] = {t.dtype(), t.shape()};
   std::set<int> untied;
-  RETURN_IF_ERROR(Check(model, types, &untied));
+  std::vector<PrivateCopy> copies;
+  RETURN_IF_ERROR(Check(model, types, &untied, &copies));
   onnx::ModelProto out = model.proto;
   onnx::GraphProto* g = out.mutable_graph();
+  for (const PrivateCopy& c : copies)
+    for (std::string& in : *g->mutable_node(c.node)->mutable_input())
+      if (in == c.init) in = c.copy;
   auto fill = [](onnx::TensorProto* t, const Tensor& w) {
     t->clear_float_data();
     t->set_raw_data(std::string(static_cast<const char*>(w.raw()), w.bytes()));  // little-endian float32, as ONNX stores it
@@ -106,7 +138,7 @@ Status WriteOnnx(const OnnxModel& model, const std::map<std::string, Tensor>& we
     fill(&t, it->second);
     done.insert(t.name());
   }
-  for (const auto& [name, w] : weights) {  // the untied: an initializer each, in place of its Identity
+  for (const auto& [name, w] : weights) {  // the untied and the private copies: an initializer each
     if (done.count(name)) continue;
     onnx::TensorProto* t = g->add_initializer();
     t->set_name(name);

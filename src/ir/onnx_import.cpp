@@ -51,6 +51,7 @@ class Importer {
     RETURN_IF_ERROR(ReadOpset(m));
     const onnx::GraphProto& gp = m.graph();
     for (const auto& init : gp.initializer()) RETURN_IF_ERROR(AddInitializer(init));
+    RETURN_IF_ERROR(CopyMergedInitializers(gp));
     // Bindings first: a misspelt binding explains the graph input it leaves unbound.
     std::string inputs;
     for (const auto& in : gp.input())
@@ -101,6 +102,45 @@ class Importer {
     return Status::Ok();
   }
 
+  // The dynamo exporter merges initializers of equal value of up to 1024 elements (onnx_ir's
+  // DeduplicateInitializersPass): a freshly initialised model's zero biases and unit norm weights
+  // arrive as one initializer that many nodes read, where PyTorch trains each apart. So every node
+  // after the first that reads a float initializer of at most that size gets a copy of its own,
+  // INIT@NODE (an Identity reader unties itself: Untie); model.tie keeps one. A larger initializer
+  // read twice is a real share: no exporter merges those.
+  static constexpr int64_t kMergedMaxElements = 1024;
+  Status CopyMergedInitializers(const onnx::GraphProto& gp) {
+    std::map<std::string, int> readers;
+    std::vector<bool> tie_hit(rules_.tie.size(), false);
+    for (const auto& n : gp.node()) {
+      if (n.op_type() == "Identity") continue;
+      std::set<std::string> seen;
+      for (const std::string& in : n.input()) {
+        auto it = names_.find(in);
+        if (it == names_.end() || !seen.insert(in).second) continue;
+        const ValueId v = it->second;
+        if (g_.value(v).kind != ValueKind::kParam || g_.type(v).shape.numel() > kMergedMaxElements) continue;
+        if (readers[in]++ == 0) continue;
+        bool tied = false;
+        for (size_t k = 0; k < rules_.tie.size(); ++k)
+          if (GlobMatch(rules_.tie[k], in)) tied = tie_hit[k] = true;
+        if (tied) continue;
+        const std::string copy = in + "@" + (n.name().empty() ? (n.output_size() ? n.output(0) : "") : n.name());
+        const TensorType type = g_.type(v);
+        Tensor data = g_.value(v).data.Clone();
+        private_[{&n, in}] = g_.AddValue(copy, type, ValueKind::kParam, std::move(data));
+        g_.copies.push_back({copy, in});
+      }
+    }
+    for (size_t k = 0; k < rules_.tie.size(); ++k) {
+      if (!tie_hit[k]) {
+        return Status::Invalid(rules_.where + "model.tie: '" + rules_.tie[k] + "' matches no float initializer of at most " +
+                               std::to_string(kMergedMaxElements) + " values that several nodes of " + path_ + " read");
+      }
+    }
+    return Status::Ok();
+  }
+
   Status AddInput(const onnx::ValueInfoProto& in) {
     if (names_.count(in.name())) return Status::Ok();  // an initializer listed as input (old exporters)
     auto it = bound_.find(in.name());
@@ -132,6 +172,8 @@ class Importer {
 
   Result<ValueId> Input(const onnx::NodeProto& n, int i) const {
     const std::string& name = n.input(i);
+    auto own = private_.find({&n, name});
+    if (own != private_.end()) return own->second;
     auto it = names_.find(name);
     if (it == names_.end()) {
       return NodeErr(n, "input '" + name + "' is not produced by an earlier node, an initializer or a graph input");
@@ -676,6 +718,7 @@ class Importer {
   std::unordered_map<std::string, ValueId> names_;
   std::unordered_map<std::string, std::string> used_aux_;
   std::set<ValueId> running_stats_;  // BatchNormalization's running mean and variance
+  std::map<std::pair<const onnx::NodeProto*, std::string>, ValueId> private_;  // a node's own copy of an input
   std::set<std::string> running_updated_;  // of those, the ones a training-mode node updates
 };
 

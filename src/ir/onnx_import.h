@@ -59,6 +59,7 @@ struct ImportOptions {
   std::vector<std::string> trainable, frozen;
   std::string where;  // "[config] FILE: "
   std::vector<std::string> untie;  // model.untie: transposed copies of a table to keep separate
+  std::vector<std::string> tie;    // model.tie: merged initializers to train as one
   bool dropout = true;  // model.dropout: false imports Dropout as the identity
   int64_t seed = 0;     // train.seed: dropout masks derive from it and the node's name
 };

@@ -424,6 +424,50 @@ TEST(Import, IdentityOfAParameterIsAnotherParameter) {
             std::vector<float>(b2.data.data<float>(), b2.data.data<float>() + 3));
 }
 
+// The dynamo exporter merges initializers of equal value (up to 1024 elements): two nodes reading
+// one small initializer are two parameters, the second reader's a copy named B@NODE; model.tie
+// keeps one; a larger initializer read twice is a real share. save: gives the copy an initializer
+// of its own and points its node at it.
+TEST(Import, MergedInitializerIsUntied) {
+  onnx::ModelProto m = SmallModel();
+  AddOnnxNode(m.mutable_graph(), "Add", "add", {"y", "B"}, {"z"});
+  m.mutable_graph()->mutable_output(0)->set_name("z");
+  auto g = ImportOnnxBytes(Serialize(m), "merged.onnx", SmallBinding());
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_EQ(g->params.size(), 3u);
+  EXPECT_EQ(g->value(g->params[2]).name, "B@add");
+  ASSERT_EQ(g->copies.size(), 1u);
+  EXPECT_EQ(g->copies[0].original, "B");
+  ImportOptions tie;
+  tie.tie = {"B"};
+  auto one = ImportOnnxBytes(Serialize(m), "merged.onnx", SmallBinding(), tie);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(one->params.size(), 2u);
+  tie.tie = {"W"};  // W [3, 4] is read once
+  auto none = ImportOnnxBytes(Serialize(m), "merged.onnx", SmallBinding(), tie);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("model.tie: 'W' matches no float initializer"), std::string::npos) << none.status().message();
+
+  fr::testing::TempDir dir;
+  const std::string in = dir.Write("merged.onnx", Serialize(m));
+  auto model = ReadOnnx(in);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_TRUE(WriteOnnx(**model, {{"B", Tensor::Full(Shape{3}, 1.f)}, {"B@add", Tensor::Full(Shape{3}, 2.f)}}, dir / "saved.onnx").ok());
+  auto saved = ImportOnnx(dir / "saved.onnx", SmallBinding());
+  ASSERT_TRUE(saved.ok()) << saved.status().message();
+  ASSERT_EQ(saved->params.size(), 3u) << "the saved model reads two initializers";
+  EXPECT_TRUE(saved->copies.empty());
+  for (ValueId p : saved->params) {
+    const Value& v = saved->value(p);
+    if (v.name == "B") {
+      EXPECT_EQ(v.data.data<float>()[0], 1.f);
+    } else if (v.name == "B@add") {
+      EXPECT_EQ(v.data.data<float>()[0], 2.f);
+    }
+  }
+  EXPECT_FALSE(CheckOnnxWeights(**model, {{"B@gemm_missing", {DType::kF32, Shape{3}}}}).ok());
+}
+
 // What trains: weights (read by Gemm, MatMul directly or through Transpose) and rank-1 tensors; a
 // rank-2 initializer read only elementwise (a mask, a table) is held constant. The config's globs
 // override the rule, and a glob that matches nothing is an error.
@@ -461,7 +505,7 @@ TEST(Import, WhatTrainsFollowsWhatTheGraphDoes) {
   EXPECT_EQ(gr->held[1].name, "S");  // a single value: a scale, not a bias
   EXPECT_NE(gr->held[1].why.find("single value"), std::string::npos) << gr->held[1].why;
 
-  ImportOptions rules{{"T"}, {"W*"}, "[config] c.yaml: ", {}};
+  ImportOptions rules{{"T"}, {"W*"}, "[config] c.yaml: ", {}, {}};
   gr = ImportOnnxBytes(Serialize(m), "rule.onnx", SmallBinding(), rules);
   ASSERT_TRUE(gr.ok()) << gr.status().message();
   EXPECT_EQ(names(*gr), (std::set<std::string>{"B", "V", "T"}));
@@ -469,7 +513,7 @@ TEST(Import, WhatTrainsFollowsWhatTheGraphDoes) {
   EXPECT_EQ(gr->held[0].name, "W");
   EXPECT_EQ(gr->held[0].why, "model.frozen");
 
-  for (const ImportOptions& bad : {ImportOptions{{"t"}, {}, "[config] c.yaml: ", {}}, ImportOptions{{}, {"nothing*"}, "[config] c.yaml: ", {}}}) {
+  for (const ImportOptions& bad : {ImportOptions{{"t"}, {}, "[config] c.yaml: ", {}, {}}, ImportOptions{{}, {"nothing*"}, "[config] c.yaml: ", {}, {}}}) {
     gr = ImportOnnxBytes(Serialize(m), "rule.onnx", SmallBinding(), bad);
     ASSERT_FALSE(gr.ok());
     const std::string& msg = gr.status().message();

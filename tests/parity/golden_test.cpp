@@ -44,7 +44,9 @@ const char* const kGolden[] = {"mlp_sgd", "mlp_adamw", "mlp_ln_gelu_sgd", "mlp_l
                                "exports/bert_dropout_torchscript_sgd", "exports/bert_dropout_torchscript_adamw",
                                "exports/bert_dropout_dynamo_sgd", "exports/bert_dropout_dynamo_adamw",
                                "exports/bert_mlm_torchscript_sgd", "exports/bert_mlm_torchscript_adamw",
-                               "exports/bert_mlm_dynamo_sgd", "exports/bert_mlm_dynamo_adamw"};
+                               "exports/bert_mlm_dynamo_sgd", "exports/bert_mlm_dynamo_adamw",
+                               "exports/gpt2_fresh_dynamo_sgd", "exports/gpt2_fresh_dynamo_adamw",
+                               "exports/gpt2_fresh_torchscript_sgd", "exports/gpt2_fresh_torchscript_adamw"};
 
 std::string ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -193,6 +195,13 @@ TEST(Parity, Golden_exports_bert_dropout_torchscript_sgd_1n1d) { CheckGolden("ex
 TEST(Parity, Golden_exports_bert_dropout_torchscript_adamw_1n1d) { CheckGolden("exports/bert_dropout_torchscript_adamw"); }
 TEST(Parity, Golden_exports_bert_dropout_dynamo_sgd_1n1d) { CheckGolden("exports/bert_dropout_dynamo_sgd"); }
 TEST(Parity, Golden_exports_bert_dropout_dynamo_adamw_1n1d) { CheckGolden("exports/bert_dropout_dynamo_adamw"); }
+// GPT-2 with its LayerNorms at PyTorch's initialisation (weights 1, biases 0): the dynamo exporter
+// merges the equal initializers into one that every LayerNorm reads, which import unties (each
+// reader its own copy); the TorchScript exporter shares them through Identity nodes.
+TEST(Parity, Golden_exports_gpt2_fresh_dynamo_sgd_1n1d) { CheckGolden("exports/gpt2_fresh_dynamo_sgd"); }
+TEST(Parity, Golden_exports_gpt2_fresh_dynamo_adamw_1n1d) { CheckGolden("exports/gpt2_fresh_dynamo_adamw"); }
+TEST(Parity, Golden_exports_gpt2_fresh_torchscript_sgd_1n1d) { CheckGolden("exports/gpt2_fresh_torchscript_sgd"); }
+TEST(Parity, Golden_exports_gpt2_fresh_torchscript_adamw_1n1d) { CheckGolden("exports/gpt2_fresh_torchscript_adamw"); }
 // BERT for masked LM: logits [B, S, V] from a head tied to the word embeddings (TorchScript: a
 // transposed copy tied back), 15% of the positions masked and labelled, the rest -100 (ignored).
 TEST(Parity, Golden_exports_bert_mlm_torchscript_sgd_1n1d) { CheckGolden("exports/bert_mlm_torchscript_sgd"); }
