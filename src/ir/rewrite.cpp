@@ -299,6 +299,74 @@ int FuseSoftmax(Graph& g) {
   return count;
 }
 
+// Mul(scale, n) <- [Cast to float] <- n = Mul(X, r) <- r = Reciprocal(s) or Div(1, s) <- s = Sqrt(a)
+// <- a = Add(m, eps) <- m = ReduceMean(p, last axis, keepdims) <- p = Pow(X, 2): RMSNorm(X, scale).
+int FuseRMSNorm(Graph& g) {
+  Pass pass(g);
+  int count = 0;
+  // The producer of v if it has op `op` and v feeds `reader` alone.
+  auto feeding = [&](ValueId v, OpKind op, const Node* reader) -> const Node* {
+    const Node* p = pass.Producer(v);
+    return p && p->op == op && !pass.Taken(p) && pass.OnlyFeeds(v, {reader}) ? p : nullptr;
+  };
+  for (const Node& scale_mul : g.nodes) {
+    if (scale_mul.op != OpKind::kMul || pass.Taken(&scale_mul)) continue;
+    for (size_t k = 0; k < 2; ++k) {
+      const ValueId scale = scale_mul.in[k];
+      const Value& sv = pass.value(scale);
+      if (sv.kind == ValueKind::kActivation || sv.kind == ValueKind::kInput || sv.type.shape.rank() != 1) continue;
+      std::vector<const Node*> chain = {&scale_mul};
+      ValueId n = scale_mul.in[1 - k];
+      if (const Node* cast = feeding(n, OpKind::kCast, &scale_mul); cast && g.type(cast->in[0]).dtype == DType::kF32) {
+        chain.push_back(cast);
+        n = cast->in[0];
+      }
+      const Node* xmul = feeding(n, OpKind::kMul, chain.back());
+      if (!xmul) continue;
+      const Node *inv = nullptr, *pow = nullptr;
+      ValueId x = kNoValue;
+      for (size_t i = 0; i < 2 && !pow; ++i) {
+        x = xmul->in[1 - i];
+        const Shape& xs = g.type(x).shape;
+        if (xs.rank() < 1 || xs[xs.rank() - 1] != sv.type.shape[0] || g.type(x).dtype != DType::kF32) continue;
+        inv = feeding(xmul->in[i], OpKind::kReciprocal, xmul);
+        const Node* div = inv ? nullptr : feeding(xmul->in[i], OpKind::kDiv, xmul);
+        if (div && pass.Scalar(div->in[0]) == 1.f) inv = div;
+        if (!inv) continue;
+        const Node* sqrt = feeding(inv->op == OpKind::kDiv ? inv->in[1] : inv->in[0], OpKind::kSqrt, inv);
+        const Node* add = sqrt ? feeding(sqrt->in[0], OpKind::kAdd, sqrt) : nullptr;
+        if (!add) continue;
+        const int e = pass.Scalar(add->in[0]) ? 0 : pass.Scalar(add->in[1]) ? 1 : -1;
+        const Node* mean = e >= 0 ? feeding(add->in[static_cast<size_t>(1 - e)], OpKind::kReduceMean, add) : nullptr;
+        if (!mean || mean->attrs.Ints("axes") != std::vector<int64_t>{xs.rank() - 1} || mean->attrs.Int("keepdims", 1) != 1) continue;
+        const Node* p = feeding(mean->in[0], OpKind::kPow, mean);
+        if (!p || p->in[0] != x || pass.Scalar(p->in[1]) != 2.f) continue;
+        chain.insert(chain.end(), {xmul, inv, sqrt, add, mean, p});
+        pow = p;
+        Attrs at;
+        at.Set("axis", int64_t{xs.rank() - 1});
+        at.Set("epsilon", static_cast<double>(*pass.Scalar(add->in[static_cast<size_t>(e)])));
+        std::string name = mean->name;
+        name = name.ends_with("ReduceMean") ? name.substr(0, name.size() - 10) + "RMSNorm" : name + "/RMSNorm";
+        const std::vector<int64_t> stat_dims = [&] {
+          std::vector<int64_t> d = xs.dims();
+          d.back() = 1;
+          return d;
+        }();
+        const ValueId y = scale_mul.out[0];
+        const std::vector<const Node*> fused = chain;
+        // From here on the graph's value list grows: no references into it.
+        const ValueId stat = g.AddValue(name + ":1", {DType::kF32, Shape(stat_dims)}, ValueKind::kActivation);
+        pass.Replace(fused, {MakeNode(name, OpKind::kRMSNorm, {x, scale}, {y, stat}, at)});
+        ++count;
+      }
+      if (pow) break;
+    }
+  }
+  pass.Rebuild();
+  return count;
+}
+
 }  // namespace
 
 RewriteCounts Rewrite(Graph& g, const RewriteOptions& o) {
@@ -306,6 +374,7 @@ RewriteCounts Rewrite(Graph& g, const RewriteOptions& o) {
   c.split_projections = SplitProjections(g, o);
   c.gelus = FuseGelu(g);
   c.softmaxes = FuseSoftmax(g);
+  c.rms_norms = FuseRMSNorm(g);
   return c;
 }
 

@@ -18,6 +18,10 @@
 //   3. Scaled, masked softmax. Mul or Div by a scalar constant -> Where(constant bool mask, scalar
 //      constant fill, .) (either branch) -> Softmax on the last axis becomes MaskedSoftmax; one of
 //      the first two may be missing.
+//   4. RMSNorm. Pow(X, 2) -> ReduceMean(last axis, keepdims) -> Add(eps) -> Sqrt -> Reciprocal or
+//      Div(1, .) -> Mul(X, .) [-> Cast to float] -> Mul(scale [D]), as Llama's RMSNorm exports,
+//      becomes RMSNorm(X, scale) (ops/nn.cpp): one pass over X for the forward, one kernel for the
+//      backward, and the statistic kept for it.
 #pragma once
 
 #include <functional>
@@ -29,7 +33,7 @@ namespace fr::ir {
 
 // What the rewrites did, for tests and dumps.
 struct RewriteCounts {
-  int split_projections = 0, gelus = 0, softmaxes = 0;
+  int split_projections = 0, gelus = 0, softmaxes = 0, rms_norms = 0;
 };
 
 struct RewriteOptions {

@@ -162,6 +162,11 @@ Sigs SbpSoftmax(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpSoftmaxGrad(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpLayerNorm(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpLayerNormGrad(const ir::Node& n, Types in, Types out, int64_t parts);
+Out InferRMSNorm(const ir::Node& n, Types in);
+Out InferRMSNormGrad(const ir::Node& n, Types in);
+void GradRMSNorm(GradCtx& c);
+Sigs SbpRMSNorm(const ir::Node& n, Types in, Types out, int64_t parts);
+Sigs SbpRMSNormGrad(const ir::Node& n, Types in, Types out, int64_t parts);
 
 // shape.cpp
 Out InferReshape(const ir::Node& n, Types in);

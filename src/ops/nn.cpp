@@ -1,5 +1,5 @@
-// Softmax, LogSoftmax (opset 13+: along one axis) and LayerNormalization (normalises over the
-// dims from `axis` to the end, then scale and optional bias).
+// Softmax, LogSoftmax (opset 13+: along one axis), LayerNormalization (normalises over the dims
+// from `axis` to the end, then scale and optional bias) and RMSNorm (its root-mean-square form).
 //
 // LayerNormalization always has three outputs in flowrun: Y, Mean and InvStdDev (ONNX's optional
 // outputs), so that the backward pass reuses the statistics instead of recomputing them.
@@ -43,6 +43,24 @@ Out InferLayerNorm(const ir::Node& n, Types in) {
   std::vector<int64_t> stat(x.dims().begin(), x.dims().begin() + *ax);
   stat.resize(static_cast<size_t>(x.rank()), 1);  // ONNX keeps the reduced dims as 1
   return std::vector<ir::TensorType>{in[0], {DType::kF32, Shape(stat)}, {DType::kF32, Shape(stat)}};
+}
+
+// RMSNorm(X, scale) -> (Y, InvRms): Y = X * InvRms * scale, InvRms = 1 / sqrt(mean(X^2) + epsilon)
+// over the dims from `axis` on (ir/rewrite.cpp fuses it from the exported chain); InvRms keeps the
+// reduced dims as 1, as LayerNormalization's statistics do.
+Out InferRMSNorm(const ir::Node& n, Types in) {
+  ASSIGN_OR_RETURN(std::vector<ir::TensorType> ln, InferLayerNorm(n, in.subspan(0, 2)));
+  return std::vector<ir::TensorType>{ln[0], ln[2]};
+}
+
+// RMSNormGrad(dY, X, scale, inv_rms) -> dX, dScale.
+Out InferRMSNormGrad(const ir::Node&, Types in) { return std::vector<ir::TensorType>{in[1], in[2]}; }
+
+void GradRMSNorm(GradCtx& c) {
+  FR_CHECK(c.dout(1) == ir::kNoValue, "gradient through the RMS statistics");
+  auto g = c.OpN(OpKind::kRMSNormGrad, {c.dout(0), c.in(0), c.in(1), c.out(1)}, c.node().attrs, "grad");
+  for (int i = 0; i < 2; ++i)
+    if (c.need(i)) c.set_din(i, g[static_cast<size_t>(i)]);
 }
 
 // LayerNormGrad(dY, X, scale, mean, inv_std) -> dX, dScale, dBias.
@@ -115,6 +133,33 @@ Sigs SbpLayerNormGrad(const ir::Node& n, Types in, Types, int64_t parts) {
     AddSig(s, {{si, si, Sbp::B(), si, si}, {si, Sbp::P(), Sbp::P()}});
   }
   AddSig(s, {{Sbp::P(), Sbp::B(), Sbp::B(), Sbp::B(), Sbp::B()}, {Sbp::P(), Sbp::P(), Sbp::P()}});
+  return s;
+}
+
+// RMSNorm(X, scale) -> (Y, InvRms): as LayerNormalization without a bias. X [4, 5, 7], axis 2:
+//   (S(0), B) -> (S(0), S(0)), (S(1), B) -> (S(1), S(1)), (B, B) -> (B, B)
+Sigs SbpRMSNorm(const ir::Node& n, Types in, Types, int64_t parts) {
+  const Shape& x = in[0].shape;
+  const int axis = *x.Axis(n.attrs.Int("axis", -1));
+  Sigs s{Uniform(n, 2, Sbp::B())};
+  for (int i = 0; i < axis; ++i)
+    if (Splits(x[i], parts)) AddSig(s, {{Sbp::S(i), Sbp::B()}, {Sbp::S(i), Sbp::S(i)}});
+  return s;
+}
+
+// RMSNormGrad(dY, X, scale, inv_rms) -> (dX, dScale): rows split as in the forward op, dScale a
+// partial sum over them; both linear in dY. X [4, 5, 7], axis 2:
+//   (S(0), S(0), B, S(0)) -> (S(0), P), (P, B, B, B) -> (P, P), (B, B, B, B) -> (B, B)
+Sigs SbpRMSNormGrad(const ir::Node& n, Types in, Types, int64_t parts) {
+  const Shape& x = in[1].shape;
+  const int axis = *x.Axis(n.attrs.Int("axis", -1));
+  Sigs s{Uniform(n, 2, Sbp::B())};
+  for (int i = 0; i < axis; ++i) {
+    if (!Splits(x[i], parts)) continue;
+    const Sbp si = Sbp::S(i);
+    AddSig(s, {{si, si, Sbp::B(), si}, {si, Sbp::P()}});
+  }
+  AddSig(s, {{Sbp::P(), Sbp::B(), Sbp::B(), Sbp::B()}, {Sbp::P(), Sbp::P()}});
   return s;
 }
 

@@ -99,6 +99,8 @@ constexpr std::array<OpDef, kNumOps> kTable = {{
     {"GeluGrad", false, 2, 3, InferGeluGrad, nullptr, cpu::GeluGrad, SbpGeluGrad, nullptr},
     {"MaskedSoftmax", false, 1, 2, InferMaskedSoftmax, GradMaskedSoftmax, cpu::MaskedSoftmax, SbpMaskedSoftmax, nullptr},
     {"MaskedSoftmaxGrad", false, 2, 3, InferMaskedSoftmaxGrad, nullptr, cpu::MaskedSoftmaxGrad, SbpMaskedSoftmaxGrad, nullptr},
+    {"RMSNorm", false, 2, 2, InferRMSNorm, GradRMSNorm, cpu::RMSNorm, SbpRMSNorm, nullptr},
+    {"RMSNormGrad", false, 4, 4, InferRMSNormGrad, nullptr, cpu::RMSNormGrad, SbpRMSNormGrad, nullptr},
     {"CrossEntropy", false, 2, 2, InferCrossEntropy, GradCrossEntropy, cpu::CrossEntropy, SbpCrossEntropy, PhysicalCrossEntropy},
     {"CrossEntropyGrad", false, 3, 3, InferLossGrad, nullptr, cpu::CrossEntropyGrad, SbpLossGrad, PhysicalCrossEntropy},
     {"Mse", false, 2, 2, InferMse, GradMse, cpu::Mse, SbpMse, PhysicalMse},

@@ -123,6 +123,38 @@ TEST(Rewrite, ScaledMaskedSoftmax) {
   }
 }
 
+// Llama's RMSNorm as both exporters write it: Pow, ReduceMean, Add(eps), Sqrt, then Reciprocal
+// (dynamo) or Div(1, .) (TorchScript, with a Cast to float before the scale), Mul(X, .), Mul(scale).
+TEST(Rewrite, RMSNorm) {
+  for (bool torchscript : {false, true}) {
+    for (bool stat_read_elsewhere : {false, true}) {
+      SCOPED_TRACE(std::string(torchscript ? "TorchScript" : "dynamo") + (stat_read_elsewhere ? ", mean read elsewhere" : ""));
+      Net net;
+      ValueId x = net.Input("x", Rand({2, 3, 8}, 4, -2, 2));
+      ValueId w = Param(net, "norm.weight", Rand({8}, 5, 0.5, 1.5));
+      ir::Attrs mean_at;
+      mean_at.Set("axes", std::vector<int64_t>{2});
+      mean_at.Set("keepdims", int64_t{1});
+      ValueId m = net.Op(OpKind::kReduceMean, {net.Op(OpKind::kPow, {x, net.Const("two", Tensor::Full({}, 2.f))})}, mean_at);
+      ValueId s = net.Op(OpKind::kSqrt, {net.Op(OpKind::kAdd, {m, net.Const("eps", Tensor::Full({}, 1e-6f))})});
+      ValueId r = torchscript ? net.Op(OpKind::kDiv, {net.Const("one", Tensor::Full({}, 1.f)), s}) : net.Op(OpKind::kReciprocal, {s});
+      ValueId n = net.Op(OpKind::kMul, {x, r});
+      if (torchscript) {
+        ir::Attrs to;
+        to.Set("dtype", static_cast<int64_t>(DType::kF32));
+        n = net.Op(OpKind::kCast, {n}, to);
+      }
+      ValueId y = net.Op(OpKind::kMul, {w, n});
+      net.graph().outputs.push_back(y);
+      if (stat_read_elsewhere) net.graph().outputs.push_back(m);
+      ExpectSameValues(net, y, 1e-6);
+      ir::Graph g = net.graph();
+      EXPECT_EQ(ir::Rewrite(g).rms_norms, stat_read_elsewhere ? 0 : 1);
+      EXPECT_EQ(OpCounts(g)[OpKind::kRMSNorm], stat_read_elsewhere ? 0 : 1);
+    }
+  }
+}
+
 // A fused projection: MatMul(A, W [8, 12]) + b, split in three along the features.
 TEST(Rewrite, SplitsAFusedProjection) {
   Net net;

@@ -1311,6 +1311,32 @@ TEST(Grad, LayerNorm_last_nobias) { CheckLayerNorm({2, 3, 4}, -1, false); }
 TEST(Grad, LayerNorm_axis1_bias) { CheckLayerNorm({2, 3, 4}, 1, true); }
 TEST(Grad, LayerNorm_axis1_nobias) { CheckLayerNorm({2, 3, 4}, 1, false); }
 
+void CheckRMSNorm(const Shape& xs, int64_t axis) {
+  Net net;
+  std::vector<ValueId> in = {net.Input("x", Rand(xs, 12, -2, 2)), net.Input("scale", Rand(Dims(xs, static_cast<int>(axis), xs.rank()), 13, 0.5, 1.5))};
+  CheckGrads(net, net.OpN(OpKind::kRMSNorm, in, A({{"axis", axis}, {"epsilon", 1e-6}}))[0], in);
+}
+TEST(Grad, RMSNorm_last) { CheckRMSNorm({2, 3, 4}, 2); }
+TEST(Grad, RMSNorm_axis1) { CheckRMSNorm({2, 3, 4}, 1); }
+
+// y = x / sqrt(mean(x^2) + eps) * scale over the last axis, and the statistic it keeps.
+TEST(Forward, RMSNorm) {
+  Net net;
+  Tensor xv = Rand({3, 5}, 14, -2, 2), sv = Rand({5}, 15, 0.5, 1.5);
+  auto out = net.OpN(OpKind::kRMSNorm, {net.Input("x", xv), net.Input("scale", sv)}, A({{"axis", int64_t{1}}, {"epsilon", 1e-6}}));
+  ASSERT_TRUE(net.Run().ok());
+  std::vector<double> want, inv;
+  for (int r = 0; r < 3; ++r) {
+    double ss = 0;
+    for (int j = 0; j < 5; ++j) ss += double{xv.data<float>()[r * 5 + j]} * xv.data<float>()[r * 5 + j];
+    inv.push_back(1 / std::sqrt(ss / 5 + 1e-6));
+    for (int j = 0; j < 5; ++j) want.push_back(xv.data<float>()[r * 5 + j] * inv.back() * sv.data<float>()[j]);
+  }
+  EXPECT_TRUE(AllNear(net[out[0]], want, 1e-6, 1e-7));
+  EXPECT_TRUE(AllNear(net[out[1]], inv, 1e-6, 0));
+  EXPECT_EQ(net[out[1]].shape(), (Shape{3, 1}));
+}
+
 TEST(Grad, Reshape) { CheckUnary(OpKind::kReshape, Rand({2, 3, 4}, 22), ShapeAttr({4, 6})); }
 TEST(Grad, Transpose_2d) { CheckTranspose({3, 4}, {1, 0}); }
 TEST(Grad, Transpose_2d_default) { CheckTranspose({3, 4}, {}); }

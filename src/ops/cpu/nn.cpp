@@ -153,6 +153,63 @@ Status LayerNormalization(const KernelCtx& c) {
   return Status::Ok();
 }
 
+// In the exported chain's order and precision: the mean of squares summed in double (as ReduceMean
+// does), r = 1 / sqrt(float(mean) + eps), y = (x * r) * scale.
+Status RMSNorm(const KernelCtx& c) {
+  const Tensor& X = c.in[0];
+  const int axis = AxisOf(c, X.shape());
+  int64_t inner = 1;
+  for (int i = axis; i < X.shape().rank(); ++i) inner *= X.shape()[i];
+  const int64_t outer = X.numel() / (inner ? inner : 1);
+  const float eps = static_cast<float>(c.node.attrs.Float("epsilon", 1e-6));
+  const float* x = X.data<float>();
+  const float* g = c.in[1].data<float>();
+  float* y = c.out[0].data<float>();
+  float* inv = c.out[1].data<float>();
+  for (int64_t o = 0; o < outer; ++o) {
+    const float* xr = x + o * inner;
+    float* yr = y + o * inner;
+    double s = 0;
+    for (int64_t j = 0; j < inner; ++j) s += static_cast<double>(xr[j] * xr[j]);
+    const float r = 1.f / std::sqrt(static_cast<float>(s / static_cast<double>(inner)) + eps);
+    for (int64_t j = 0; j < inner; ++j) yr[j] = (xr[j] * r) * g[j];
+    inv[o] = r;
+  }
+  return Status::Ok();
+}
+
+// With xh = x * r and g = dy * scale: dx = r * (g - xh * mean(g * xh)); dscale = sum over rows
+// of dy * xh.
+Status RMSNormGrad(const KernelCtx& c) {
+  const Tensor& X = c.in[1];
+  const int axis = AxisOf(c, X.shape());
+  int64_t inner = 1;
+  for (int i = axis; i < X.shape().rank(); ++i) inner *= X.shape()[i];
+  const int64_t outer = X.numel() / (inner ? inner : 1);
+  const float* dy = c.in[0].data<float>();
+  const float* x = X.data<float>();
+  const float* scale = c.in[2].data<float>();
+  const float* inv = c.in[3].data<float>();
+  float* dx = c.out[0].data<float>();
+  float* dscale = c.out[1].data<float>();
+  c.out[1].Zero();
+  const float inv_n = 1.f / static_cast<float>(inner);
+  for (int64_t o = 0; o < outer; ++o) {
+    const float* dyr = dy + o * inner;
+    const float* xr = x + o * inner;
+    float* dxr = dx + o * inner;
+    const float r = inv[o];
+    float sum_gx = 0.f;
+    for (int64_t j = 0; j < inner; ++j) {
+      const float xh = xr[j] * r;
+      sum_gx += dyr[j] * scale[j] * xh;
+      dscale[j] += dyr[j] * xh;
+    }
+    for (int64_t j = 0; j < inner; ++j) dxr[j] = r * (dyr[j] * scale[j] - xr[j] * r * sum_gx * inv_n);
+  }
+  return Status::Ok();
+}
+
 // With xh = (x - mean) * rstd and g = dy * scale:
 //   dx = rstd * (g - mean(g) - xh * mean(g * xh)); dscale = sum over rows of dy * xh; dbias = sum dy.
 Status LayerNormGrad(const KernelCtx& c) {
