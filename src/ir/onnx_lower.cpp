@@ -249,11 +249,14 @@ Status LowerWindow(const OnnxNodeCtx& c, OpKind k, const Shape& x, const std::ve
   return Status::Ok();
 }
 
-// Pad(X, pads, constant_value?, axes?), mode constant: pads [begin..., end...] over `axes` (all by
-// default), the value a constant scalar (0 by default).
+// Pad(X, pads, constant_value?, axes?): pads [begin..., end...] over `axes` (all by default), the
+// value a constant scalar (0 by default) for mode constant; modes reflect, edge and wrap (opset 19).
 Status LowerPad(const OnnxNodeCtx& c, const Shape& x, std::vector<ValueId>& ins, Attrs& a) {
   const std::string mode = a.Str("mode", "constant");
-  if (mode != "constant") return c.error("mode '" + mode + "' is not supported (only 'constant')");
+  const int64_t kind = mode == "constant" ? 0 : mode == "reflect" ? 1 : mode == "edge" ? 2 : mode == "wrap" ? 3 : -1;
+  if (kind < 0 || (kind == 3 && c.graph.opset < 19)) {
+    return c.error("mode '" + mode + "' is not a Pad mode of opset " + std::to_string(c.graph.opset) + " (constant, reflect, edge; wrap from 19)");
+  }
   ASSIGN_OR_RETURN(std::vector<int64_t> pads, ConstIntsAt(c, ins, 1));
   double value = 0;
   if (Has(ins, 2)) {
@@ -276,6 +279,7 @@ Status LowerPad(const OnnxNodeCtx& c, const Shape& x, std::vector<ValueId>& ins,
   a = Attrs();
   a.Set("pads", full);
   a.Set("value", value);
+  a.Set("mode", kind);
   ins.resize(1);
   return Status::Ok();
 }

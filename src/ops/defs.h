@@ -120,7 +120,10 @@ void PhysicalConvGradWeight(ir::Node& n, Types logical_in, Types physical_out, S
 
 // index.cpp
 Out InferTile(const ir::Node& n, Types in);
+// Pad's modes (attribute "mode").
+inline constexpr int64_t kPadConstant = 0, kPadReflect = 1, kPadEdge = 2, kPadWrap = 3;
 Out InferPad(const ir::Node& n, Types in);
+Out InferPadGrad(const ir::Node& n, Types in);
 Out InferGatherElements(const ir::Node& n, Types in);
 Out InferGatherElementsGrad(const ir::Node& n, Types in);
 void GradTile(GradCtx& c);

@@ -1,7 +1,8 @@
-// Tile, Pad (constant mode) and GatherElements. Import moves Tile's repeats and Pad's pads and value
-// into attributes (`repeats`; `pads` [begin..., end...], `value`). Their gradients reuse ops that
-// exist where one serves: a tile's gradient sums the tiles (Reshape then ReduceSum), a pad's is the
-// Slice of the padded region back out; GatherElements scatters back (GatherElementsGrad).
+// Tile, Pad and GatherElements. Import moves Tile's repeats and Pad's pads, value and mode into
+// attributes (`repeats`; `pads` [begin..., end...], `value`, `mode`). Their gradients reuse ops that
+// exist where one serves: a tile's gradient sums the tiles (Reshape then ReduceSum), a constant
+// pad's is the Slice of the padded region back out; the other pads (PadGrad) and GatherElements
+// (GatherElementsGrad) scatter back.
 #include "ops/defs.h"
 
 namespace fr::defs {
@@ -52,23 +53,48 @@ Sigs SbpTile(const ir::Node& n, Types in, Types, int64_t parts) {
   return s;
 }
 
+// Pad(X) with attributes pads [begin..., end...] and mode (kPadConstant with `value`, reflect,
+// edge, wrap); PadGrad(dY) -> dX of the same attributes.
 Out InferPad(const ir::Node& n, Types in) {
   const Shape& x = in[0].shape;
   const std::vector<int64_t> p = n.attrs.Ints("pads");
+  const int64_t mode = n.attrs.Int("mode", kPadConstant);
+  if (mode < kPadConstant || mode > kPadWrap) return Status::Invalid(n.name + ": unknown Pad mode " + std::to_string(mode));
   if (static_cast<int>(p.size()) != 2 * x.rank()) return Status::Invalid(n.name + ": Pad needs 2 pads per axis of " + x.ToString());
   std::vector<int64_t> d;
   for (int i = 0; i < x.rank(); ++i) {
     const int64_t b = p[static_cast<size_t>(i)], e = p[static_cast<size_t>(i + x.rank())];
     if (b < 0 || e < 0) return Status::Invalid(n.name + ": negative pads (cropping) are not supported");
     if (b > (int64_t{1} << 40) || e > (int64_t{1} << 40)) return Status::Invalid(n.name + ": pads out of range");
+    if (mode != kPadConstant && (b > 0 || e > 0) && x[i] == 0) return Status::Invalid(n.name + ": an empty axis has nothing to pad from");
+    if (mode == kPadReflect && (b >= x[i] || e >= x[i]) && (b > 0 || e > 0)) {
+      return Status::Invalid(n.name + ": reflect pads must be smaller than the axis (" + std::to_string(x[i]) + "), as PyTorch's are");
+    }
     d.push_back(x[i] + b + e);
   }
   RETURN_IF_ERROR(CheckDims(d).With(n.name + ": "));
   return std::vector<ir::TensorType>{{in[0].dtype, Shape(d)}};
 }
 
-// dX is the padded region's inside: a Slice of dY.
+Out InferPadGrad(const ir::Node& n, Types in) {
+  const Shape& y = in[0].shape;
+  const std::vector<int64_t> p = n.attrs.Ints("pads");
+  if (static_cast<int>(p.size()) != 2 * y.rank()) return Status::Invalid(n.name + ": PadGrad needs 2 pads per axis of " + y.ToString());
+  std::vector<int64_t> d;
+  for (int i = 0; i < y.rank(); ++i) {
+    d.push_back(y[i] - p[static_cast<size_t>(i)] - p[static_cast<size_t>(i + y.rank())]);
+    if (d.back() < 0) return Status::Invalid(n.name + ": pads larger than " + y.ToString());
+  }
+  return std::vector<ir::TensorType>{{DType::kF32, Shape(d)}};
+}
+
+// Constant padding: dX is the padded region's inside, a Slice of dY. The other modes read some
+// elements several times: PadGrad sums dY back onto them.
 void GradPad(GradCtx& c) {
+  if (c.node().attrs.Int("mode", kPadConstant) != kPadConstant) {
+    c.set_din(0, c.Op(OpKind::kPadGrad, {c.dout(0)}, c.node().attrs));
+    return;
+  }
   const Shape x = c.type(c.in(0)).shape;
   const std::vector<int64_t> p = c.node().attrs.Ints("pads");
   std::vector<int64_t> starts, ends, steps;
@@ -84,9 +110,10 @@ void GradPad(GradCtx& c) {
   c.set_din(0, c.Op(OpKind::kSlice, {c.dout(0)}, a, "inside"));
 }
 
-// Pad(X [5, 7]), pads [0, 1, 0, 2]: an axis padded by nothing splits as it is; P only when the
-// value is 0 (pieces of zeros sum to zeros).
-//   (S(0)) -> S(0), (P) -> P if value = 0
+// Pad(X [5, 7]), pads [0, 1, 0, 2]: an axis padded by nothing splits as it is; P where every
+// output is an input element or 0 (reflect, edge, wrap; constant with value 0).
+//   (S(0)) -> S(0), (P) -> P unless constant with a value other than 0
+// PadGrad(dY [6, 9]) of those pads: (S(0)) -> S(0), (P) -> P (it only sums dY's elements).
 Sigs SbpPad(const ir::Node& n, Types in, Types, int64_t parts) {
   const Shape& x = in[0].shape;
   const std::vector<int64_t> p = n.attrs.Ints("pads");
@@ -95,7 +122,8 @@ Sigs SbpPad(const ir::Node& n, Types in, Types, int64_t parts) {
     if (p[static_cast<size_t>(i)] == 0 && p[static_cast<size_t>(i + x.rank())] == 0 && Splits(x[i], parts)) {
       AddSig(s, Uniform(n, 1, Sbp::S(i)));
     }
-  if (in[0].dtype == DType::kF32 && n.attrs.Float("value", 0.0) == 0.0) AddSig(s, Uniform(n, 1, Sbp::P()));
+  const bool zero_fill = n.attrs.Int("mode", kPadConstant) != kPadConstant || n.attrs.Float("value", 0.0) == 0.0;
+  if (in[0].dtype == DType::kF32 && zero_fill) AddSig(s, Uniform(n, 1, Sbp::P()));
   return s;
 }
 

@@ -31,7 +31,7 @@ namespace fr {
   X(SoftmaxGrad, false) X(LogSoftmaxGrad, false) X(LayerNormGrad, false) X(SumTo, false)           \
   X(Scale, false) X(GatherGrad, false) X(SliceGrad, false) X(ClipGrad, false) X(ReduceMaxGrad, false) \
   X(ConvGradData, false) X(ConvGradWeight, false) X(MaxPoolGrad, false) X(AveragePoolGrad, false)   \
-  X(GatherNDGrad, false) X(GatherElementsGrad, false)                                              \
+  X(GatherNDGrad, false) X(GatherElementsGrad, false) X(PadGrad, false)                                              \
   /* fused by ir/rewrite.cpp from exported chains */                                              \
   X(Gelu, false) X(GeluGrad, false) X(MaskedSoftmax, false) X(MaskedSoftmaxGrad, false)            \
   X(RMSNorm, false) X(RMSNormGrad, false)                                                          \

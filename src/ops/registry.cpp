@@ -95,6 +95,7 @@ constexpr std::array<OpDef, kNumOps> kTable = {{
     {"AveragePoolGrad", false, 1, 1, InferPoolGrad, nullptr, cpu::AveragePoolGrad, SbpPool, PhysicalConvGradData},
     {"GatherNDGrad", false, 2, 2, InferGatherNDGrad, nullptr, cpu::GatherNDGrad, SbpGatherNDGrad, PhysicalGatherGrad},
     {"GatherElementsGrad", false, 2, 2, InferGatherElementsGrad, nullptr, cpu::GatherElementsGrad, SbpGatherElementsGrad, PhysicalGatherGrad},
+    {"PadGrad", false, 1, 1, InferPadGrad, nullptr, cpu::PadGrad, SbpPad, nullptr},
     {"Gelu", false, 1, 2, InferGelu, GradGelu, cpu::Gelu, SbpGelu, nullptr},
     {"GeluGrad", false, 2, 3, InferGeluGrad, nullptr, cpu::GeluGrad, SbpGeluGrad, nullptr},
     {"MaskedSoftmax", false, 1, 2, InferMaskedSoftmax, GradMaskedSoftmax, cpu::MaskedSoftmax, SbpMaskedSoftmax, nullptr},

@@ -1125,6 +1125,31 @@ TEST(Import, DropoutThatIsRefused) {
   EXPECT_NE(data.status().message().find("must be a constant scalar"), std::string::npos) << data.status().message();
 }
 
+// Pad's modes: reflect and edge at every opset flowrun reads, wrap from 19; anything else is refused.
+TEST(Import, PadModes) {
+  for (const auto& [mode, opset, ok] : {std::tuple{"reflect", 17, true}, std::tuple{"edge", 17, true}, std::tuple{"wrap", 19, true},
+                                        std::tuple{"wrap", 18, false}, std::tuple{"mirror", 21, false}}) {
+    SCOPED_TRACE(std::string(mode) + " at opset " + std::to_string(opset));
+    onnx::ModelProto m = SmallModel();
+    SetOpset(m, opset);
+    AddConstNode(m.mutable_graph(), "pads", {4}, {0, 1, 0, 2});
+    auto* pad = AddOnnxNode(m.mutable_graph(), "Pad", "pad", {"y", "pads"}, {"z"});
+    auto* a = pad->add_attribute();
+    a->set_name("mode");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(mode);
+    m.mutable_graph()->mutable_output(0)->set_name("z");
+    auto g = ImportOnnxBytes(Serialize(m), "pad.onnx", SmallBinding());
+    ASSERT_EQ(g.ok(), ok) << (g.ok() ? "" : g.status().message());
+    if (!ok) {
+      EXPECT_NE(g.status().message().find("is not a Pad mode"), std::string::npos) << g.status().message();
+      continue;
+    }
+    EXPECT_EQ(g->type(g->outputs[0]).shape, (Shape{2, 6}));
+    EXPECT_EQ(g->nodes.back().attrs.Int("mode"), std::string(mode) == "reflect" ? 1 : std::string(mode) == "edge" ? 2 : 3);
+  }
+}
+
 // ---- External data: initializers in a file beside the model ----
 
 // SmallModel with W's 48 bytes in `location` at byte 16 (after 16 bytes of something else).

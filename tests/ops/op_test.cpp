@@ -2013,6 +2013,33 @@ TEST(Forward, TilePadGatherElements) {
 }
 TEST(Grad, Tile) { CheckUnary(OpKind::kTile, Rand({2, 3}, 630), A({{"repeats", std::vector<int64_t>{3, 2}}})); }
 TEST(Grad, Pad) { CheckUnary(OpKind::kPad, Rand({2, 3}, 631), A({{"pads", std::vector<int64_t>{1, 0, 2, 1}}, {"value", 0.5}})); }
+
+// Pad's other modes on [1, 2, 3, 4] padded by 3 before and 2 after (reflect: by 2 and 3, below the
+// length, as PyTorch requires), as numpy.pad's reflect, edge and wrap give them.
+TEST(Forward, PadModes) {
+  struct Mode {
+    int64_t mode;
+    std::vector<int64_t> pads;
+    std::vector<double> want;
+  };
+  for (const Mode& m : {Mode{1, {2, 3}, {3, 2, 1, 2, 3, 4, 3, 2, 1}}, Mode{2, {3, 2}, {1, 1, 1, 1, 2, 3, 4, 4, 4}},
+                        Mode{3, {3, 2}, {2, 3, 4, 1, 2, 3, 4, 1, 2}}}) {
+    SCOPED_TRACE("mode " + std::to_string(m.mode));
+    Net net;
+    Tensor xv(DType::kF32, {4});
+    for (int64_t i = 0; i < 4; ++i) xv.data<float>()[i] = static_cast<float>(i + 1);
+    ValueId y = net.Op(OpKind::kPad, {net.Input("x", xv)}, A({{"pads", m.pads}, {"mode", m.mode}}));
+    ASSERT_TRUE(net.Run().ok());
+    EXPECT_TRUE(AllNear(net[y], m.want, 0, 0));
+  }
+  Net net;
+  auto too_far = net.TryOp(OpKind::kPad, {net.Input("x", Rand({2, 3}, 632))}, A({{"pads", std::vector<int64_t>{0, 3, 0, 0}}, {"mode", int64_t{1}}}));
+  ASSERT_FALSE(too_far.ok());
+  EXPECT_NE(too_far.status().message().find("reflect pads must be smaller"), std::string::npos) << too_far.status().message();
+}
+TEST(Grad, Pad_reflect) { CheckUnary(OpKind::kPad, Rand({3, 4}, 633), A({{"pads", std::vector<int64_t>{2, 1, 1, 3}}, {"mode", int64_t{1}}})); }
+TEST(Grad, Pad_edge) { CheckUnary(OpKind::kPad, Rand({3, 4}, 634), A({{"pads", std::vector<int64_t>{2, 0, 1, 5}}, {"mode", int64_t{2}}})); }
+TEST(Grad, Pad_wrap) { CheckUnary(OpKind::kPad, Rand({3, 4}, 635), A({{"pads", std::vector<int64_t>{4, 1, 0, 6}}, {"mode", int64_t{3}}})); }
 TEST(Grad, GatherElements_repeated) {
   Net net;
   ValueId x = net.Input("x", Rand({3, 4}, 632));

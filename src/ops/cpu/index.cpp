@@ -65,6 +65,42 @@ Status ForEachTarget(const KernelCtx& c, const Tensor& indices, const fr::Shape&
   return bad;
 }
 
+// Where output coordinate `o` of a padded axis reads from, in [0, n); -1 for constant padding.
+// Modes as ops/index.cpp's kPad*: edge clamps, reflect mirrors about the end elements (period
+// 2(n - 1)), wrap repeats.
+int64_t PadSource(int64_t mode, int64_t o, int64_t begin, int64_t n) {
+  int64_t s = o - begin;
+  if (s >= 0 && s < n) return s;
+  switch (mode) {
+    case 1: {  // reflect
+      if (n == 1) return 0;
+      const int64_t period = 2 * (n - 1);
+      s %= period;
+      if (s < 0) s += period;
+      return s < n ? s : period - s;
+    }
+    case 2: return s < 0 ? 0 : n - 1;  // edge
+    case 3: return ((s % n) + n) % n;  // wrap
+    default: return -1;                // constant
+  }
+}
+
+// Calls f(output flat index, source flat index or -1) over Pad's output.
+template <typename F>
+void ForEachPadded(const KernelCtx& c, const fr::Shape& xs, const fr::Shape& ys, F f) {
+  const std::vector<int64_t> p = c.node.attrs.Ints("pads");
+  const int64_t mode = c.node.attrs.Int("mode", 0);
+  std::vector<int64_t> src(static_cast<size_t>(xs.rank()));
+  ForEachIndex(ys, [&](int64_t o, const std::vector<int64_t>& at) {
+    bool inside = true;
+    for (int d = 0; d < xs.rank(); ++d) {
+      src[static_cast<size_t>(d)] = PadSource(mode, at[static_cast<size_t>(d)], p[static_cast<size_t>(d)], xs[d]);
+      inside = inside && src[static_cast<size_t>(d)] >= 0;
+    }
+    f(o, inside ? Flat(xs, src) : -1);
+  });
+}
+
 }  // namespace
 
 Status Tile(const KernelCtx& c) {
@@ -80,18 +116,10 @@ Status Tile(const KernelCtx& c) {
 
 Status Pad(const KernelCtx& c) {
   const Tensor &X = c.in[0], &Y = c.out[0];
-  const fr::Shape& xs = X.shape();
-  const std::vector<int64_t> p = c.node.attrs.Ints("pads");
   const double value = c.node.attrs.Float("value", 0.0);
-  std::vector<int64_t> src(static_cast<size_t>(xs.rank()));
-  ForEachIndex(Y.shape(), [&](int64_t o, const std::vector<int64_t>& at) {
-    bool inside = true;
-    for (int d = 0; d < xs.rank(); ++d) {
-      src[static_cast<size_t>(d)] = at[static_cast<size_t>(d)] - p[static_cast<size_t>(d)];
-      inside = inside && src[static_cast<size_t>(d)] >= 0 && src[static_cast<size_t>(d)] < xs[d];
-    }
-    if (inside) {
-      CopyElement(X, Flat(xs, src), Y, o);
+  ForEachPadded(c, X.shape(), Y.shape(), [&](int64_t o, int64_t from) {
+    if (from >= 0) {
+      CopyElement(X, from, Y, o);
     } else if (Y.dtype() == DType::kF32) {
       Y.data<float>()[o] = static_cast<float>(value);
     } else if (Y.dtype() == DType::kI64) {
@@ -99,6 +127,16 @@ Status Pad(const KernelCtx& c) {
     } else {
       std::memset(static_cast<char*>(Y.raw()) + static_cast<size_t>(o) * SizeOf(Y.dtype()), value != 0, SizeOf(Y.dtype()));
     }
+  });
+  return Status::Ok();
+}
+
+// dX[source of each output element] += dY, in output order (deterministic).
+Status PadGrad(const KernelCtx& c) {
+  const Tensor &dY = c.in[0], &dX = c.out[0];
+  dX.Zero();
+  ForEachPadded(c, dX.shape(), dY.shape(), [&](int64_t o, int64_t to) {
+    if (to >= 0) dX.data<float>()[to] += dY.data<float>()[o];
   });
   return Status::Ok();
 }
