@@ -171,7 +171,7 @@ Estimate Price(const Request& r);
 // the next step's first forward op, gpt_mini's 2 ranks took a median 650-810 us a step with 256
 // KiB buckets (3), 400-490 with 128 KiB (7), 360-410 with 64 KiB (14 collectives a step), three
 // traced 60-step runs each.
-inline constexpr int64_t kGradientBucketBytes = 128 << 10;
+inline constexpr int64_t kDefaultBucketBytes = 128 << 10;  // parallel.bucket_kib's default
 
 // The most bytes of shared-memory windows a rank joins for all-reduces (actor::Communicator::
 // Prepare's shared_bytes): gpt_mini's data-parallel gradients take 0.6 MiB. Shared memory is often

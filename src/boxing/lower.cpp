@@ -390,7 +390,7 @@ class Lowering {
   // Gradient buckets. A gradient accumulator whose boxing is one all-reduce (or, under ZeRO, one
   // reduce-scatter) per device, within one placement, is not emitted on its own: EmitBuckets fuses
   // such collectives, in the order backward makes their gradients (the node order of the ops that
-  // make them), into buckets of at most kGradientBucketBytes per device, one fused task per device
+  // make them), into buckets of at most LowerOptions::bucket_bytes per device, one fused task per device
   // and bucket. As with PyTorch DDP's buckets, a bucket pays one latency and one collective call
   // for all its gradients, and the first buckets reduce while backward still computes the rest.
   // Only accumulators qualify: nothing they depend on can wait for another collective in the
@@ -466,7 +466,7 @@ class Lowering {
       int64_t bytes = 0;
       for (size_t i = 0; i <= members.size(); ++i) {
         const int64_t b = i < members.size() ? bytes_of(members[i]) : 0;
-        if (i == members.size() || (i > first && bytes + b > kGradientBucketBytes)) {
+        if (i == members.size() || (i > first && bytes + b > o_.bucket_bytes)) {
           EmitBucket({members.begin() + static_cast<long>(first), members.begin() + static_cast<long>(i)});
           first = i;
           bytes = 0;

@@ -9,7 +9,7 @@
 //
 // Gradient buckets: the per-step all-reduces of gradient accumulators over the same group (and
 // ZeRO's reduce-scatters, along the same axis) are not one task each: they are fused, in the order
-// backward produces them, into buckets of at most kGradientBucketBytes per device, one collective
+// backward produces them, into buckets of at most LowerOptions::bucket_bytes per device, one collective
 // task per device and bucket with one input and one output regst per gradient (Plan::edges
 // records each gradient's bucket). A bucket pays one latency and one collective call, and starts
 // when its last gradient is accumulated: gpt_mini's 29 gradients (550 KiB) are 7 buckets, all but
@@ -46,6 +46,7 @@ struct LowerOptions {
   std::vector<sbp::Placement> stages;  // empty: one device
   std::vector<int> node_stage;         // per node (with stages)
   bool zero = false;                   // ZeRO: parameters' per-step gathers ride in buckets
+  int64_t bucket_bytes = kDefaultBucketBytes;  // per device (parallel.bucket_kib)
 };
 
 Result<ir::Plan> Lower(const ir::TrainingGraph& tg, const sbp::Assignment& a, const LowerOptions& opt);

@@ -295,7 +295,7 @@ Status ReadSbp(const Val& v, std::vector<std::pair<std::string, std::vector<std:
 
 Status ReadParallel(const Val& v, ParallelConfig* p) {
   ASSIGN_OR_RETURN(Section s, Section::Open(v, {"device", "ranks", "mesh", "stages", "sbp", "zero",
-                                                "timeout"}));
+                                                "timeout", "bucket_kib"}));
   RETURN_IF_ERROR(s.ReadEnum("device", &p->device, Need::kOptional, kDevices));
   RETURN_IF_ERROR(s.Read("ranks", &p->ranks, Need::kOptional));
   RETURN_IF_ERROR(s.Check("ranks", p->ranks >= 0 && p->ranks <= kMaxRanks,
@@ -304,6 +304,8 @@ Status ReadParallel(const Val& v, ParallelConfig* p) {
   if (const Val* stages = s.Find("stages")) RETURN_IF_ERROR(ReadStages(*stages, &p->stages));
   if (const Val* sbp = s.Find("sbp")) RETURN_IF_ERROR(ReadSbp(*sbp, &p->sbp));
   RETURN_IF_ERROR(s.Read("zero", &p->zero, Need::kOptional));
+  RETURN_IF_ERROR(s.Read("bucket_kib", &p->bucket_kib, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("bucket_kib", p->bucket_kib >= 1 && p->bucket_kib <= (int64_t{1} << 20), "an integer in [1, 1048576] (KiB)"));
   RETURN_IF_ERROR(s.Read("timeout", &p->timeout, Need::kOptional));
   return s.Check("timeout", p->timeout > 0, "a number of seconds > 0");
 }
@@ -555,6 +557,7 @@ std::string ConfigToYaml(const Config& c) {
     for (const auto& [k, v] : p.sbp) line("    " + Quote(k) + ": " + QuotedList(v));
   }
   line(std::string("  zero: ") + (p.zero ? "true" : "false"));
+  line("  bucket_kib: " + std::to_string(p.bucket_kib));
   line("  timeout: " + Exact(p.timeout));
   if (c.cluster.given) {
     const ClusterConfig& k = c.cluster;

@@ -98,6 +98,7 @@ struct ParallelConfig {
   std::vector<std::pair<std::string, std::vector<std::string>>> sbp;  // glob -> nd-SBP, file order
   bool zero = false;
   double timeout = 60;                  // seconds
+  int64_t bucket_kib = 128;             // gradient (and ZeRO parameter) buckets, KiB per device
 };
 
 // The machine `flowrun search` and the cost model price (DESIGN.md §4), per device. `flowrun env`

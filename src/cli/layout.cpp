@@ -138,6 +138,7 @@ Result<sbp::AssignOptions> Layout(const Config& cfg, const ir::TrainingGraph& tg
     o.hints.emplace_back(pattern, *nd);
   }
   o.zero = par.zero;
+  o.bucket_bytes = par.bucket_kib << 10;
   o.cluster = ClusterOf(cfg.cluster);
   o.micro_batches = cfg.accumulation();
   return o;

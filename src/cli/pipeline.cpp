@@ -223,6 +223,7 @@ Result<Compiled> Compile(const Config& cfg, int ranks) {
     lo.stages = ao.stages;
     lo.node_stage = ao.node_stage;
     lo.zero = ao.zero;
+    lo.bucket_bytes = ao.bucket_bytes;
     auto plan = boxing::Lower(c.training, a, lo);
     if (!plan.ok()) return plan.status().With("[boxing] " + cfg.path + ": ");
     c.plan = std::move(plan).value();

@@ -566,7 +566,7 @@ class Assigner {
     const double overhead = (e.collectives + e.messages) * o_.cluster.op_overhead;
     double wait = waits + overhead;
     // A gradient accumulator reduced by one all-reduce or reduce-scatter rides in a bucket
-    // (boxing/lower.h): the stage's gradients fill ceil(their bytes / kGradientBucketBytes)
+    // (boxing/lower.h): the stage's gradients fill ceil(their bytes / bucket_bytes)
     // buckets of one collective each. Each bucket starts as its last accumulator finishes, so all
     // but the last reduce while backward still computes: the stage pays the runtime's overhead per
     // bucket but the latency of one, and each gradient its bytes' share of those. A parameter
@@ -583,7 +583,8 @@ class Assigner {
     if (bucketed) {
       const double bytes = static_cast<double>(val.type.shape.numel() * static_cast<int64_t>(SizeOf(val.type.dtype)));
       const double all = gradient ? grad_bytes_[stage] : param_bytes_[stage];
-      const double buckets = std::ceil(all / static_cast<double>(boxing::kGradientBucketBytes));
+      const int64_t bucket = o_.bucket_bytes > 0 ? o_.bucket_bytes : boxing::kDefaultBucketBytes;
+      const double buckets = std::ceil(all / static_cast<double>(bucket));
       wait = bytes / all * (waits + overhead * std::max(1.0, buckets));
     }
     return {(e.bytes_per_rank - moved_here.bytes) / (inter ? o_.cluster.bandwidth_inter : o_.cluster.bandwidth) + through_shared + wait, wait,

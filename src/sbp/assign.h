@@ -134,6 +134,7 @@ struct AssignOptions {
   std::vector<int> value_stage;                       // per value (sources; others follow producers)
   std::vector<std::pair<std::string, NdSbp>> hints;   // in config order
   bool zero = false;
+  int64_t bucket_bytes = 0;  // parallel.bucket_kib; 0: boxing::kDefaultBucketBytes
   int64_t micro_batches = 1;
   Cluster cluster;
   bool group_moves = true;  // step 4 below; `flowrun search` ranks candidates without it first

@@ -213,7 +213,7 @@ TEST(Plan, DataParallel_1n4d) {
     // The gradients are reduced by one all-reduce per bucket and rank, and nothing else moves:
     // as many buckets as the bytes need (GradientBuckets_1n2d checks the packing).
     EXPECT_EQ(static_cast<int64_t>(buckets.size()),
-              (param_bytes + fr::boxing::kGradientBucketBytes - 1) / fr::boxing::kGradientBucketBytes);
+              (param_bytes + fr::boxing::kDefaultBucketBytes - 1) / fr::boxing::kDefaultBucketBytes);
     for (int r = 0; r < 4; ++r) {
       int collectives = 0;
       for (const TaskDesc& t : p.tasks) collectives += t.rank == r && t.kind == TaskKind::kBoxing && !t.move.group.empty();
@@ -392,8 +392,28 @@ TEST(Plan, ZeroStaysDataParallel_1n4d) {
   }
 }
 
+// parallel.bucket_kib sets the buckets' size: 32 KiB gives more buckets than the default, none
+// over 32 KiB but for a gradient larger than that alone.
+TEST(Plan, BucketSizeFromConfig_1n2d) {
+  auto count = [](const Plan& p, const fr::ir::Graph& g, int64_t limit) {
+    std::map<int, int64_t> bytes;
+    for (const BoxingEdge& e : p.edges)
+      if (e.bucket >= 0) bytes[e.bucket] += g.type(e.value).shape.numel() * static_cast<int64_t>(fr::SizeOf(g.type(e.value).dtype));
+    std::map<int, int> members;
+    for (const BoxingEdge& e : p.edges)
+      if (e.bucket >= 0) ++members[e.bucket];
+    for (const auto& [b, n] : bytes) EXPECT_TRUE(n <= limit || members[b] == 1) << "bucket " << b << ": " << n << " bytes";
+    return bytes.size();
+  };
+  auto base = Build("configs/gpt.yaml", 2, {"parallel.sbp={idx: [\"S(0)\"]}"});
+  auto small = Build("configs/gpt.yaml", 2, {"parallel.sbp={idx: [\"S(0)\"]}", "parallel.bucket_kib=32"});
+  ASSERT_BUILT(base);
+  ASSERT_BUILT(small);
+  EXPECT_GT(count(small->plan, small->training.graph, 32 << 10), count(base->plan, base->training.graph, fr::boxing::kDefaultBucketBytes));
+}
+
 // gpt_mini's 29 gradients (550 KiB) on 2 data-parallel ranks fill several buckets, none over
-// kGradientBucketBytes: the runtime starts each when its last gradient is accumulated, so all but
+// kDefaultBucketBytes: the runtime starts each when its last gradient is accumulated, so all but
 // the last reduce while backward still runs. The loss's sum over the micro-batches, partial on
 // each rank, rides in the first: the sinks read rank 0's own copy, so no stage of their own.
 TEST(Plan, GradientBuckets_1n2d) {
@@ -416,11 +436,11 @@ TEST(Plan, GradientBuckets_1n2d) {
   EXPECT_EQ(p.pipeline_stages, 1);
   int64_t total = 0;
   for (const auto& [b, bytes] : bucket_bytes) {
-    EXPECT_LE(bytes, fr::boxing::kGradientBucketBytes) << "bucket " << b;
+    EXPECT_LE(bytes, fr::boxing::kDefaultBucketBytes) << "bucket " << b;
     total += bytes;
   }
-  EXPECT_GE(bucket_bytes.size(), static_cast<size_t>((total + fr::boxing::kGradientBucketBytes - 1) /
-                                                     fr::boxing::kGradientBucketBytes));
+  EXPECT_GE(bucket_bytes.size(), static_cast<size_t>((total + fr::boxing::kDefaultBucketBytes - 1) /
+                                                     fr::boxing::kDefaultBucketBytes));
   EXPECT_GE(bucket_bytes.size(), 2u);
   // Packed greedily in the order backward makes the gradients (the node order of the ops that make
   // them): a bucket closes only when the next gradient would not fit.
@@ -436,7 +456,7 @@ TEST(Plan, GradientBuckets_1n2d) {
   for (auto it = bucket_bytes.begin(); std::next(it) != bucket_bytes.end(); ++it) {
     const int next = std::next(it)->first;
     EXPECT_LT(first[it->first].first, first[next].first) << "bucket " << next << " holds earlier gradients";
-    EXPECT_GT(it->second + first[next].second, fr::boxing::kGradientBucketBytes) << "bucket " << it->first << " closed early";
+    EXPECT_GT(it->second + first[next].second, fr::boxing::kDefaultBucketBytes) << "bucket " << it->first << " closed early";
   }
   // Packed in the order backward makes the gradients: the last bucket holds the last gradients
   // (the embeddings', made by the first op's backward) and only the remainder, so what is left to

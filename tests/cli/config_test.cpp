@@ -46,6 +46,7 @@ parallel:
     z: [P, S(10)]
   zero: true
   timeout: 2.5
+  bucket_kib: 512
 log: {every: 10, jsonl: runs/gpt/metrics.jsonl}
 save: {onnx: runs/gpt/trained.onnx}
 )";
@@ -92,6 +93,7 @@ TEST(Config, FullConfigRoundTrips) {
                                                {"z", {"P", "S(10)"}}}));  // file order
   EXPECT_TRUE(c.parallel.zero);
   EXPECT_DOUBLE_EQ(c.parallel.timeout, 2.5);
+  EXPECT_EQ(c.parallel.bucket_kib, 512);
   EXPECT_EQ(c.log.every, 10);
   EXPECT_EQ(c.log.jsonl, "runs/gpt/metrics.jsonl");
   EXPECT_EQ(c.save.onnx, "runs/gpt/trained.onnx");
@@ -137,6 +139,7 @@ optimizer: {type: sgd, lr: 3, momentum: 0.5, nesterov: true}
   EXPECT_EQ(c.parallel.ranks, 0);
   EXPECT_TRUE(c.parallel.mesh.empty());
   EXPECT_DOUBLE_EQ(c.parallel.timeout, 60);
+  EXPECT_EQ(c.parallel.bucket_kib, 128);
   EXPECT_EQ(c.log.every, 1);
   EXPECT_EQ(c.log.jsonl, "");
 }
@@ -340,6 +343,7 @@ const BadCase kBadCases[] = {
      "t.yaml:20:13: parallel.mesh[1]: expected an integer in [1, 1048576], or -1 (inferred), got 4294967297"},
     {"", "", {"parallel.ranks=4294967297"},
      "--set parallel.ranks=4294967297: parallel.ranks: expected an integer in [1, 1048576] (or 0 = the world size), got 4294967297"},
+    {"", "", {"parallel.bucket_kib=0"}, "--set parallel.bucket_kib=0: parallel.bucket_kib: expected an integer in [1, 1048576] (KiB), got 0"},
     {"schedule: {type: cosine, warmup: 5, min_lr: 1.0e-4}",
      "schedule: {type: cosine, warmup: -1, min_lr: 1.0e-4}", {},
      "t.yaml:18:34: schedule.warmup: expected an integer >= 0, got -1"},
