@@ -19,6 +19,7 @@
 #include "actor/trace.h"
 #include "actor/world.h"
 #include "base/affinity.h"
+#include "base/hash.h"
 #include "base/process.h"
 #include "base/report.h"
 #include "base/watchdog.h"
@@ -139,7 +140,7 @@ int Train(const Args& a) {
     if (Status s = ir::CheckOnnxWeights(*c->model, SavedTypes(c->training)); !s.ok())
       return fail(Status::Invalid("[config] " + cfg->path + ": save.onnx: " + s.message()));
   }
-  const actor::RunDigest digest{ir::Fnv1a64(ConfigToYaml(*cfg)), InputSizesHash(*cfg), ir::PlanHash(plan)};
+  const actor::RunDigest digest{Fnv1a64(ConfigToYaml(*cfg)), InputSizesHash(*cfg), ir::PlanHash(plan)};
   if (Status s = actor::AgreeOnRun(*world, digest, cfg->parallel.timeout); !s.ok()) return fail(s);
   if (world->comm) {
     const actor::CollectiveSetup setup = actor::SetUpCollectives(plan);

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include "actor/trace.h"
+#include "base/hash.h"
 #include "ir/plan_serialize.h"
 
 namespace fr {
@@ -63,7 +64,7 @@ uint64_t InputSizesHash(const Config& cfg) {
     const bool regular = ::stat(f.path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
     sizes += f.key + "=" + std::to_string(regular ? static_cast<long long>(st.st_size) : 0) + "\n";
   }
-  return ir::Fnv1a64(sizes);
+  return Fnv1a64(sizes);
 }
 
 }  // namespace fr

@@ -12,11 +12,11 @@
 
 #include "base/file.h"
 #include "base/glob.h"
+#include "base/hash.h"
 #include "base/process.h"
 #include "ir/onnx_lower.h"
 #include "ir/onnx_proto.h"
 #include "ir/onnx_spec.h"
-#include "ir/plan_serialize.h"
 #include "onnx/onnx_pb.h"
 #include "ops/cuda/backend.h"
 #include "ops/op.h"

@@ -3,6 +3,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include "base/hash.h"
 #include "ops/op.h"
 #include "plan.pb.h"  // generated from ir/plan.proto into the build directory
 
@@ -202,15 +203,6 @@ std::string SerializePlan(const Plan& p) {
     FR_CHECK(w.SerializeToCodedStream(&coded) && !coded.HadError(), "plan serialization failed (a plan over 2 GiB?)");
   }  // the streams flush into `out` when they close
   return out;
-}
-
-uint64_t Fnv1a64(std::string_view bytes) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 uint64_t PlanHash(const Plan& p) { return Fnv1a64(SerializePlan(p)); }

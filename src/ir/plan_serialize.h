@@ -18,9 +18,6 @@
 namespace fr::ir {
 
 std::string SerializePlan(const Plan& p);
-uint64_t PlanHash(const Plan& p);
-
-// FNV-1a, 64-bit: offset basis 14695981039346656037, prime 1099511628211.
-uint64_t Fnv1a64(std::string_view bytes);
+uint64_t PlanHash(const Plan& p);  // Fnv1a64 (base/hash.h) of SerializePlan
 
 }  // namespace fr::ir
