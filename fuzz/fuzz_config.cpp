@@ -1,11 +1,11 @@
-// The config loader (cli/config.h) on arbitrary text, with --set overrides: the input is the YAML
+// The config loader (config/config.h) on arbitrary text, with --set overrides: the input is the YAML
 // text, then, after each NUL byte, one "key.path=value" override.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "cli/config.h"
+#include "config/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);

@@ -14,8 +14,8 @@
 #include "actor/message.h"
 #include "base/status.h"
 #include "base/tensor.h"
-#include "ir/graph.h"
-#include "ir/plan.h"
+#include "graph/graph.h"
+#include "plan/plan.h"
 
 namespace fr::actor {
 

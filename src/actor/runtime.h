@@ -13,7 +13,7 @@
 // oldest (step, micro-batch), one at a time (Stream::Hooks::work). Without that, a stage whose
 // slots let it run ahead interleaved the forwards of two micro-batches op by op and handed the
 // first to the next stage no sooner; with it, gpt_mini in 2 stages on 2 ranks with 4 micro-batches
-// ran 11.5-13.1 ms a step against 16.6-19.5 (boxing/lower.h: the schedule). Within a micro-batch,
+// ran 11.5-13.1 ms a step against 16.6-19.5 (plan/lower.h: the schedule). Within a micro-batch,
 // acts whose output moves across ranks go first: by task order alone, a stage's gradient
 // accumulators ran after its whole backward, and its gradient buckets reduced after it, not during.
 // Data parallelism alone keeps arrival order, which runs each accumulator right after its gradient.
@@ -44,7 +44,7 @@
 #include "actor/actor.h"
 #include "actor/pool.h"
 #include "actor/stream.h"
-#include "ir/plan.h"
+#include "plan/plan.h"
 
 namespace fr::actor {
 

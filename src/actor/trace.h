@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "ir/plan.h"
+#include "plan/plan.h"
 
 namespace fr::actor {
 

@@ -11,7 +11,7 @@
 
 #include "actor/comm.h"
 #include "base/status.h"
-#include "ir/plan.h"
+#include "plan/plan.h"
 
 namespace fr::actor {
 

@@ -162,7 +162,7 @@ int CollectiveRounds(int p);
 Estimate Price(const Request& r);
 
 // The lowering fuses the per-step all-reduces of gradient accumulators into buckets of at most
-// this many bytes per device (boxing/lower.h); a bucket is one collective, and the buckets but the
+// this many bytes per device (plan/lower.h); a bucket is one collective, and the buckets but the
 // last reduce while backward computes, so the cost model charges each gradient its bytes' share of
 // one collective's latency. Small enough that a small model gets several buckets to overlap:
 // gpt_mini's 2-rank data-parallel step (3 buckets of 256 KiB) against one 1 MiB bucket, p25 of

@@ -20,7 +20,7 @@
 #include "actor/runtime.h"
 #include "base/status.h"
 #include "base/tensor.h"
-#include "cli/config.h"
+#include "config/config.h"
 
 namespace fr::data {
 

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "ir/graph.h"
+#include "graph/graph.h"
 #include "ops/op.h"
 
 namespace fr::ir {

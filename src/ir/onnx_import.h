@@ -22,7 +22,7 @@
 #include <string_view>
 
 #include "base/status.h"
-#include "ir/graph.h"
+#include "graph/graph.h"
 
 namespace fr::ir {
 

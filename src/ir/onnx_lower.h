@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/graph.h"
+#include "graph/graph.h"
 #include "onnx/onnx_pb.h"
 
 namespace fr::ir {

@@ -27,7 +27,7 @@
 #include <functional>
 
 #include "base/status.h"
-#include "ir/graph.h"
+#include "graph/graph.h"
 
 namespace fr::ir {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "ir/graph.h"
-#include "ops/schedule.h"
+#include "graph/graph.h"
+#include "base/schedule.h"
 
 namespace fr::ir {
 

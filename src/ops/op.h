@@ -38,8 +38,8 @@
 
 #include "base/status.h"
 #include "base/tensor.h"
-#include "ir/graph.h"
-#include "ops/op_kind.h"
+#include "graph/graph.h"
+#include "graph/op_kind.h"
 #include "sbp/signature.h"
 
 namespace fr {

@@ -125,7 +125,7 @@ constexpr bool NamesMatch() {
     if (names[static_cast<size_t>(i)] != std::string_view(kTable[static_cast<size_t>(i)].name)) return false;
   return true;
 }
-static_assert(NamesMatch(), "ops/registry.cpp: the table's rows must follow FR_OPS in ops/op_kind.h");
+static_assert(NamesMatch(), "ops/registry.cpp: the table's rows must follow FR_OPS in graph/op_kind.h");
 
 // Every op has an SBP rule: checked by tests/ops (Ops.EveryOpHasAnSbpRule), not by a static_assert,
 // which GCC's UBSan (-fsanitize=null) cannot evaluate on function pointers.

@@ -14,7 +14,7 @@
 #include "base/file.h"
 #include "base/output_check.h"
 #include "base/process.h"
-#include "cli/run_files.h"
+#include "driver/run_files.h"
 #include "base/report.h"
 #include "search/command.h"
 #include "search/search.h"

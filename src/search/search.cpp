@@ -13,10 +13,10 @@
 #include <thread>
 
 #include "base/report.h"
-#include "cli/layout.h"
-#include "cli/pipeline.h"
-#include "sbp/assign.h"
-#include "sbp/step.h"
+#include "driver/layout.h"
+#include "driver/pipeline.h"
+#include "assign/assign.h"
+#include "assign/step.h"
 
 namespace fr::search {
 namespace {
@@ -517,7 +517,7 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
   // Without pipeline stages, more micro-batches compute the same and only add per-micro-batch
   // latency and op overhead, so under the model they never run faster: such a layout's next
   // micro-batch count is priced only when the fewer did not fit in memory. A pipeline's stages
-  // overlap more with more micro-batches (sbp/step.h) while each adds its overhead: its next count,
+  // overlap more with more micro-batches (assign/step.h) while each adds its overhead: its next count,
   // up to 2 x pp, is priced while the counts so far ran faster each time.
   std::map<std::string, std::vector<Candidate*>> chains;  // "dp tp pp zero" -> by count
   std::vector<Candidate*> batch;

@@ -11,11 +11,11 @@
 // refinement); the 16 quickest are then re-priced with its group moves too, exactly as `flowrun
 // plan` plans them, and the table is ranked on those prices.
 //
-// The step time of a candidate is sbp::ModelStep's (sbp/step.h), the figure `flowrun plan`
+// The step time of a candidate is sbp::ModelStep's (assign/step.h), the figure `flowrun plan`
 // prints: per stage s, one micro-batch's work W_s (forward, backward, their boxing), the same C_s
 // with every stage busy at once, and the once-a-step work U_s (gradient sync, norm, optimizer);
 //   step = sum_s W_s + (M - 1) x max_s C_s + max_s U_s,
-// the runtime's 1F1B-like pipeline schedule (boxing/lower.h). On CPU ranks that share a node's
+// the runtime's 1F1B-like pipeline schedule (plan/lower.h). On CPU ranks that share a node's
 // cores, a stage computing while the others wait gets their cores: its compute in W runs
 // cluster.busy_speedup[its ranks on the node - 1] times faster. Without stages more micro-batches
 // only add per-micro-batch work, so such a layout's next count is priced only when the fewer
@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "cli/config.h"
+#include "config/config.h"
 
 namespace fr::search {
 

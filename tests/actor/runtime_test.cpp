@@ -9,7 +9,7 @@
 #include <type_traits>
 
 #include "actor/runtime.h"
-#include "boxing/lower.h"
+#include "plan/lower.h"
 #include "ir/training.h"
 #include "ops/op.h"
 

@@ -1,5 +1,5 @@
 // Physical plans of the bundled MLPs under each parallel strategy (DESIGN.md §1, §5), built
-// in-process through the command line's own pipeline (cli/pipeline.h: LoadConfig + Compile), so
+// in-process through the command line's own pipeline (driver/pipeline.h: LoadConfig + Compile), so
 // the hints and layouts here are the ones a user writes in `parallel:`.
 //
 // Each test checks what must hold for any correct plan of its strategy and, where the plan is
@@ -21,13 +21,13 @@
 #include "actor/world.h"
 #include "base/hash.h"
 #include "base/glob.h"
-#include "cli/config.h"
-#include "cli/pipeline.h"
-#include "ir/plan_serialize.h"
+#include "config/config.h"
+#include "driver/pipeline.h"
+#include "plan/plan_serialize.h"
 #include "ops/op.h"
-#include "cli/layout.h"
-#include "sbp/assign.h"
-#include "sbp/step.h"
+#include "driver/layout.h"
+#include "assign/assign.h"
+#include "assign/step.h"
 #include "flowrun_cmd.h"
 
 namespace {
@@ -570,7 +570,7 @@ TEST(Plan, Pipeline_1n2d) {
       }
 
       // Registers on a micro-batch edge between stages have one slot per stage, at both ends, so
-      // stage 0 can run micro-batch m+1 while stage 1 holds m (boxing/lower.h).
+      // stage 0 can run micro-batch m+1 while stage 1 holds m (plan/lower.h).
       if (e.per_step || e.dst_stage >= 2) continue;
       for (int r : Placed(p, e.value).regsts) EXPECT_EQ(p.regsts[static_cast<size_t>(r)].regst_num, 2) << "producer's";
       for (const TaskDesc& t : p.tasks) {
@@ -583,7 +583,7 @@ TEST(Plan, Pipeline_1n2d) {
     EXPECT_EQ(backward, 1);
     // A register that stays within its stage keeps one slot, unless the stage's backward reads it:
     // then stage k keeps it for up to S - k micro-batches, so that its forward can run ahead of
-    // its backward while the later stages work (boxing/lower.h).
+    // its backward while the later stages work (plan/lower.h).
     const auto consumers = g.Consumers();
     int saved = 0;
     for (const fr::ir::ValuePlacement& vp : p.values) {
@@ -775,7 +775,7 @@ TEST(Plan, BadParallelInput) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Serialization (ir/plan_serialize.h): the same config compiles to the same bytes; anything that
+// Serialization (plan/plan_serialize.h): the same config compiles to the same bytes; anything that
 // changes the plan changes the hash.
 
 TEST(Plan, Serialize_1n4d) {

@@ -1,6 +1,6 @@
 // Config loading: a full file into the struct, defaults, overrides, the bundled configs, and a
 // table of bad inputs with the message each must give. Run from the repository root.
-#include "cli/config.h"
+#include "config/config.h"
 
 #include <gtest/gtest.h>
 

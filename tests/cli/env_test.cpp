@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "base/affinity.h"
-#include "cli/config.h"
+#include "config/config.h"
 #include "flowrun_cmd.h"
 
 namespace {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/graph.h"
+#include "graph/graph.h"
 #include "ops/op.h"
 
 namespace fr::test {

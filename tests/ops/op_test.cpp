@@ -173,7 +173,7 @@ double RefCrossEntropy(const std::vector<double>& logits, int64_t classes, const
   return total / static_cast<double>(labels.size());
 }
 
-// The learning-rate schedule as ops/schedule.h's header states it.
+// The learning-rate schedule as base/schedule.h's header states it.
 struct RefSchedule {
   double lr = 0, min_lr = 0;
   int kind = 0;

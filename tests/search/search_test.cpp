@@ -16,8 +16,8 @@
 #include <tuple>
 #include <vector>
 
-#include "cli/config.h"
-#include "cli/pipeline.h"
+#include "config/config.h"
+#include "driver/pipeline.h"
 #include "search/search.h"
 #include "flowrun_cmd.h"
 
@@ -206,7 +206,7 @@ TEST(Search, PrunesByMemory) {
 }
 
 // The best candidate written as YAML loads back, and `flowrun plan`'s pipeline plans it to the
-// prediction the search made: both run the same step model (sbp/step.h) on the same assignment.
+// prediction the search made: both run the same step model (assign/step.h) on the same assignment.
 TEST(Search, WrittenYamlRoundTripsThroughPlan) {
   for (const char* config : {"configs/mlp.yaml", "configs/gpt.yaml"}) {
     SCOPED_TRACE(config);
@@ -285,7 +285,7 @@ TEST(Search, BalancedPipelineCut) {
   ASSERT_EQ(pp2->stages.size(), 2u);
   double w0 = pp2->stages[0].micro_s, w1 = pp2->stages[1].micro_s;
   EXPECT_LT(std::max(w0, w1) / (w0 + w1), 0.75) << w0 << " " << w1;
-  // One micro-batch passes through the stages in turn (sbp/step.h), so a step is W0 + W1 + the
+  // One micro-batch passes through the stages in turn (assign/step.h), so a step is W0 + W1 + the
   // larger once-a-step work, and the busiest stage idles while the other works.
   double u0 = pp2->stages[0].step_s, u1 = pp2->stages[1].step_s;
   EXPECT_NEAR(pp2->step_s, w0 + w1 + std::max(u0, u1), 1e-12);
@@ -314,7 +314,7 @@ TEST(Search, BalancedPipelineCut) {
 }
 
 // A pipeline's stages overlap with more micro-batches (the runtime runs a stage's oldest ready
-// micro-batch first and keeps S - k of its activations, boxing/lower.h): more micro-batches, up
+// micro-batch first and keeps S - k of its activations, plan/lower.h): more micro-batches, up
 // to 2 x pp, are priced while they pay, and on a device per rank 4 of them cost less than one micro-batch's work
 // four times over, more than one pass through the stages, and less than one micro-batch.
 TEST(Search, PipelineMicroBatchesOverlap) {

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "ops/cpu/kernels.h"
-#include "ops/schedule.h"
+#include "base/schedule.h"
 
 namespace fr::cpu {
 namespace {

@@ -1,0 +1,70 @@
+#include "driver/run_files.h"
+
+#include <sys/stat.h>
+
+#include "actor/trace.h"
+#include "base/hash.h"
+#include "plan/plan_serialize.h"
+
+namespace fr {
+
+namespace {
+
+std::vector<NamedFile> ModelAndData(const Config& cfg) {
+  std::vector<NamedFile> in = {{"model.onnx", cfg.model.onnx}};
+  switch (cfg.data.format) {
+    case DataConfig::Format::kTokens:
+      in.push_back({"data.train", cfg.data.train});
+      break;
+    case DataConfig::Format::kNpy:
+      for (const auto& [field, path] : cfg.data.npy) in.push_back({"data." + field, path});
+      break;
+    case DataConfig::Format::kSynthetic:
+      break;
+  }
+  return in;
+}
+
+}  // namespace
+
+std::vector<NamedFile> RunInputs(const Config& cfg) {
+  std::vector<NamedFile> in = {{"the config", cfg.path}};
+  for (NamedFile& f : ModelAndData(cfg)) in.push_back(std::move(f));
+  return in;
+}
+
+std::vector<RunOutput> RunOutputs(const Config& cfg, const std::string& trace, int ranks) {
+  std::vector<RunOutput> out;
+  if (!cfg.log.jsonl.empty()) out.push_back({{"log.jsonl", cfg.log.jsonl}, 0});
+  if (!cfg.save.onnx.empty()) out.push_back({{"save.onnx", cfg.save.onnx}, 0});
+  if (!trace.empty())
+    for (int r = 0; r < ranks; ++r) out.push_back({{"--trace", actor::TracePath(trace, r, ranks)}, r});
+  return out;
+}
+
+Status CheckRunOutputs(const Config& cfg, const std::string& trace, int rank, int ranks) {
+  const std::vector<NamedFile> inputs = RunInputs(cfg);
+  const std::vector<RunOutput> outputs = RunOutputs(cfg, trace, ranks);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].rank != rank) continue;
+    std::vector<NamedFile> others;
+    for (size_t j = 0; j < outputs.size(); ++j)
+      if (j != i) others.push_back(outputs[j].file);
+    const NamedFile& f = outputs[i].file;
+    const std::string where = f.key == "--trace" ? "[train] " : "[config] " + cfg.path + ": ";
+    RETURN_IF_ERROR(CheckOutput(f, others, inputs).With(where));
+  }
+  return Status::Ok();
+}
+
+uint64_t InputSizesHash(const Config& cfg) {
+  std::string sizes;
+  for (const NamedFile& f : ModelAndData(cfg)) {
+    struct stat st {};
+    const bool regular = ::stat(f.path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    sizes += f.key + "=" + std::to_string(regular ? static_cast<long long>(st.st_size) : 0) + "\n";
+  }
+  return Fnv1a64(sizes);
+}
+
+}  // namespace fr

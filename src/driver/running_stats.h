@@ -1,0 +1,37 @@
+// BatchNormalization's running statistics (ir::Graph::Running) as training updates them. Rank 0
+// receives every micro-batch's statistic from a stat-sink task (Runtime::on_stat) and folds it
+// into the running average in micro-batch order, as PyTorch updates its buffers at each forward;
+// `save:` writes the result in place of the initializers.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/tensor.h"
+#include "graph/graph.h"
+
+namespace fr {
+
+class RunningStats {
+ public:
+  explicit RunningStats(const ir::Graph& g);
+  // running = momentum * running + (1 - momentum) * unbias * x, for the statistic made by value
+  // `stat`; called on a runtime thread.
+  void Take(ir::ValueId stat, const Tensor& x);
+  // Initializer name -> its float32 value now.
+  std::map<std::string, Tensor> Values() const;
+
+ private:
+  struct Stat {
+    std::string initializer;
+    Shape shape;
+    double momentum = 0, unbias = 1;
+    std::vector<double> value;
+  };
+  std::map<ir::ValueId, Stat> stats_;
+  mutable std::mutex mu_;
+};
+
+}  // namespace fr
