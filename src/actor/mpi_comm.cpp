@@ -171,9 +171,8 @@ MPI_Op OpOf(sbp::Reduce r) {
 }
 
 // A staging buffer: bytes left uninitialised (a pack or MPI writes them all before anything reads
-// them), kept when shrunk. The communicator reuses them across movements: with a fresh vector for
-// each gradient bucket (up to 128 KiB, zero-filled, then packed), starting one took a mean 24-29 us
-// on gpt_mini's 2 ranks, mostly in faulting in new pages; reused, 16 us.
+// them), kept when shrunk. The communicator reuses them across movements: a fresh, zero-filled
+// vector per gradient bucket spent most of starting it faulting in new pages.
 class Stage {
  public:
   Stage() = default;
@@ -589,8 +588,7 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
     case Op::kAllReduce: {
       if (p.in.size() > 1 && LaidOutAlike(p.in, p.out)) {  // a bucket the runtime laid out end to end
         // One copy of the span, then in place: Open MPI's non-blocking all-reduce from one buffer
-        // into another made the MLP's 4-rank data-parallel step 2.1 ms against 1.35 in place
-        // (three interleaved 200-step runs each, 4 ranks on 2 cores).
+        // into another is much slower than in place.
         const char* begin = static_cast<const char*>(p.in.front().raw());
         const size_t span = static_cast<size_t>(static_cast<const char*>(p.in.back().raw()) - begin) + p.in.back().bytes();
         std::memcpy(p.out.front().raw(), begin, span);
@@ -611,8 +609,7 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
                                   &p.req),
                    "MPI_Iallreduce", what);
       }
-      // In place, as for a bucket above: gpt_mini's ZeRO on 4 ranks, whose activations are
-      // all-reduced into other buffers, ran 32.6 ms a step against 41.0 (three interleaved runs each).
+      // In place, as for a bucket above.
       if (x.raw() != y.raw()) std::memcpy(y.raw(), x.raw(), y.bytes());
       return Mpi(MPI_Iallreduce(MPI_IN_PLACE, y.raw(), static_cast<int>(y.numel()), type, OpOf(t.reduce), comm, &p.req),
                  "MPI_Iallreduce", what);
@@ -641,9 +638,7 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
         p.parts = parts;
         recv = p.recv_stage.data();
       }
-      // In place too, this rank's part copied to where it belongs first: gpt_mini's ZeRO on 4
-      // ranks (its parameters all-gathered every step), median of 7 interleaved runs' mean step
-      // 32.2 ms against 34.5, a smaller gain than the all-reduce's and near this VM's noise.
+      // In place too, this rank's part copied to where it belongs first.
       std::memcpy(static_cast<char*>(recv) + static_cast<size_t>(c.displ[static_cast<size_t>(k)]) * es, x.raw(),
                   static_cast<size_t>(c.n[static_cast<size_t>(k)]) * es);
       return Mpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, c.n.data(), c.displ.data(), type, comm, &p.req),
@@ -835,8 +830,7 @@ Result<std::vector<CommHandle>> MpiCommunicator::Poll() {
   poll_status_.resize(poll_reqs_.size());
   // When nothing has finished, Open MPI's Testsome drives progress and returns without looking
   // again, so a movement that progress pass finished (a receive whose data it just copied) is seen
-  // only at the next poll, a back-off later. Looking twice halved a pipeline hop on gpt_mini (4
-  // stages on 2 cores, 256 KiB activations: median 393 -> 187 us from send to received).
+  // only at the next poll, a back-off later: look twice.
   int count = 0;
   int rc = MPI_Testsome(n, poll_reqs_.data(), &count, poll_index_.data(), poll_status_.data());
   if (rc == MPI_SUCCESS && (count == 0 || count == MPI_UNDEFINED))
@@ -875,9 +869,8 @@ Result<std::unique_ptr<Communicator>> MpiWorld(int* argc, char*** argv) {
   if (!inited) {
     // The runtime never blocks in MPI: it tests its requests between acts and sleeps on its own
     // terms when idle (Stream). Open MPI yields the core inside every such test that finds nothing
-    // when ranks oversubscribe the cores, which handed the core to another rank between acts:
-    // gpt_mini in 4 stages on 4 ranks on 2 cores with 8 micro-batches took 27.5-29.4 ms a step
-    // against 17.2-20.4 without (two interleaved runs each). A user's own setting wins.
+    // when ranks oversubscribe the cores, which handed the core to another rank between acts
+    // (docs/config.md). A user's own setting wins.
     ::setenv("OMPI_MCA_mpi_yield_when_idle", "0", 0);
     int provided = 0;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)

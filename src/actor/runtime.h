@@ -3,17 +3,15 @@
 //
 // Threads: one per stream of the Plan, except that the comm stream's actors run on the compute
 // stream's thread. A boxing actor only starts a nonblocking movement or copies a piece, and on a
-// CPU rank with one core a second busy thread only takes that core away: with a separate comm
-// thread, gpt_mini's 2-rank data-parallel step switched threads ~100 times per step and its
-// kernels ran 15-25% slower than alone.
+// CPU rank with one core a second busy thread only takes that core away: a separate comm thread
+// switched threads ~100 times a step and slowed the kernels.
 //
 // Order: an actor acts as soon as its inputs are ready and its outputs have a free slot, so acts
 // run in the order their inputs arrive; except in a pipeline (Plan::pipeline_stages > 1), where
 // the compute thread first handles every message that waits and then runs the ready act of the
 // oldest (step, micro-batch), one at a time (Stream::Hooks::work). Without that, a stage whose
 // slots let it run ahead interleaved the forwards of two micro-batches op by op and handed the
-// first to the next stage no sooner; with it, gpt_mini in 2 stages on 2 ranks with 4 micro-batches
-// ran 11.5-13.1 ms a step against 16.6-19.5 (plan/lower.h: the schedule). Within a micro-batch,
+// first to the next stage no sooner (plan/lower.h: the schedule). Within a micro-batch,
 // acts whose output moves across ranks go first: by task order alone, a stage's gradient
 // accumulators ran after its whole backward, and its gradient buckets reduced after it, not during.
 // Data parallelism alone keeps arrival order, which runs each accumulator right after its gradient.
@@ -83,9 +81,7 @@ struct RunOptions {
   std::chrono::microseconds poll_spin{0};
   // Whether a "progress" thread polls every Stream::kPollCovered while movements are in flight, so
   // that they go on while a kernel runs long. Worth it only where a CPU is left over: on a rank whose
-  // kernels fill the CPUs it is bound to, each wake-up takes the core from a kernel (gpt_mini's
-  // 2-rank data-parallel step ran 10% faster without it, and its rank 0, whose loss receive is in
-  // flight all step, no longer ran its kernels up to 20% slower than rank 1).
+  // kernels fill the CPUs it is bound to, each wake-up takes the core from a kernel.
   bool progress_thread = true;
 };
 

@@ -27,8 +27,8 @@ class Stream {
       kPollSpin{1000};
   // The longest wait between polls for a rank with `ranks_on_node` ranks on `cores` cores: short
   // when each rank has a core (polling then takes nothing from anyone, and the rounds of a
-  // collective finish sooner: gpt_mini's 2-rank step 7% faster), kPollMax when ranks share cores
-  // (a waiting pipeline stage polling eagerly slowed the computing one by 8%).
+  // collective finish sooner), kPollMax when ranks share cores (a waiting pipeline stage polling
+  // eagerly slows the computing one).
   static std::chrono::microseconds PollMaxFor(int ranks_on_node, int cores);
   // Hooks::poll_spin for such a rank: kPollSpin when each rank has a core, else 0 (spinning would
   // take the core from a rank that shares it).
@@ -42,16 +42,13 @@ class Stream {
     std::function<bool()> work;
     std::chrono::microseconds poll_max = kPollMax;
     // While more messages wait, the poll hook runs at most this often (0: after every message).
-    // Each poll is a full MPI progress pass: after every act, rank 0 of gpt_mini's 2-rank data
-    // parallelism, whose loss receive is in flight all step, spent 0.2-0.3 ms a step more between
-    // acts than rank 1; every 50 µs, the same as rank 1.
+    // Each poll is a full MPI progress pass, too dear after every act on a rank with a movement in
+    // flight all step (a loss receive).
     std::chrono::microseconds poll_busy{0};
     // For this long after its last work a thread with movements in flight polls without sleeping,
     // then backs off. For a rank with a core of its own (Stream::PollSpinFor): a sleep, however
-    // short it is asked to be, took 50-60 µs here (the kernel's timer slack), and each of a
-    // collective's rounds waits for both ranks to look. Spinning cut the last gradient bucket's
-    // reduction on gpt_mini's 2-rank data parallelism, from the later rank's last backward op,
-    // from 290-380 to 210 µs (three traced runs each).
+    // short it is asked to be, lasts the kernel's timer slack, and each of a collective's rounds
+    // waits for both ranks to look.
     std::chrono::microseconds poll_spin{0};
   };
   Stream(std::string name, Hooks hooks);

@@ -150,10 +150,8 @@ class Assigner {
     // Under ZeRO, a third start: the second, solved with the parameters whole on the
     // data-parallel axes (as without ZeRO), then sharded, each with its update, and polished
     // again. From sharded parameters the greedy pass can settle where no move of one layer
-    // leads out: gpt_mini on 4 ranks (2 micro-batches) gathered its tokens, replicated the
-    // embeddings and split its weights as tensor parallelism does, all-reducing activations every
-    // micro-batch; by the cost model's own objective 25.18 ms against 24.91 for data parallelism
-    // with sharded parameters, and measured 29 ms a step against 18-21.
+    // leads out, into a mixed layout that all-reduces activations every micro-batch and costs
+    // more by the cost model's own objective than data parallelism with sharded parameters.
     const int starts = o_.zero && !dp_axes_.empty() ? 3 : 2;
     int world = 1;
     for (const Placement& p : o_.stages)
@@ -176,10 +174,8 @@ class Assigner {
       // Under ZeRO the starts compete on the step model's time (what `flowrun plan` predicts and
       // `flowrun search` ranks by), elsewhere on the objective the moves descend. That objective
       // counts each movement's latency whole, where the step model has a stage's parameter
-      // gathers, all started as the step starts, pay one: with ZeRO every parameter is gathered.
-      // For gpt_mini's ZeRO on 4 ranks with one micro-batch the objective preferred the mixed
-      // layout above, 21.1 against 23.5 ms; the step model prices it 18.2 against 12.2 ms, and it
-      // measured 22.7-26.0 against 15.6-18.9 ms (three runs each).
+      // gathers, all started as the step starts, pay one: with ZeRO every parameter is gathered,
+      // and the objective preferred layouts that measured slower (docs/performance-history.md).
       double c = Objective();
       if (o_.zero) {
         for (size_t n = 0; n < g_.nodes.size(); ++n) a_.node_sig[n] = Sig(static_cast<NodeId>(n));
@@ -552,9 +548,7 @@ class Assigner {
     // the ranks' shared windows (boxing::kSharedReduceBytesPerRank: the runtime sends a larger
     // model's partly through MPI; this prices them all so). Per micro-batch all-reduces (tensor
     // parallelism's activations) stay with MPI: priced through shared memory, they made partial
-    // activations cheap enough that the assignment left data parallelism for mixed layouts
-    // (gpt_mini's 2-rank data parallelism all-reduced its residual stream before every
-    // LayerNorm, 19.6 ms by the objective against 15.4).
+    // activations cheap enough that the assignment left data parallelism for mixed layouts.
     const size_t from = static_cast<size_t>(a_.value_stage[static_cast<size_t>(v)]);
     bool shared = per_step_[static_cast<size_t>(v)] && !inter && o_.cluster.shared_latency > 0 && e.allreduces.count > 0 &&
                   g_.type(v).dtype == DType::kF32 && grad_bytes_[from] <= static_cast<double>(boxing::kSharedReduceBytesPerRank);

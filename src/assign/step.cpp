@@ -61,8 +61,7 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
   // A micro-batch's gradient on its way to its accumulator (read by accumulators only): the
   // runtime starts its movement when the backward op that made it finishes, and only the
   // accumulator waits for it, so one micro-batch's such movements are in flight together while
-  // its backward goes on (gpt_mini on a 2x2 mesh, data-parallel on both axes: 30 all-reduces per
-  // micro-batch, which one after another would cost 9 ms of a 17-19 ms step).
+  // its backward goes on; priced one after another they would cost most of a step.
   std::vector<char> to_accumulator(g.values.size(), 0), read_otherwise(g.values.size(), 0);
   for (const ir::Node& n : g.nodes)
     for (ir::ValueId v : n.in)
@@ -71,12 +70,10 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
   // micro-batch, parameters per step, gradient reductions per step, those not in buckets (one in
   // a bucket pays its share of its buckets' latency already, sbp::Assign), gradients into
   // their accumulators per micro-batch, and the parameters' squared gradient norms on their way to
-  // the stage that sums them (each leaves as its gradient is reduced; traced on gpt_mini in 2
-  // stages, the 15 of them left within 13 us of each other and arrived together).
+  // the stage that sums them (each leaves as its gradient is reduced: traced, they travel together).
   // A step of one micro-batch starts with its inputs' movements (the data actor prefetches them)
-  // and its parameter buckets in flight together: traced on the MLP, dp4 with ZeRO, x's
-  // all-gather was in flight through the whole of the parameters' (x started 55 us sooner and
-  // ended 2 us later), so it shares the latency the buckets already pay.
+  // and its parameter buckets in flight together (traced), so the inputs share the latency the
+  // buckets already pay.
   std::vector<std::array<double, 5>> together(static_cast<size_t>(S), {0, 0, 0, 0, 0});
   for (const PricedEdge& e : a.edges)
     if (e.bucketed && e.per_step && g.value(e.value).kind == ir::ValueKind::kParam)
@@ -103,9 +100,8 @@ StepTime ModelStep(const ir::Graph& g, const AssignOptions& o, const Assignment&
     // stage d while the stages before d computed their forward, a backward hop into d while the
     // stages after it computed forward and backward (the first micro-batch, as W counts it). A
     // waiting rank's polls back off, so it sees a message the later the longer it waited
-    // (Cluster::p2p_wake, as `flowrun env` measured it: 16-28 us after 0.15-0.2 ms, 95-150 us
-    // after 0.7-0.9 ms on this project's 2-core VM; traced, the MLP's 4-stage hops, whose stages
-    // compute 20-130 us, took 40-75 us where one price for every hop gave 131).
+    // (Cluster::p2p_wake, as `flowrun env` measures it; one price for every hop overpriced the
+    // short waits of fast stages).
     double latency = e.latency;
     const int from = a.value_stage[v];
     if (!cl.p2p_wake.empty() && e.p2p_messages > 0 && !e.per_step && from != e.dst_stage) {

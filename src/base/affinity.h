@@ -1,8 +1,7 @@
 // Spreading a node's CPU ranks over its cores. Open MPI binds each rank to a core when there are
 // at most 2, to a socket up to the core count, and not at all when the ranks oversubscribe the
 // cores. Unbound, the kernel often stacks the ranks that compute together on one core while
-// another idles: two data-parallel ranks of one pipeline stage (gpt_mini, 2 stages of 2 ranks on
-// 2 cores) took turns on one core, and the step took 21-26 ms instead of 19-21 pinned.
+// another idles.
 #pragma once
 
 #include <string>

@@ -164,13 +164,8 @@ Estimate Price(const Request& r);
 // The lowering fuses the per-step all-reduces of gradient accumulators into buckets of at most
 // this many bytes per device (plan/lower.h); a bucket is one collective, and the buckets but the
 // last reduce while backward computes, so the cost model charges each gradient its bytes' share of
-// one collective's latency. Small enough that a small model gets several buckets to overlap:
-// gpt_mini's 2-rank data-parallel step (3 buckets of 256 KiB) against one 1 MiB bucket, p25 of
-// the step 9.95 against 10.35 ms and median 10.4 against 12.0 ms, 8 interleaved runs each. What
-// is left after backward is what the last buckets hold: from the later rank's last backward op to
-// the next step's first forward op, gpt_mini's 2 ranks took a median 650-810 us a step with 256
-// KiB buckets (3), 400-490 with 128 KiB (7), 360-410 with 64 KiB (14 collectives a step), three
-// traced 60-step runs each.
+// one collective's latency. Small enough that a small model gets several buckets to overlap, and
+// that little is left to reduce after backward (docs/performance-history.md has the sizes tried).
 inline constexpr int64_t kDefaultBucketBytes = 128 << 10;  // parallel.bucket_kib's default
 
 // The most bytes of shared-memory windows a rank joins for all-reduces (actor::Communicator::

@@ -64,9 +64,8 @@ void CatchStopSignals(bool catching) {
 // Kernel threads per rank (oneDNN's OpenMP team): the cores divided among the ranks on this node,
 // and no more than the CPUs the rank is bound to (mpirun binds 2 ranks to a core each), unless
 // OMP_NUM_THREADS says otherwise; 0 = leave OpenMP's default. Ranks that each take every core
-// slow each other down (4 ranks on 2 cores, each with a 2-thread team spinning at its barriers:
-// 20 ms steps instead of 1). The OpenMP team size is per thread, so every stream thread sets it
-// (RunOptions::on_thread_start). Call after PinUnboundRank.
+// slow each other down, their teams spinning at barriers. The OpenMP team size is per thread, so
+// every stream thread sets it (RunOptions::on_thread_start). Call after PinUnboundRank.
 int RanksHere() {
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   return local ? std::max(1, std::atoi(local)) : 1;

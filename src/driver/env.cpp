@@ -52,7 +52,7 @@ constexpr size_t kIdleMessageBytes = 64 << 10;
 constexpr int kShortWaitGemms = 1, kLongWaitGemms = 4;  // of Burst(192): how long a receiver waits
 constexpr int kBusyReps = 25;  // blocks: this VM's speed drifts
 constexpr int kBusyGemms = 8;  // per block: several scheduler time slices with every rank busy
-constexpr int kBurstN = 128, kBurstGemms = 4;  // a burst before a collective: 0.1-0.5 ms
+constexpr int kBurstN = 128, kBurstGemms = 4;  // a short burst of work before a collective
 constexpr int64_t kBandwidthFloats = int64_t{1} << 20;  // 4 MiB
 constexpr int64_t kElementRows = 256, kElementCols = 256;  // 256 KiB a tensor: a small model's activations
 constexpr int kElementOpsPerBlock = 16;
@@ -156,8 +156,7 @@ double Median(std::vector<double> v) {
 
 // Env's own barriers and reductions wait as the runtime does too: flowrun turns Open MPI's yield
 // when idle off (actor::MpiWorld), and a rank spinning in a blocking call took the core from a rank
-// that shared it and was still timing its work (4 ranks on 2 cores: a blocking 8-byte all-reduce
-// measured 8 ms, and the 512^3 GEMM 27 GFLOP/s a rank against 37).
+// that shared it and was still timing its work.
 int WorldSize() {
   int n = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
@@ -392,8 +391,7 @@ std::vector<double> BusySpeedup(int n, int rank, int ranks) {
 // sgemms and sends its clock first in the message, the odd one posts its receive at once, waits
 // with the runtime's back-off and takes the difference (one machine: steady_clock is the same for
 // every process). The longer a rank has waited, the longer its polls are apart and the later it
-// sees the message: after 0.15-0.2 ms of waiting a 64 KiB message took 58-79 us here, after
-// 0.7-0.9 ms 144-186 us. The odd ranks' medians, of the wait and of the message.
+// sees the message. The odd ranks' medians, of the wait and of the message.
 struct IdleMessage {
   double wait = 0;     // s, from posting the receive to the message leaving
   double seconds = 0;  // s, from leaving to received

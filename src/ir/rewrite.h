@@ -8,7 +8,7 @@
 //      one MatMul [+ Add] per part, W and the bias cut into parameters of their own (the optimizer
 //      math is elementwise: nothing changes). Tensor parallelism can then split each part by its
 //      features (q, k and v by heads), where a split of the fused features would cut across them.
-//      It only pays then: on one device the smaller matrix products cost gpt_mini 6% of its step.
+//      It only pays then: on one device the smaller matrix products cost time.
 //      Parts are named NAME[i] and remember the name they came from (Node::split_from,
 //      Value::split_from): a hint naming the fused node or parameter applies to every part.
 //   2. Bias and GELU. Add(X, bias) -> Div(., c) -> Erf -> Add(., 1) -> Mul(with the Add's output) ->

@@ -398,8 +398,8 @@ class Lowering {
   //
   // Parameter buckets: under ZeRO, likewise the per-step all-gathers of a stage's parameters for
   // their readers, in the order the step first reads them, so the first bucket holds the first
-  // layers'. A bucket starts when its last parameter is updated. Gathered one by one, gpt_mini's
-  // 29 took 470 us after the last update on 2 ranks before the next forward could start (traced).
+  // layers'. A bucket starts when its last parameter is updated; gathered one by one, they
+  // delayed the next forward.
   // Without ZeRO a gathered parameter is one that tensor parallelism left whole for a reader;
   // those stay on their own, as the assigner prices them.
   struct Deferred {
