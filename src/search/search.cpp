@@ -342,42 +342,48 @@ std::string Candidate::Name() const {
   return zero ? s + " zero" : s;
 }
 
-Result<Outcome> Search(const Config& cfg, const Options& opt) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Progress progress(opt, t0);
-  Outcome out;
+namespace {
+
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The rank count searched for, and the --mesh filter checked against it.
+Result<int> SearchedRanks(const Config& cfg, const Options& opt) {
   const ClusterConfig& cl = cfg.cluster;
-  out.ranks = opt.ranks > 0 ? opt.ranks
-              : cfg.parallel.ranks > 0 ? static_cast<int>(cfg.parallel.ranks)
-              : cl.given && cl.devices_per_node > 0 ? static_cast<int>(cl.nodes * cl.devices_per_node)
-                                                    : 0;
-  if (out.ranks < 1) {
+  const int ranks = opt.ranks > 0 ? opt.ranks
+                    : cfg.parallel.ranks > 0 ? static_cast<int>(cfg.parallel.ranks)
+                    : cl.given && cl.devices_per_node > 0 ? static_cast<int>(cl.nodes * cl.devices_per_node)
+                                                          : 0;
+  if (ranks < 1) {
     return Status::Invalid("[search] " + cfg.path +
                            ": how many ranks? give --ranks N, parallel.ranks, or cluster.nodes and cluster.devices_per_node");
   }
-  if (cl.given && cl.devices_per_node > 0 && cl.nodes * cl.devices_per_node < out.ranks) {
+  if (cl.given && cl.devices_per_node > 0 && cl.nodes * cl.devices_per_node < ranks) {
     return Status::Invalid("[search] " + cfg.path + ": the cluster has " + std::to_string(cl.nodes) + " x " +
-                           std::to_string(cl.devices_per_node) + " devices, fewer than the " + std::to_string(out.ranks) +
+                           std::to_string(cl.devices_per_node) + " devices, fewer than the " + std::to_string(ranks) +
                            " ranks searched for");
   }
-  out.capacity = cl.memory_gib * static_cast<double>(1LL << 30);
+  if (opt.mesh.empty()) return ranks;
   const std::string mesh_text = MeshText(opt.mesh);
-  if (!opt.mesh.empty()) {
-    int64_t devices = 1;
-    for (int64_t a : opt.mesh) devices *= a;
-    if (opt.mesh.size() > 2 || devices < 1 || std::any_of(opt.mesh.begin(), opt.mesh.end(), [](int64_t a) { return a < 1; })) {
-      return Status::Invalid("[search] --mesh " + mesh_text + ": a stage's mesh is N or AxB (data x tensor parallel)");
-    }
-    if (opt.mesh.size() == 2 && (opt.mesh[0] == 1 || opt.mesh[1] == 1)) {
-      return Status::Invalid("[search] --mesh " + mesh_text + ": an axis of 1 divides nothing; write --mesh " +
-                             std::to_string(devices));
-    }
-    if (out.ranks % devices) {
-      return Status::Invalid("[search] --mesh " + mesh_text + ": " + std::to_string(devices) +
-                             " devices a stage do not divide the " + std::to_string(out.ranks) + " ranks");
-    }
+  int64_t devices = 1;
+  for (int64_t a : opt.mesh) devices *= a;
+  if (opt.mesh.size() > 2 || devices < 1 || std::any_of(opt.mesh.begin(), opt.mesh.end(), [](int64_t a) { return a < 1; })) {
+    return Status::Invalid("[search] --mesh " + mesh_text + ": a stage's mesh is N or AxB (data x tensor parallel)");
   }
+  if (opt.mesh.size() == 2 && (opt.mesh[0] == 1 || opt.mesh[1] == 1)) {
+    return Status::Invalid("[search] --mesh " + mesh_text + ": an axis of 1 divides nothing; write --mesh " + std::to_string(devices));
+  }
+  if (ranks % devices) {
+    return Status::Invalid("[search] --mesh " + mesh_text + ": " + std::to_string(devices) + " devices a stage do not divide the " +
+                           std::to_string(ranks) + " ranks");
+  }
+  return ranks;
+}
 
+// The micro-batch counts to try: the options' or every power of two up to 32 that divides the
+// global batch.
+Result<std::vector<int64_t>> MicroBatchCounts(const Config& cfg, const Options& opt) {
   std::vector<int64_t> counts = opt.micro_batches;
   if (counts.empty())
     for (int64_t m = 1; m <= 32; m *= 2)
@@ -388,71 +394,88 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
                              " does not divide train.global_batch (" + std::to_string(cfg.train.global_batch) + ")");
     }
   }
+  return counts;
+}
 
-  // One training graph per micro-batch size, built when a candidate first needs it (counts that
-  // are dominated are never priced), several in parallel, from the model read and parsed once
-  // (every graph's parameters read their initial values from it in place).
-  const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 8u));
-  auto since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  };
-  const auto t_read = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(std::shared_ptr<const ir::OnnxModel> model, ir::ReadOnnx(cfg.model.onnx));
-  out.graphs_s += since(t_read);
-  std::map<int64_t, std::unique_ptr<Prepared>> prepared;
-  auto prepare = [&](std::vector<int64_t> need) -> Status {
+// One training graph per micro-batch size, built when a candidate first needs it (counts that are
+// dominated are never priced), several in parallel, from the model read and parsed once (every
+// graph's parameters read their initial values from it in place).
+class Graphs {
+ public:
+  Graphs(const Config& cfg, std::shared_ptr<const ir::OnnxModel> model, unsigned threads, Progress* progress, double* seconds)
+      : cfg_(cfg), model_(std::move(model)), threads_(threads), progress_(progress), seconds_(seconds) {}
+
+  Status Build(std::vector<int64_t> need) {
     const auto t = std::chrono::steady_clock::now();
-    std::erase_if(need, [&](int64_t m) { return prepared.count(m) > 0; });
+    std::erase_if(need, [&](int64_t m) { return prepared_.count(m) > 0; });
     std::sort(need.begin(), need.end());
     need.erase(std::unique(need.begin(), need.end()), need.end());
     std::vector<std::unique_ptr<Prepared>> built(need.size());
     std::vector<Status> failed(need.size(), Status::Ok());
-    ParallelFor(need.size(), threads, [&](size_t i) {
-      Config c = cfg;
-      c.train.micro_batch = cfg.train.global_batch / need[i];
+    ParallelFor(need.size(), threads_, [&](size_t i) {
+      Config c = cfg_;
+      c.train.micro_batch = cfg_.train.global_batch / need[i];
       c.parallel = ParallelConfig{};
-      Result<Compiled> compiled = Prepare(c, model);
+      Result<Compiled> compiled = Prepare(c, model_);
       if (!compiled.ok()) {
         failed[i] = compiled.status();
         return;
       }
       auto p = std::make_unique<Prepared>();
       p->c = std::move(compiled).value();
-      p->cuts = ModelCuts(p->c.training, cl);
+      p->cuts = ModelCuts(p->c.training, cfg_.cluster);
       built[i] = std::move(p);
-      progress.Graph();
+      progress_->Graph();
     });
     for (size_t i = 0; i < need.size(); ++i) {
       RETURN_IF_ERROR(failed[i]);
-      prepared[need[i]] = std::move(built[i]);
+      prepared_[need[i]] = std::move(built[i]);
     }
-    out.graphs_s += since(t);
+    *seconds_ += Since(t);
     return Status::Ok();
-  };
-  RETURN_IF_ERROR(prepare({counts.front()}));  // the pipeline cuts are made on it
+  }
+  const Prepared& at(int64_t micro_batches) const { return *prepared_.at(micro_batches); }
+  const Prepared& first() const { return *prepared_.begin()->second; }
 
-  // Candidates.
-  std::vector<Candidate> cands;
-  for (int pp : Divisors(out.ranks)) {
-    const Prepared& any = *prepared.begin()->second;
-    if (static_cast<size_t>(pp) > any.cuts.ops.size()) continue;
-    std::vector<std::vector<std::string>> stages;
-    if (pp > 1) {
-      std::vector<size_t> cuts = BalancedCuts(any.cuts, pp);
-      size_t begin = 0;
-      for (size_t k = 0; k <= cuts.size(); ++k) {
-        size_t end = k < cuts.size() ? cuts[k] : any.cuts.ops.size();
-        std::vector<std::string> names;
-        if (k + 1 < static_cast<size_t>(pp)) {
-          for (size_t i = begin; i < end; ++i) names.push_back(any.c.training.graph.node(any.cuts.ops[i]).name);
-        } else {
-          names.push_back("*");  // the last stage takes the rest
-        }
-        stages.push_back(std::move(names));
-        begin = end;
-      }
+ private:
+  const Config& cfg_;
+  std::shared_ptr<const ir::OnnxModel> model_;
+  unsigned threads_;
+  Progress* progress_;
+  double* seconds_;
+  std::map<int64_t, std::unique_ptr<Prepared>> prepared_;
+};
+
+// The pipeline stages of `pp` balanced cuts of the model, as stage globs (the last takes the rest).
+std::vector<std::vector<std::string>> StageGlobs(const Prepared& any, int pp) {
+  std::vector<std::vector<std::string>> stages;
+  if (pp == 1) return stages;
+  std::vector<size_t> cuts = BalancedCuts(any.cuts, pp);
+  size_t begin = 0;
+  for (size_t k = 0; k <= cuts.size(); ++k) {
+    size_t end = k < cuts.size() ? cuts[k] : any.cuts.ops.size();
+    std::vector<std::string> names;
+    if (k + 1 < static_cast<size_t>(pp)) {
+      for (size_t i = begin; i < end; ++i) names.push_back(any.c.training.graph.node(any.cuts.ops[i]).name);
+    } else {
+      names.push_back("*");
     }
-    const int per = out.ranks / pp;
+    stages.push_back(std::move(names));
+    begin = end;
+  }
+  return stages;
+}
+
+// Every layout of `ranks`: pp stages (balanced cuts of `any`), dp x tp per stage, each micro-batch
+// count, with and without ZeRO; those --mesh rules out are left out, those that cannot run are
+// marked pruned.
+std::vector<Candidate> Enumerate(const Config& cfg, const Options& opt, int ranks, const std::vector<int64_t>& counts,
+                                 const Prepared& any) {
+  std::vector<Candidate> cands;
+  for (int pp : Divisors(ranks)) {
+    if (static_cast<size_t>(pp) > any.cuts.ops.size()) continue;
+    const std::vector<std::vector<std::string>> stages = StageGlobs(any, pp);
+    const int per = ranks / pp;
     for (int dp : Divisors(per)) {
       const int tp = per / dp;
       for (int64_t m : counts) {
@@ -467,7 +490,7 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
           c.config = cfg;
           c.config.train.micro_batch = cfg.train.global_batch / m;
           ParallelConfig& par = c.config.parallel;
-          par.ranks = out.ranks;
+          par.ranks = ranks;
           par.stages = stages;
           par.mesh.clear();
           if (dp > 1) par.mesh.push_back(dp);
@@ -482,43 +505,82 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
           par.zero = zero;
           if (!opt.mesh.empty() && par.mesh != opt.mesh) continue;
           if (c.config.train.micro_batch % dp) {
-            c.pruned = "a micro-batch of " + std::to_string(c.config.train.micro_batch) + " does not split over dp " +
-                       std::to_string(dp);
+            c.pruned = "a micro-batch of " + std::to_string(c.config.train.micro_batch) + " does not split over dp " + std::to_string(dp);
           }
           cands.push_back(std::move(c));
         }
       }
     }
   }
+  return cands;
+}
 
+bool Faster(const Candidate* a, const Candidate* b) { return a->step_s != b->step_s ? a->step_s < b->step_s : a->Name() < b->Name(); }
+
+// Layouts the assigner planned alike (a tensor-parallel axis it chose to use for data, say) are
+// one strategy: the one named by the most data parallelism stands for them.
+void MergeSamePlans(std::vector<Candidate>& cands) {
+  std::map<uint64_t, Candidate*> planned;
+  for (Candidate& c : cands) {
+    if (!c.pruned.empty() || !c.exact) continue;
+    Candidate*& first = planned[c.plan_key];
+    if (!first) {
+      first = &c;
+      continue;
+    }
+    Candidate* keep = std::make_tuple(c.dp, -c.tp) > std::make_tuple(first->dp, -first->tp) ? &c : first;
+    Candidate* drop = keep == first ? &c : first;
+    drop->pruned = "the same plan as " + keep->Name();
+    first = keep;
+  }
+}
+
+}  // namespace
+
+// Phases: the ranks and micro-batch counts; the first training graph (the pipeline cuts are made
+// on it); every layout; quick pricing of each layout's chain of micro-batch counts as far as it
+// pays; the quickest priced again exactly, as `flowrun plan` will plan them; layouts planned
+// alike merged.
+Result<Outcome> Search(const Config& cfg, const Options& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Progress progress(opt, t0);
+  Outcome out;
+  ASSIGN_OR_RETURN(out.ranks, SearchedRanks(cfg, opt));
+  out.capacity = cfg.cluster.memory_gib * static_cast<double>(1LL << 30);
+  ASSIGN_OR_RETURN(const std::vector<int64_t> counts, MicroBatchCounts(cfg, opt));
+
+  const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 8u));
+  const auto t_read = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::shared_ptr<const ir::OnnxModel> model, ir::ReadOnnx(cfg.model.onnx));
+  out.graphs_s += Since(t_read);
+  Graphs graphs(cfg, model, threads, &progress, &out.graphs_s);
+  RETURN_IF_ERROR(graphs.Build({counts.front()}));
+
+  std::vector<Candidate> cands = Enumerate(cfg, opt, out.ranks, counts, graphs.first());
   if (cands.empty()) {  // only a mesh rules every layout out; any rank count has dp = ranks
-    return Status::Invalid("[search] --mesh " + mesh_text + ": " + cfg.path + "'s model cuts into at most " +
-                           std::to_string(prepared.begin()->second->cuts.ops.size()) + " pipeline stages, and " +
+    return Status::Invalid("[search] --mesh " + MeshText(opt.mesh) + ": " + cfg.path + "'s model cuts into at most " +
+                           std::to_string(graphs.first().cuts.ops.size()) + " pipeline stages, and " +
                            std::to_string(out.ranks) + " ranks with this mesh need more");
   }
 
-  // Price them in parallel (candidates are independent, the graphs read only): first all of them
-  // with the assigner's quick passes, then the leaders exactly as `flowrun plan` will plan them.
-  // Their movements repeat, so their boxing prices are shared.
+  // Candidates are independent and the graphs read only, so they are priced in parallel; their
+  // movements repeat, so their boxing prices are shared.
   sbp::PriceCache prices;
   auto price_all = [&](const std::vector<Candidate*>& list, bool thorough) {
     ParallelFor(list.size(), threads, [&](size_t i) {
       Candidate& c = *list[i];
-      Price(*prepared.at(c.micro_batches), out.ranks, thorough, &prices, &c);
+      Price(graphs.at(c.micro_batches), out.ranks, thorough, &prices, &c);
       progress.Priced(thorough);
       if (c.pruned.empty() && c.memory > out.capacity) {
         c.pruned = "memory " + HumanBytes(c.memory) + " per device > capacity " + HumanBytes(out.capacity);
       }
     });
   };
-  auto by_time = [](const Candidate* a, const Candidate* b) {
-    return a->step_s != b->step_s ? a->step_s < b->step_s : a->Name() < b->Name();
-  };
   // Without pipeline stages, more micro-batches compute the same and only add per-micro-batch
   // latency and op overhead, so under the model they never run faster: such a layout's next
   // micro-batch count is priced only when the fewer did not fit in memory. A pipeline's stages
-  // overlap more with more micro-batches (assign/step.h) while each adds its overhead: its next count,
-  // up to 2 x pp, is priced while the counts so far ran faster each time.
+  // overlap more with more micro-batches (assign/step.h) while each adds its overhead: its next
+  // count, up to 2 x pp, is priced while the counts so far ran faster each time.
   std::map<std::string, std::vector<Candidate*>> chains;  // "dp tp pp zero" -> by count
   std::vector<Candidate*> batch;
   for (Candidate& c : cands) {
@@ -530,29 +592,27 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
   std::vector<Candidate*> priced;
   const auto t_quick = std::chrono::steady_clock::now();
   const double graphs_before_quick = out.graphs_s;
-  // Pipelines usually get faster over several counts, which the chains below reach one at a
-  // time: their graphs are built up front, on every thread at once (GPT-2-sized on 64 ranks: six
-  // graphs, 20 s one after another).
+  // Pipelines usually get faster over several counts, which the chains reach one at a time: their
+  // graphs are built up front, on every thread at once.
   if (std::any_of(batch.begin(), batch.end(), [](const Candidate* c) { return c->pp > 1; })) {
     std::vector<int64_t> all;
     for (const auto& [key, chain] : chains)
       if (chain.front()->pp > 1)
         for (const Candidate* c : chain)
           if (c->micro_batches <= 2 * c->pp) all.push_back(c->micro_batches);
-    RETURN_IF_ERROR(prepare(all));
+    RETURN_IF_ERROR(graphs.Build(all));
   }
   while (!batch.empty()) {
     std::vector<int64_t> need;
     for (const Candidate* c : batch) need.push_back(c->micro_batches);
-    RETURN_IF_ERROR(prepare(need));
+    RETURN_IF_ERROR(graphs.Build(need));
     price_all(batch, false);
     priced.insert(priced.end(), batch.begin(), batch.end());
     std::vector<Candidate*> next;
     for (auto& [key, chain] : chains) {
       for (size_t i = 0; i + 1 < chain.size(); ++i) {
         Candidate* c = chain[i];
-        bool priced_now = std::find(batch.begin(), batch.end(), c) != batch.end();
-        if (!priced_now) continue;
+        if (std::find(batch.begin(), batch.end(), c) == batch.end()) continue;
         // A pipeline's next count while this one ran faster than the one before (or that did not
         // fit), up to 2 x pp micro-batches: the fill and drain are then under a third of the step.
         const bool faster = c->pp > 1 && c->pruned.empty() && chain[i + 1]->micro_batches <= 2 * c->pp &&
@@ -572,31 +632,17 @@ Result<Outcome> Search(const Config& cfg, const Options& opt) {
   std::vector<Candidate*> feasible;
   for (Candidate* c : priced)
     if (c->pruned.empty()) feasible.push_back(c);
-  std::stable_sort(feasible.begin(), feasible.end(), by_time);
+  std::stable_sort(feasible.begin(), feasible.end(), Faster);
   feasible.resize(std::min(feasible.size(), static_cast<size_t>(std::max(opt.exact, 0))));
-  out.quick_s = since(t_quick) - (out.graphs_s - graphs_before_quick);
+  out.quick_s = Since(t_quick) - (out.graphs_s - graphs_before_quick);
   const auto t_exact = std::chrono::steady_clock::now();
   price_all(feasible, true);
-  out.exact_s = since(t_exact);
+  out.exact_s = Since(t_exact);
 
-  // Layouts the assigner planned alike (a tensor-parallel axis it chose to use for data, say) are
-  // one strategy: the one named by the most data parallelism stands for them.
-  std::map<uint64_t, Candidate*> planned;
-  for (Candidate& c : cands) {
-    if (!c.pruned.empty() || !c.exact) continue;
-    Candidate*& first = planned[c.plan_key];
-    if (!first) {
-      first = &c;
-      continue;
-    }
-    Candidate* keep = std::make_tuple(c.dp, -c.tp) > std::make_tuple(first->dp, -first->tp) ? &c : first;
-    Candidate* drop = keep == first ? &c : first;
-    drop->pruned = "the same plan as " + keep->Name();
-    first = keep;
-  }
+  MergeSamePlans(cands);
   for (Candidate& c : cands) (c.pruned.empty() ? out.ranked : out.pruned).push_back(std::move(c));
-  std::stable_sort(out.ranked.begin(), out.ranked.end(), [&](const Candidate& a, const Candidate& b) { return by_time(&a, &b); });
-  out.seconds = since(t0);
+  std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const Candidate& a, const Candidate& b) { return Faster(&a, &b); });
+  out.seconds = Since(t0);
   return out;
 }
 
