@@ -10,10 +10,10 @@
 #include <optional>
 #include <unordered_map>
 
+#include "assign/step.h"
 #include "base/glob.h"
 #include "boxing/boxing.h"
 #include "ops/op.h"
-#include "assign/step.h"
 
 namespace fr::sbp {
 

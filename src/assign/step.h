@@ -34,8 +34,8 @@
 
 #include <vector>
 
-#include "graph/graph.h"
 #include "assign/assign.h"
+#include "graph/graph.h"
 
 namespace fr::sbp {
 

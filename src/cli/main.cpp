@@ -29,11 +29,11 @@
 #include "driver/run_files.h"
 #include "driver/running_stats.h"
 #include "driver/save.h"
-#include "ir/onnx_export.h"
 #include "driver/step_log.h"
+#include "ir/onnx_export.h"
 #include "plan/plan_dump.h"
-#include "search/command.h"
 #include "plan/plan_serialize.h"
+#include "search/command.h"
 
 namespace fr {
 namespace {

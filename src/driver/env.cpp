@@ -27,12 +27,12 @@
 #include <vector>
 
 #include "actor/stream.h"
-#include "base/affinity.h"
-#include "base/report.h"
 #include "actor/world.h"
+#include "base/affinity.h"
 #include "base/file.h"
 #include "base/output_check.h"
 #include "base/process.h"
+#include "base/report.h"
 #include "base/status.h"
 #include "boxing/boxing.h"
 #include "graph/graph.h"

@@ -9,9 +9,9 @@
 // a glob that matches no node, a node that matches no stage, a hint with the wrong number of axes.
 #pragma once
 
+#include "assign/assign.h"
 #include "config/config.h"
 #include "ir/training.h"
-#include "assign/assign.h"
 
 namespace fr {
 

@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <optional>
 
+#include "assign/step.h"
 #include "base/glob.h"
-#include "plan/lower.h"
 #include "driver/layout.h"
 #include "ir/onnx_import.h"
 #include "ir/rewrite.h"
-#include "assign/step.h"
 #include "ops/op.h"
+#include "plan/lower.h"
 
 namespace fr {
 namespace {

@@ -10,8 +10,8 @@
 #include "config/config.h"
 #include "data/dataset.h"
 #include "ir/onnx_import.h"
-#include "plan/plan.h"
 #include "ir/training.h"
+#include "plan/plan.h"
 
 namespace fr {
 

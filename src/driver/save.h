@@ -9,8 +9,8 @@
 #include "actor/comm.h"
 #include "actor/runtime.h"
 #include "ir/onnx_proto.h"
-#include "plan/plan.h"
 #include "ir/training.h"
+#include "plan/plan.h"
 
 namespace fr {
 

@@ -15,8 +15,8 @@
 
 #include "actor/runtime.h"
 #include "base/file.h"
-#include "base/status.h"
 #include "base/schedule.h"
+#include "base/status.h"
 
 namespace fr {
 

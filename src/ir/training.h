@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/graph.h"
 #include "base/schedule.h"
+#include "graph/graph.h"
 
 namespace fr::ir {
 

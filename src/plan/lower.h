@@ -33,10 +33,10 @@
 // less.
 #pragma once
 
-#include "base/status.h"
-#include "plan/plan.h"
-#include "ir/training.h"
 #include "assign/assign.h"
+#include "base/status.h"
+#include "ir/training.h"
+#include "plan/plan.h"
 
 namespace fr::boxing {
 

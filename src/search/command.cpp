@@ -14,8 +14,8 @@
 #include "base/file.h"
 #include "base/output_check.h"
 #include "base/process.h"
-#include "driver/run_files.h"
 #include "base/report.h"
+#include "driver/run_files.h"
 #include "search/command.h"
 #include "search/search.h"
 

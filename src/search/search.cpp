@@ -12,11 +12,12 @@
 #include <mutex>
 #include <thread>
 
+#include "assign/assign.h"
+#include "assign/step.h"
+#include "base/hash.h"
 #include "base/report.h"
 #include "driver/layout.h"
 #include "driver/pipeline.h"
-#include "assign/assign.h"
-#include "assign/step.h"
 
 namespace fr::search {
 namespace {
@@ -161,6 +162,144 @@ struct Prepared {
   CutModel cuts;
 };
 
+// Equal for layouts the assigner planned alike: stages, each op's stage and signature, micro-batches.
+uint64_t PlanKey(const ir::Graph& g, const sbp::AssignOptions& ao, const sbp::Assignment& a, int64_t micro_batches) {
+  std::string what;
+  for (const sbp::Placement& st : ao.stages) what += st.ToString() + '\xff';
+  for (size_t n = 0; n < g.nodes.size(); ++n) what += std::to_string(ao.node_stage[n]) + a.node_sig[n].ToString() + '\xff';
+  return Fnv1a64(what + std::to_string(micro_batches));
+}
+
+// The step model's times, and the boxing edges by their cost, costliest first.
+void SetTimes(const ir::Graph& g, const sbp::Assignment& a, const sbp::StepTime& t, int stages, Candidate* cand) {
+  cand->stages.assign(static_cast<size_t>(stages), StageCost{});
+  for (int s = 0; s < stages; ++s) {
+    cand->stages[static_cast<size_t>(s)].micro_s = t.stages[static_cast<size_t>(s)].micro_s;
+    cand->stages[static_cast<size_t>(s)].step_s = t.stages[static_cast<size_t>(s)].step_s;
+  }
+  cand->step_s = t.step_s;
+  cand->bubble_s = t.bubble_s;
+  cand->comm_s = t.comm_s;
+  cand->compute_s = t.compute_s;
+  for (size_t i = 0; i < a.edges.size(); ++i) {
+    const sbp::PricedEdge& e = a.edges[i];
+    if (e.seconds <= 0) continue;
+    std::string where = stages > 1 ? " on stage " + std::to_string(e.dst_stage) : "";
+    cand->edges.push_back({g.value(e.value).name + ": " + e.have.ToString() + " -> " + e.want.ToString() + where +
+                               (e.per_step ? ", per step" : ", per micro-batch"),
+                           t.edge_s[i]});
+  }
+  std::sort(cand->edges.begin(), cand->edges.end(), [](const EdgeCost& x, const EdgeCost& y) {
+    return x.seconds != y.seconds ? x.seconds > y.seconds : x.what < y.what;
+  });
+}
+
+// A tensor a stage's device 0 holds while nodes born..dies run (0 .. N-1: all step).
+struct Held {
+  std::string name;
+  double bytes;
+  int born, dies;
+};
+
+// What each stage's device 0 holds (uneven splits give it the most), as ir::Plan::MemoryOf
+// counts it: parameters, optimizer state, per-step values, the loader's double buffer, pipeline
+// edges (a slot per stage) and what stage s keeps for its backward (S - s slots, at most M) all
+// step; a per-micro-batch value from its producer to its last consumer, in node order.
+std::vector<std::vector<Held>> HeldTensors(const ir::TrainingGraph& tg, const sbp::AssignOptions& ao, const sbp::Assignment& a,
+                                           int64_t micro_batches) {
+  const ir::Graph& g = tg.graph;
+  const int S = static_cast<int>(ao.stages.size()), N = static_cast<int>(g.nodes.size());
+  std::vector<std::vector<Held>> held(static_cast<size_t>(S));
+  auto piece = [&](ValueId v, const sbp::NdSbp& nd, int stage) {
+    const sbp::Placement& p = ao.stages[static_cast<size_t>(stage)];
+    return static_cast<double>(sbp::PieceShape(g.type(v).shape, nd, p, 0).numel() * static_cast<int64_t>(SizeOf(g.type(v).dtype)));
+  };
+  std::map<ValueId, int> updates;
+  std::vector<bool> is_update(g.nodes.size(), false);
+  for (const ir::ParamGrad& pg : tg.params) {
+    updates[pg.param] = static_cast<int>(g.node(pg.update).out.size());
+    is_update[static_cast<size_t>(pg.update)] = true;
+  }
+  const std::vector<std::vector<ir::NodeId>> consumers = g.Consumers();
+  auto span = [&](ValueId v, bool whole_step) {
+    const ir::Value& val = g.value(v);
+    if (whole_step || val.producer < 0 || consumers[static_cast<size_t>(v)].empty()) return std::make_pair(0, N - 1);
+    return std::make_pair(static_cast<int>(val.producer), static_cast<int>(consumers[static_cast<size_t>(v)].back()));
+  };
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    const ir::Value& val = g.values[v];
+    if (!a.value_sbp[v].size() || val.kind == ir::ValueKind::kConst) continue;
+    const int st = a.value_stage[v];
+    double bytes = piece(static_cast<ValueId>(v), a.value_sbp[v], st);
+    bool whole_step = true;
+    if (val.kind == ir::ValueKind::kParam) {
+      auto it = updates.find(static_cast<ValueId>(v));
+      bytes *= 1 + (it == updates.end() ? 0 : it->second);  // the parameter and its optimizer state
+    } else if (val.kind == ir::ValueKind::kInput) {
+      bytes *= 2;  // the loader fills one while the step reads the other
+    } else if (val.producer >= 0 && is_update[static_cast<size_t>(val.producer)]) {
+      continue;  // the update writes the parameter and its state in place
+    } else if (val.producer >= 0) {
+      const ir::Node& n = g.node(val.producer);
+      whole_step = n.phase == ir::Phase::kOptimizer || n.op == OpKind::kAccumulate;
+      const int64_t kept = std::min<int64_t>(S - st, micro_batches);  // slots kept for the backward
+      if (kept > 1 && n.phase == ir::Phase::kForward) {
+        for (ir::NodeId u : consumers[v]) {
+          if (g.node(u).phase != ir::Phase::kBackward) continue;
+          bytes *= static_cast<double>(kept);
+          whole_step = true;
+          break;
+        }
+      }
+    }
+    const auto [born, dies] = span(static_cast<ValueId>(v), whole_step);
+    held[static_cast<size_t>(st)].push_back({val.name, bytes, born, dies});
+  }
+  for (const sbp::PricedEdge& e : a.edges) {
+    if (e.want.any_partial() && !e.have.any_partial()) continue;  // zero-fill reads in place
+    double bytes = piece(e.value, e.want, e.dst_stage);
+    const bool crosses = e.dst_stage != a.value_stage[static_cast<size_t>(e.value)];
+    if (crosses && !e.per_step) bytes *= S;
+    const auto [born, dies] = span(e.value, e.per_step || crosses);
+    held[static_cast<size_t>(e.dst_stage)].push_back({g.value(e.value).name + " (moved to " + e.want.ToString() + ")", bytes, born, dies});
+  }
+  return held;
+}
+
+// Each stage's peak (the most held at once), the fullest stage's, and the largest tensors held at
+// that peak: what is reported when nothing fits.
+void SetMemory(const std::vector<std::vector<Held>>& held, int nodes, Candidate* cand) {
+  const int S = static_cast<int>(held.size());
+  std::vector<int> peak_at(static_cast<size_t>(S), -1);
+  for (int s = 0; s < S; ++s) {
+    std::vector<double> delta(static_cast<size_t>(nodes) + 1, 0);
+    for (const Held& h : held[static_cast<size_t>(s)]) {
+      delta[static_cast<size_t>(h.born)] += h.bytes;
+      delta[static_cast<size_t>(h.dies) + 1] -= h.bytes;
+    }
+    double live = 0, peak = -1;
+    for (int i = 0; i < nodes; ++i) {
+      live += delta[static_cast<size_t>(i)];
+      if (live > peak) {
+        peak = live;
+        peak_at[static_cast<size_t>(s)] = i;
+      }
+    }
+    cand->stages[static_cast<size_t>(s)].memory = std::max(peak, 0.0);
+  }
+  int fullest = 0;
+  for (int s = 0; s < S; ++s)
+    if (cand->stages[static_cast<size_t>(s)].memory > cand->stages[static_cast<size_t>(fullest)].memory) fullest = s;
+  cand->memory = cand->stages[static_cast<size_t>(fullest)].memory;
+  cand->peak_tensors.clear();
+  const int at = peak_at[static_cast<size_t>(fullest)];
+  for (const Held& h : held[static_cast<size_t>(fullest)])
+    if (h.born <= at && at <= h.dies) cand->peak_tensors.emplace_back(h.name, h.bytes);
+  std::sort(cand->peak_tensors.begin(), cand->peak_tensors.end(),
+            [](const auto& x, const auto& y) { return x.second != y.second ? x.second > y.second : x.first < y.first; });
+  if (cand->peak_tensors.size() > 6) cand->peak_tensors.resize(6);
+}
+
 // Prices a candidate whose config is set: assignment, stage times, memory. `thorough`: with the
 // assigner's group moves, as `flowrun plan` assigns.
 void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* prices, Candidate* cand) {
@@ -187,135 +326,10 @@ void Price(const Prepared& prep, int ranks, bool thorough, sbp::PriceCache* pric
     cand->pruned = a.status().message();
     return;
   }
-  const int S = static_cast<int>(ao->stages.size());
-  // FNV-1a over what the plan is made of: stages, each op's stage and signature, micro-batches.
-  uint64_t key = 1469598103934665603ull;
-  auto mix = [&key](const std::string& s) {
-    for (unsigned char ch : s) key = (key ^ ch) * 1099511628211ull;
-    key = (key ^ 0xff) * 1099511628211ull;
-  };
-  for (const sbp::Placement& st : ao->stages) mix(st.ToString());
-  for (size_t n = 0; n < g.nodes.size(); ++n) mix(std::to_string(ao->node_stage[n]) + a->node_sig[n].ToString());
-  mix(std::to_string(cand->micro_batches));
-  cand->plan_key = key;
-  const sbp::StepTime t = sbp::ModelStep(g, *ao, *a, ranks);
-  cand->stages.assign(static_cast<size_t>(S), StageCost{});
-  for (int s = 0; s < S; ++s) {
-    cand->stages[static_cast<size_t>(s)].micro_s = t.stages[static_cast<size_t>(s)].micro_s;
-    cand->stages[static_cast<size_t>(s)].step_s = t.stages[static_cast<size_t>(s)].step_s;
-  }
-  cand->step_s = t.step_s;
-  cand->bubble_s = t.bubble_s;
-  cand->comm_s = t.comm_s;
-  cand->compute_s = t.compute_s;
-  for (size_t i = 0; i < a->edges.size(); ++i) {
-    const sbp::PricedEdge& e = a->edges[i];
-    if (e.seconds <= 0) continue;
-    std::string where = S > 1 ? " on stage " + std::to_string(e.dst_stage) : "";
-    cand->edges.push_back({g.value(e.value).name + ": " + e.have.ToString() + " -> " + e.want.ToString() + where +
-                               (e.per_step ? ", per step" : ", per micro-batch"),
-                           t.edge_s[i]});
-  }
-  std::sort(cand->edges.begin(), cand->edges.end(), [](const EdgeCost& x, const EdgeCost& y) {
-    return x.seconds != y.seconds ? x.seconds > y.seconds : x.what < y.what;
-  });
+  cand->plan_key = PlanKey(g, *ao, *a, cand->micro_batches);
+  SetTimes(g, *a, sbp::ModelStep(g, *ao, *a, ranks), static_cast<int>(ao->stages.size()), cand);
   cand->tokens_per_s = static_cast<double>(prep.c.tokens_per_step) / cand->step_s;
-
-  // Memory per stage on its device 0 (uneven splits give it the most), estimated as
-  // ir::Plan::MemoryOf does: parameters, optimizer state, per-step values, the loader's double
-  // buffer, pipeline edges (a slot per stage) and what stage s keeps for its backward (S - s
-  // slots, at most M) are held all step; a per-micro-batch value holds
-  // its memory from its producer to its last consumer, in node order. The peak is the most held
-  // at once, and the tensors held then are the ones reported when nothing fits.
-  struct Held {
-    std::string name;
-    double bytes;
-    int born, dies;  // held while nodes born..dies run (0 .. N-1: all step)
-  };
-  const int N = static_cast<int>(g.nodes.size());
-  std::vector<std::vector<Held>> held(static_cast<size_t>(S));
-  auto piece = [&](ValueId v, const sbp::NdSbp& nd, int stage) {
-    const sbp::Placement& p = ao->stages[static_cast<size_t>(stage)];
-    return static_cast<double>(sbp::PieceShape(g.type(v).shape, nd, p, 0).numel() * static_cast<int64_t>(SizeOf(g.type(v).dtype)));
-  };
-  std::map<ValueId, int> updates;
-  std::vector<bool> is_update(g.nodes.size(), false);
-  for (const ir::ParamGrad& pg : tg.params) {
-    updates[pg.param] = static_cast<int>(g.node(pg.update).out.size());
-    is_update[static_cast<size_t>(pg.update)] = true;
-  }
-  const std::vector<std::vector<ir::NodeId>> consumers = g.Consumers();
-  auto span = [&](ValueId v, bool whole_step) {
-    const ir::Value& val = g.value(v);
-    if (whole_step || val.producer < 0 || consumers[static_cast<size_t>(v)].empty()) return std::make_pair(0, N - 1);
-    return std::make_pair(static_cast<int>(val.producer), static_cast<int>(consumers[static_cast<size_t>(v)].back()));
-  };
-  for (size_t v = 0; v < g.values.size(); ++v) {
-    const ir::Value& val = g.values[v];
-    if (!a->value_sbp[v].size() || val.kind == ir::ValueKind::kConst) continue;
-    const int st = a->value_stage[v];
-    double bytes = piece(static_cast<ValueId>(v), a->value_sbp[v], st);
-    bool whole_step = true;
-    if (val.kind == ir::ValueKind::kParam) {
-      auto it = updates.find(static_cast<ValueId>(v));
-      bytes *= 1 + (it == updates.end() ? 0 : it->second);  // the parameter and its optimizer state
-    } else if (val.kind == ir::ValueKind::kInput) {
-      bytes *= 2;  // the loader fills one while the step reads the other
-    } else if (val.producer >= 0 && is_update[static_cast<size_t>(val.producer)]) {
-      continue;  // the update writes the parameter and its state in place
-    } else if (val.producer >= 0) {
-      const ir::Node& n = g.node(val.producer);
-      whole_step = n.phase == ir::Phase::kOptimizer || n.op == OpKind::kAccumulate;
-      const int64_t kept = std::min<int64_t>(S - st, cand->micro_batches);  // slots kept for the backward
-      if (kept > 1 && n.phase == ir::Phase::kForward) {
-        for (ir::NodeId u : consumers[v]) {
-          if (g.node(u).phase != ir::Phase::kBackward) continue;
-          bytes *= static_cast<double>(kept);
-          whole_step = true;
-          break;
-        }
-      }
-    }
-    const auto [born, dies] = span(static_cast<ValueId>(v), whole_step);
-    held[static_cast<size_t>(st)].push_back({val.name, bytes, born, dies});
-  }
-  for (const sbp::PricedEdge& e : a->edges) {
-    if (e.want.any_partial() && !e.have.any_partial()) continue;  // zero-fill reads in place
-    double bytes = piece(e.value, e.want, e.dst_stage);
-    const bool crosses = e.dst_stage != a->value_stage[static_cast<size_t>(e.value)];
-    if (crosses && !e.per_step) bytes *= S;
-    const auto [born, dies] = span(e.value, e.per_step || crosses);
-    held[static_cast<size_t>(e.dst_stage)].push_back(
-        {g.value(e.value).name + " (moved to " + e.want.ToString() + ")", bytes, born, dies});
-  }
-  std::vector<int> peak_at(static_cast<size_t>(S), -1);
-  for (int s = 0; s < S; ++s) {
-    std::vector<double> delta(static_cast<size_t>(N) + 1, 0);
-    for (const Held& h : held[static_cast<size_t>(s)]) {
-      delta[static_cast<size_t>(h.born)] += h.bytes;
-      delta[static_cast<size_t>(h.dies) + 1] -= h.bytes;
-    }
-    double live = 0, peak = -1;
-    for (int i = 0; i < N; ++i) {
-      live += delta[static_cast<size_t>(i)];
-      if (live > peak) {
-        peak = live;
-        peak_at[static_cast<size_t>(s)] = i;
-      }
-    }
-    cand->stages[static_cast<size_t>(s)].memory = std::max(peak, 0.0);
-  }
-  int fullest = 0;
-  for (int s = 0; s < S; ++s)
-    if (cand->stages[static_cast<size_t>(s)].memory > cand->stages[static_cast<size_t>(fullest)].memory) fullest = s;
-  cand->memory = cand->stages[static_cast<size_t>(fullest)].memory;
-  cand->peak_tensors.clear();
-  const int at = peak_at[static_cast<size_t>(fullest)];
-  for (const Held& h : held[static_cast<size_t>(fullest)])
-    if (h.born <= at && at <= h.dies) cand->peak_tensors.emplace_back(h.name, h.bytes);
-  std::sort(cand->peak_tensors.begin(), cand->peak_tensors.end(),
-            [](const auto& x, const auto& y) { return x.second != y.second ? x.second > y.second : x.first < y.first; });
-  if (cand->peak_tensors.size() > 6) cand->peak_tensors.resize(6);
+  SetMemory(HeldTensors(tg, *ao, *a, cand->micro_batches), static_cast<int>(g.nodes.size()), cand);
 }
 
 }  // namespace

@@ -9,9 +9,9 @@
 #include <type_traits>
 
 #include "actor/runtime.h"
-#include "plan/lower.h"
 #include "ir/training.h"
 #include "ops/op.h"
+#include "plan/lower.h"
 
 namespace fr {
 namespace {

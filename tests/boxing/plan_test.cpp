@@ -19,16 +19,16 @@
 #include <vector>
 
 #include "actor/world.h"
-#include "base/hash.h"
-#include "base/glob.h"
-#include "config/config.h"
-#include "driver/pipeline.h"
-#include "plan/plan_serialize.h"
-#include "ops/op.h"
-#include "driver/layout.h"
 #include "assign/assign.h"
 #include "assign/step.h"
+#include "base/glob.h"
+#include "base/hash.h"
+#include "config/config.h"
+#include "driver/layout.h"
+#include "driver/pipeline.h"
 #include "flowrun_cmd.h"
+#include "ops/op.h"
+#include "plan/plan_serialize.h"
 
 namespace {
 

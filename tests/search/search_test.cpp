@@ -18,8 +18,8 @@
 
 #include "config/config.h"
 #include "driver/pipeline.h"
-#include "search/search.h"
 #include "flowrun_cmd.h"
+#include "search/search.h"
 
 namespace {
 

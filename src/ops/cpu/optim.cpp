@@ -2,8 +2,8 @@
 // single-tensor SGD and AdamW step by step so that losses match to float32 rounding.
 #include <cmath>
 
-#include "ops/cpu/kernels.h"
 #include "base/schedule.h"
+#include "ops/cpu/kernels.h"
 
 namespace fr::cpu {
 namespace {
