@@ -42,17 +42,6 @@ bool WaitAsRuntime(const std::function<bool()>& done, int ranks, double seconds)
   return true;
 }
 
-bool WaitAsRuntime(MPI_Request& req, int ranks, double seconds) {
-  return WaitAsRuntime(
-      [&req] {
-        int done = 0;
-        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-        if (!done) MPI_Test(&req, &done, MPI_STATUS_IGNORE);  // twice, as the runtime's poll looks
-        return done != 0;
-      },
-      ranks, seconds);
-}
-
 namespace {
 
 // RunDigest's fields, in order, and what a rank whose field differs from rank 0's did.

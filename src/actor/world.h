@@ -2,8 +2,6 @@
 // makes before training (DESIGN.md §4).
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,13 +23,11 @@ struct World {
 // otherwise one rank and no MPI at all.
 Result<World> JoinWorld(int* argc, char*** argv);
 
-// Waits for `req` as an idle stream of the runtime waits (actor::Stream): tests, at once again
-// for Stream::PollSpinFor, then sleeps Stream::kPollMin doubling to Stream::PollMaxFor, for `ranks`
-// ranks on this machine's cores. A rank that spun in a blocking call instead would take the core
-// from a rank sharing it (Open MPI's yield when idle is off: MpiWorld). False when `seconds` passed
-// first (the request is then still active).
-bool WaitAsRuntime(MPI_Request& req, int ranks, double seconds = 1e9);
-// The same for any movement: `done` polls it once and says whether it completed.
+// Waits for a movement as an idle stream of the runtime waits (actor::Stream): `done` polls it
+// once and says whether it completed; it is polled at once, again for Stream::PollSpinFor, then
+// after sleeps of Stream::kPollMin doubling to Stream::PollMaxFor, for `ranks` ranks on this
+// machine's cores. A rank that spun in a blocking call instead would take the core from a rank
+// sharing it (Open MPI's yield when idle is off: MpiWorld). False when `seconds` passed first.
 bool WaitAsRuntime(const std::function<bool()>& done, int ranks, double seconds = 1e9);
 
 // What every rank of a job must have the same of, as hashes. The config is hashed whole, as
