@@ -256,20 +256,20 @@ Status Runtime::Run(const RunOptions& opt) {
   start_ = std::chrono::steady_clock::now();
   // Threads (see runtime.h): the comm stream's actors run on the compute stream's thread.
   std::vector<int> thread_of(plan_.streams.size(), -1);
-  const auto compute = std::find(plan_.streams.begin(), plan_.streams.end(), "compute") - plan_.streams.begin();
+  const auto compute = std::find(plan_.streams.begin(), plan_.streams.end(), ir::StreamKind::kCompute) - plan_.streams.begin();
   for (size_t i = 0; i < plan_.streams.size(); ++i) {
-    const std::string& name = plan_.streams[i];
-    if (name == "comm" && compute < static_cast<long>(plan_.streams.size())) continue;
+    const ir::StreamKind kind = plan_.streams[i];
+    if (kind == ir::StreamKind::kComm && compute < static_cast<long>(plan_.streams.size())) continue;
     Stream::Hooks hooks;
     hooks.handle = [this](const Msg& m) { actors_[static_cast<size_t>(m.dst)]->Handle(m); };
     hooks.init = opt.on_thread_start;
     hooks.poll_max = opt.poll_max;
-    if (comm_ && (name == "compute" || name == "comm")) {
+    if (comm_ && kind != ir::StreamKind::kData) {
       hooks.poll = [this] { return Progress(); };
       hooks.poll_busy = Stream::kPollBusy;
       hooks.poll_spin = opt.poll_spin;
     }
-    if (name == "compute" && plan_.pipeline_stages > 1) {  // a pipeline: oldest micro-batch first (runtime.h)
+    if (kind == ir::StreamKind::kCompute && plan_.pipeline_stages > 1) {  // a pipeline: oldest micro-batch first (runtime.h)
       hooks.work = [this] {
         if (ready_.empty()) return false;
         const int task = std::get<3>(*ready_.begin());
@@ -279,7 +279,7 @@ Status Runtime::Run(const RunOptions& opt) {
       };
     }
     thread_of[i] = static_cast<int>(streams_.size());
-    streams_.push_back(std::make_unique<Stream>(name, std::move(hooks)));
+    streams_.push_back(std::make_unique<Stream>(ir::Name(kind), std::move(hooks)));
   }
   for (size_t i = 0; i < plan_.streams.size(); ++i)
     if (thread_of[i] < 0) thread_of[i] = thread_of[static_cast<size_t>(compute)];

@@ -68,7 +68,7 @@ Status Tracer::Write(const std::string& path) const {
          std::to_string(rank_) + "\"}}";
   for (size_t s = 0; s < plan_.streams.size(); ++s) {
     buf += ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + std::to_string(rank_) + ", \"tid\": " + std::to_string(s) +
-           ", \"args\": {\"name\": \"" + plan_.streams[s] + "\"}}";
+           ", \"args\": {\"name\": \"" + ir::Name(plan_.streams[s]) + "\"}}";
   }
   const int64_t m = plan_.micro_batches;
   for (const Event& e : events()) {

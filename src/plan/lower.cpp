@@ -25,7 +25,7 @@ class Lowering {
       : tg_(tg), g_(tg.graph), a_(a), o_(o), p_(p) {}
 
   Status Run() {
-    p_.streams = {"compute", "data", "comm"};
+    p_.streams = {ir::StreamKind::kCompute, ir::StreamKind::kData, ir::StreamKind::kComm};
     p_.stages = o_.stages;
     p_.pipeline_stages = static_cast<int>(o_.stages.size());
     std::set<int> ranks;

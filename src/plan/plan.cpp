@@ -5,6 +5,15 @@
 
 namespace fr::ir {
 
+const char* Name(StreamKind k) {
+  switch (k) {
+    case StreamKind::kCompute: return "compute";
+    case StreamKind::kData: return "data";
+    case StreamKind::kComm: return "comm";
+  }
+  return "?";
+}
+
 const char* Name(TaskKind k) {
   switch (k) {
     case TaskKind::kData: return "data";

@@ -37,6 +37,11 @@ enum class TaskKind : uint8_t {
 };
 const char* Name(TaskKind k);
 
+// What a stream of a rank runs: kernels (and the register pool's acts), the data loader, or data
+// movement. The runtime gives each kind its thread and polling (actor/runtime.h).
+enum class StreamKind : uint8_t { kCompute, kData, kComm };
+const char* Name(StreamKind k);
+
 struct RegstDesc {
   int id = 0;
   ValueId value = kNoValue;    // the logical tensor it holds a piece of (or a boxing intermediate of)
@@ -96,7 +101,7 @@ struct Plan {
   int ranks = 1;
   int64_t steps = 0;
   int64_t micro_batches = 1;
-  std::vector<std::string> streams;       // "compute", "data", "comm"
+  std::vector<StreamKind> streams;        // indexed by TaskDesc::stream
   // The pipeline's stages (LowerOptions::stages), then, where rank 0 alone is not one of them, the
   // stage the loss and norm sinks live on.
   std::vector<sbp::Placement> stages;

@@ -81,7 +81,7 @@ std::string DumpText(const Plan& p, const Graph& g) {
   for (const auto& [rank, ts] : by_rank) {
     os << "rank " << rank << ": " << ts.size() << " tasks\n";
     for (const TaskDesc* t : ts) {
-      os << "  task " << t->id << " [" << p.streams[static_cast<size_t>(t->stream)] << "] " << Name(t->kind) << " "
+      os << "  task " << t->id << " [" << Name(p.streams[static_cast<size_t>(t->stream)]) << "] " << Name(t->kind) << " "
          << t->name;
       if (t->kind == TaskKind::kBoxing && !t->move.group.empty()) os << " (collective " << t->move.collective << ")";
       if (t->kind == TaskKind::kBoxing && t->move.peer >= 0) os << " (peer " << t->move.peer << ", tag " << t->move.tag << ")";

@@ -167,7 +167,7 @@ wire::Plan ToWire(const Plan& p) {
   w.set_ranks(p.ranks);
   w.set_steps(p.steps);
   w.set_micro_batches(p.micro_batches);
-  for (const std::string& s : p.streams) w.add_streams(s);
+  for (StreamKind s : p.streams) w.add_streams(Name(s));
   PutAll(p.stages, w.mutable_stages());
   w.set_pipeline_stages(p.pipeline_stages);
   PutAll(p.nodes, w.mutable_nodes());
