@@ -13,7 +13,7 @@ namespace fr {
   X(Gemm, true) X(MatMul, true) X(Add, true) X(Sub, true) X(Mul, true) X(Div, true)                 \
   X(Relu, true) X(Tanh, true) X(Sigmoid, true) X(Erf, true) X(Softmax, true) X(LogSoftmax, true)    \
   X(LayerNormalization, true) X(Reshape, true) X(Transpose, true)                                   \
-  X(Gather, true) X(GatherND, true) X(GatherElements, true) X(Tile, true) X(Pad, true) X(Concat, true) X(Split, true) X(Slice, true) X(Expand, true) X(Where, true)       \
+  X(Gather, true) X(GatherND, true) X(ScatterND, true) X(GatherElements, true) X(Tile, true) X(Pad, true) X(Concat, true) X(Split, true) X(Slice, true) X(Expand, true) X(Where, true)       \
   X(Cast, true) X(Trilu, true)                                                                     \
   /* math and reductions (ops/math.cpp) */                                                         \
   X(Sqrt, true) X(Reciprocal, true) X(Neg, true) X(Exp, true) X(Log, true) X(Abs, true)             \

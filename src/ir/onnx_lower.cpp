@@ -422,6 +422,13 @@ Status LowerOnnxNode(const OnnxNodeCtx& c, OpKind k, std::vector<ValueId>& ins, 
       return Status::Ok();
     }
     case OpKind::kPad: return LowerPad(c, x, ins, a);
+    case OpKind::kScatterND: {  // reduction none or add; mul, max and min have no gradient here
+      const std::string r = a.Str("reduction", "none");
+      if (r != "none" && r != "add") return c.error("reduction '" + r + "' is not supported (none or add)");
+      a = Attrs();
+      a.Set("add", int64_t{r == "add"});
+      return Status::Ok();
+    }
     default: return Status::Ok();
   }
 }

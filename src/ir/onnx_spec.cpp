@@ -85,6 +85,7 @@ const std::unordered_map<std::string_view, OpSpec>& Specs() {
       {"Transpose", {1, 1, 1, 1, {{"perm", A::INTS}}}},
       {"Gather", {2, 2, 1, 1, {{"axis", A::INT}}}},
       {"GatherND", {2, 2, 1, 1, {{"batch_dims", A::INT}}}},
+      {"ScatterND", {3, 3, 1, 1, {{"reduction", A::STRING, false, 16}}}},
       {"GatherElements", {2, 2, 1, 1, {{"axis", A::INT}}}},
       {"Tile", {2, 2, 1, 1, {}}},
       {"Pad", {2, 4, 1, 1, {{"mode", A::STRING}}}},

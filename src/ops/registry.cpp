@@ -30,6 +30,7 @@ constexpr std::array<OpDef, kNumOps> kTable = {{
     {"Transpose", true, 1, 1, InferTranspose, GradTranspose, cpu::Transpose, SbpTranspose, nullptr},
     {"Gather", true, 2, 2, InferGather, GradGather, cpu::Gather, SbpGather, nullptr},
     {"GatherND", true, 2, 2, InferGatherND, GradGatherND, cpu::GatherND, SbpGatherND, nullptr},
+    {"ScatterND", true, 3, 3, InferScatterND, GradScatterND, cpu::ScatterND, SbpScatterND, nullptr},
     {"GatherElements", true, 2, 2, InferGatherElements, GradGatherElements, cpu::GatherElements, SbpGatherElements, nullptr},
     {"Tile", true, 1, 1, InferTile, GradTile, cpu::Tile, SbpTile, nullptr},
     {"Pad", true, 1, 1, InferPad, GradPad, cpu::Pad, SbpPad, nullptr},

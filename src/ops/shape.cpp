@@ -571,4 +571,48 @@ Sigs SbpGatherNDGrad(const ir::Node& n, Types in, Types, int64_t parts) {
   return s;
 }
 
+// ---- ScatterND ----
+
+// ScatterND(data [d_0 .. d_{r-1}], indices [i_0 .. i_{q-2}, k], updates [i_0 .. i_{q-2}, d_k ..
+// d_{r-1}]) -> data with each index tuple's slice replaced by (attribute add = 0) or increased by
+// (add = 1) its updates slice. Exporters write it for slice assignment (x[:, 0] = y).
+Out InferScatterND(const ir::Node& n, Types in) {
+  const Shape &x = in[0].shape, &idx = in[1].shape, &u = in[2].shape;
+  if (in[0].dtype != in[2].dtype) return Status::Invalid(n.name + ": ScatterND updates must have data's type");
+  const std::vector<ir::TensorType> gather = {in[0], in[1]};
+  ASSIGN_OR_RETURN(std::vector<ir::TensorType> want, InferGatherND(n, gather));
+  if (u != want[0].shape) {
+    return Status::Invalid(n.name + ": ScatterND updates " + u.ToString() + " must be " + want[0].shape.ToString() + " for data " +
+                           x.ToString() + " and indices " + idx.ToString());
+  }
+  return std::vector<ir::TensorType>{in[0]};
+}
+
+// dUpdates is the slices of dY the updates went to (GatherND). dData is dY where nothing was
+// replaced: dY with the scattered slices zeroed (ScatterND of zeros), or dY itself for add.
+void GradScatterND(GradCtx& c) {
+  if (c.need(2)) c.set_din(2, c.Op(OpKind::kGatherND, {c.dout(0), c.in(1)}));
+  if (!c.need(0)) return;
+  if (c.node().attrs.Int("add") != 0) {
+    c.set_din(0, c.dout(0));
+    return;
+  }
+  const ir::ValueId zeros = c.Zeros(c.type(c.in(2)).shape);
+  c.set_din(0, c.Op(OpKind::kScatterND, {c.dout(0), c.in(1), zeros}, c.node().attrs));
+}
+
+// ScatterND(data [5, 7], indices [3, 1], updates [3, 7]): the slices' own axes split data,
+// updates and the output alike, each device scattering its columns; the output is linear in data
+// and updates together, so (P, B, P) -> P. Never a split of the index tuples.
+//   (S(1), B, S(1)) -> S(1);  (P, B, P) -> P
+Sigs SbpScatterND(const ir::Node& n, Types in, Types, int64_t parts) {
+  const Shape &x = in[0].shape, &idx = in[1].shape;
+  const int64_t k = idx[idx.rank() - 1], lead = idx.rank() - 1;
+  Sigs s{Uniform(n, 1, Sbp::B())};
+  for (int j = static_cast<int>(k); j < x.rank(); ++j)
+    if (Splits(x[j], parts)) AddSig(s, {{Sbp::S(j), Sbp::B(), Sbp::S(static_cast<int>(j - k + lead))}, {Sbp::S(j)}});
+  if (in[0].dtype == DType::kF32) AddSig(s, {{Sbp::P(), Sbp::B(), Sbp::P()}, {Sbp::P()}});
+  return s;
+}
+
 }  // namespace fr::defs

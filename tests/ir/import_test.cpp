@@ -1150,6 +1150,34 @@ TEST(Import, PadModes) {
   }
 }
 
+// ScatterND's reductions: none and add import (add from opset 16), mul, max and min are refused.
+TEST(Import, ScatterNDReductions) {
+  for (const auto& [reduction, ok] : {std::pair{"", true}, std::pair{"add", true}, std::pair{"mul", false}, std::pair{"max", false}}) {
+    SCOPED_TRACE(std::string("reduction '") + reduction + "'");
+    onnx::ModelProto m = SmallModel();
+    SetOpset(m, 18);
+    AddConstNode(m.mutable_graph(), "idx", {1, 1}, {1});
+    AddConstNode(m.mutable_graph(), "upd", {1, 3}, {}, {5.f, 6.f, 7.f});
+    auto* sc = AddOnnxNode(m.mutable_graph(), "ScatterND", "scatter", {"y", "idx", "upd"}, {"z"});
+    if (*reduction) {
+      auto* a = sc->add_attribute();
+      a->set_name("reduction");
+      a->set_type(onnx::AttributeProto::STRING);
+      a->set_s(reduction);
+    }
+    m.mutable_graph()->mutable_output(0)->set_name("z");
+    auto g = ImportOnnxBytes(Serialize(m), "scatter.onnx", SmallBinding());
+    ASSERT_EQ(g.ok(), ok) << (g.ok() ? "" : g.status().message());
+    if (!ok) {
+      EXPECT_NE(g.status().message().find("is not supported (none or add)"), std::string::npos) << g.status().message();
+      continue;
+    }
+    EXPECT_EQ(g->nodes.back().op, OpKind::kScatterND);
+    EXPECT_EQ(g->nodes.back().attrs.Int("add"), std::string(reduction) == "add" ? 1 : 0);
+    EXPECT_EQ(g->type(g->outputs[0]).shape, (Shape{2, 3}));
+  }
+}
+
 // ---- External data: initializers in a file beside the model ----
 
 // SmallModel with W's 48 bytes in `location` at byte 16 (after 16 bytes of something else).

@@ -1996,6 +1996,32 @@ TEST(Grad, GatherND_repeated) {  // a slice picked twice gets both gradients
 }
 
 
+// ScatterND replaces (or, with add, increases) the slices its index tuples name.
+TEST(Forward, ScatterND) {
+  Tensor xv(DType::kF32, {3, 2});
+  for (int64_t i = 0; i < 6; ++i) xv.data<float>()[i] = static_cast<float>(i + 1);
+  for (int64_t add : {0, 1}) {
+    Net net;
+    ValueId y = net.Op(OpKind::kScatterND, {net.Input("x", xv), net.Input("i", Ints({2, 1}, {2, -3})), net.Input("u", Tensor::Full({2, 2}, 10.f))},
+                       A({{"add", add}}));
+    ASSERT_TRUE(net.Run().ok());
+    EXPECT_TRUE(AllNear(net[y], add ? std::vector<double>{11, 12, 3, 4, 15, 16} : std::vector<double>{10, 10, 3, 4, 10, 10}, 0, 0));
+  }
+  Net twice;
+  twice.Op(OpKind::kScatterND, {twice.Input("x", xv), twice.Input("i", Ints({2, 1}, {1, 1})), twice.Input("u", Tensor::Full({2, 2}, 1.f))},
+           A({{"add", int64_t{0}}}));
+  Status s = twice.Run();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("repeats"), std::string::npos) << s.message();
+}
+TEST(Grad, ScatterND) {
+  for (int64_t add : {0, 1}) {
+    Net net;
+    ValueId x = net.Input("x", Rand({4, 3}, 640)), u = net.Input("u", Rand({2, 3}, 641));
+    CheckGrads(net, net.Op(OpKind::kScatterND, {x, net.Input("i", Ints({2, 1}, {3, 1})), u}, A({{"add", add}})), {x, u});
+  }
+}
+
 TEST(Forward, TilePadGatherElements) {
   Net net;
   Tensor xv(DType::kF32, {2, 3});

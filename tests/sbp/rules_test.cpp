@@ -38,7 +38,7 @@ using sbp::Signature;
 
 // ---- Cases ----
 
-enum class Fill { kInt, kNonZero, kPositive, kLabels, kBool, kValue, kAbsent };
+enum class Fill { kInt, kNonZero, kPositive, kLabels, kBool, kValue, kAbsent, kRange };
 
 struct In {
   Shape shape;
@@ -50,6 +50,7 @@ struct In {
 In F(Shape s, Fill f = Fill::kInt) { return In{std::move(s), f, DType::kF32, 0, 0}; }
 In I64(Shape s, Fill f = Fill::kInt) { return In{std::move(s), f, DType::kI64, 0, 0}; }
 In Labels(Shape s, int64_t classes) { return In{std::move(s), Fill::kLabels, DType::kI64, classes, 0}; }
+In I64Range(Shape s) { return In{std::move(s), Fill::kRange, DType::kI64, 0, 0}; }  // 0, 1, 2...: distinct
 In Bools(Shape s) { return In{std::move(s), Fill::kBool, DType::kBool, 0, 0}; }
 In I64Value(double v) { return In{Shape{}, Fill::kValue, DType::kI64, 0, v}; }
 In Absent() { return In{Shape{}, Fill::kAbsent, DType::kF32, 0, 0}; }
@@ -186,6 +187,8 @@ const std::vector<Case>& Cases() {
       {K::kAdamWUpdate, "noclip", {F({7}), F({7})}, adamw, kTol, 2},
       {K::kGather, "embed", {F({7, 5}), Labels({3, 4}, 7)}, Axis(0)},
       {K::kGatherND, "rows", {F({5, 7}), Labels({4, 2, 1}, 5)}, {}},
+      {K::kScatterND, "rows", {F({5, 7}), I64Range({3, 1}), F({3, 7})}, A({{"add", int64_t{0}}})},
+      {K::kScatterND, "add", {F({5, 7}), Labels({4, 1}, 5), F({4, 7})}, A({{"add", int64_t{1}}})},
       {K::kGatherElements, "axis1", {F({5, 7}), Labels({5, 3}, 7)}, Axis(1)},
       {K::kGatherElementsGrad, "axis1", {F({5, 3}), Labels({5, 3}, 7)}, With(ShapeAttr({5, 7}), "axis", int64_t{1})},
       {K::kTile, "x", {F({5, 7})}, Ints("repeats", {1, 3})},
@@ -435,6 +438,7 @@ Built Build(const Case& c, std::mt19937& rng) {
         case Fill::kLabels: Set(t, e, static_cast<double>(label(rng))); break;
         case Fill::kBool: Set(t, e, sign(rng)); break;
         case Fill::kValue: Set(t, e, spec.value); break;
+        case Fill::kRange: Set(t, e, static_cast<double>(e)); break;
         case Fill::kAbsent: break;
       }
     }

@@ -337,6 +337,38 @@ Status GatherND(const KernelCtx& c) {
   return Status::Ok();
 }
 
+// Y = data, then slice t of Y replaced by (or, with add, increased by) updates' slice t, in the
+// order of t. A tuple that repeats without add has no defined result (ONNX): an error.
+Status ScatterND(const KernelCtx& c) {
+  const Tensor &X = c.in[0], &U = c.in[2], &Y = c.out[0];
+  int64_t slice = 0;
+  ASSIGN_OR_RETURN(std::vector<int64_t> offsets, SliceOffsets(c, X.shape(), c.in[1], &slice));
+  const bool add = c.node.attrs.Int("add") != 0;
+  if (!add) {
+    std::vector<int64_t> sorted = offsets;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      return Status::Invalid("[ops] " + c.node.name + ": an index tuple repeats, and ScatterND without reduction leaves the result undefined");
+    }
+  }
+  if (Y.raw() != X.raw()) Y.CopyFrom(X);
+  const size_t es = SizeOf(X.dtype());
+  for (size_t t = 0; t < offsets.size(); ++t) {
+    const int64_t to = offsets[t], from = static_cast<int64_t>(t) * slice;
+    if (!add) {
+      std::memcpy(static_cast<char*>(Y.raw()) + static_cast<size_t>(to) * es, static_cast<const char*>(U.raw()) + static_cast<size_t>(from) * es,
+                  static_cast<size_t>(slice) * es);
+    } else if (Y.dtype() == DType::kF32) {
+      for (int64_t i = 0; i < slice; ++i) Y.data<float>()[to + i] += U.data<float>()[from + i];
+    } else if (Y.dtype() == DType::kI64) {
+      for (int64_t i = 0; i < slice; ++i) Y.data<int64_t>()[to + i] += U.data<int64_t>()[from + i];
+    } else {
+      return Status::Invalid("[ops] " + c.node.name + ": ScatterND with add takes float32 or int64");
+    }
+  }
+  return Status::Ok();
+}
+
 // dData = 0; dData[slice t] += dY[t], in the order of t (deterministic).
 Status GatherNDGrad(const KernelCtx& c) {
   const Tensor &dY = c.in[0], &dX = c.out[0];
