@@ -16,4 +16,13 @@ inline uint64_t Fnv1a64(std::string_view bytes) {
   return h;
 }
 
+// SplitMix64's output function: a bijection of 64-bit words whose outputs, for counters in
+// sequence, pass the usual statistical tests (the data order's shuffle, dropout's masks).
+inline uint64_t SplitMix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 }  // namespace fr

@@ -9,17 +9,12 @@
 #include <string_view>
 
 #include "base/file.h"
+#include "base/hash.h"
 #include "base/process.h"
 
 namespace fr::data {
 namespace {
 
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 Result<std::string> ReadAll(const std::string& key, const std::string& path) {
   auto bytes = ReadWholeFile(path);
@@ -244,14 +239,14 @@ class SyntheticDataset : public Dataset {
   }
   void CopySample(const std::string& field, int64_t w, void* dst) const override {
     const Field& f = fields_.at(field);
-    uint64_t base = SplitMix(seed_ ^ SplitMix(static_cast<uint64_t>(index_.at(field)) * 1000003ull + static_cast<uint64_t>(w)));
+    uint64_t base = SplitMix64(seed_ ^ SplitMix64(static_cast<uint64_t>(index_.at(field)) * 1000003ull + static_cast<uint64_t>(w)));
     for (int64_t i = 0; i < f.sample.numel(); ++i) {
-      uint64_t r = SplitMix(base + static_cast<uint64_t>(i));
+      uint64_t r = SplitMix64(base + static_cast<uint64_t>(i));
       if (f.dtype == DType::kI64) {
         static_cast<int64_t*>(dst)[i] = static_cast<int64_t>(r % static_cast<uint64_t>(classes_.at(field)));
       } else {  // standard normal by Box-Muller
         double u1 = (static_cast<double>(r >> 11) + 1.0) / 9007199254740993.0;
-        double u2 = static_cast<double>(SplitMix(r) >> 11) / 9007199254740992.0;
+        double u2 = static_cast<double>(SplitMix64(r) >> 11) / 9007199254740992.0;
         static_cast<float*>(dst)[i] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
       }
     }
@@ -325,9 +320,9 @@ int64_t Loader::SampleIndex(int64_t step, int64_t b) const {
   if (it == perms_.end()) {
     std::vector<int64_t> p(static_cast<size_t>(ds_.size()));
     std::iota(p.begin(), p.end(), 0);
-    uint64_t state = SplitMix(static_cast<uint64_t>(seed_) * 0x100000001B3ull + static_cast<uint64_t>(epoch));
+    uint64_t state = SplitMix64(static_cast<uint64_t>(seed_) * 0x100000001B3ull + static_cast<uint64_t>(epoch));
     for (size_t i = p.size(); i > 1; --i) {
-      state = SplitMix(state);
+      state = SplitMix64(state);
       std::swap(p[i - 1], p[static_cast<size_t>(state % i)]);
     }
     if (perms_.size() > 2) perms_.erase(perms_.begin());

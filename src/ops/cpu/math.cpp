@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/hash.h"
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/vmath.h"
@@ -98,19 +99,6 @@ Status Neg(const KernelCtx& c) {
   return Map(c, [](float x) { return -x; });
 }
 
-namespace {
-
-// SplitMix64's output function: a bijection of 64-bit words whose outputs, for counters in
-// sequence, pass the usual statistical tests. Dropout draws from it by counter, with no state.
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
 // Element i of the LOGICAL tensor is dropped when the draw for (key, step, micro-batch, i) falls
 // below ratio. A piece (attributes start and logical, ops/math.cpp PhysicalDropout) numbers its
 // elements by their logical place, so every layout drops the same elements.
@@ -128,7 +116,7 @@ Status Dropout(const KernelCtx& c) {
   const double ratio = a.Float("ratio");
   const auto below = static_cast<uint64_t>(ratio * 4294967296.0);  // drop when the draw's top 32 bits are under it
   const float scale = static_cast<float>(1.0 / (1.0 - ratio));
-  const uint64_t base = Mix(Mix(Mix(static_cast<uint64_t>(a.Int("key"))) ^ static_cast<uint64_t>(c.step)) ^
+  const uint64_t base = SplitMix64(SplitMix64(SplitMix64(static_cast<uint64_t>(a.Int("key"))) ^ static_cast<uint64_t>(c.step)) ^
                             static_cast<uint64_t>(c.micro));
   // Strides of the logical tensor; rows along the last axis are contiguous in both.
   std::vector<int64_t> stride(static_cast<size_t>(rank), 1);
@@ -145,7 +133,7 @@ Status Dropout(const KernelCtx& c) {
     const float* xr = x + r * row;
     float* yr = y + r * row;
     for (int64_t j = 0; j < row; ++j) {
-      const uint64_t draw = Mix(base + (first + static_cast<uint64_t>(j)) * 0x9e3779b97f4a7c15ull) >> 32;
+      const uint64_t draw = SplitMix64(base + (first + static_cast<uint64_t>(j)) * 0x9e3779b97f4a7c15ull) >> 32;
       yr[j] = draw < below ? 0.f : xr[j] * scale;
     }
     for (int d = rank - 2; d >= 0; --d) {  // next row
