@@ -30,6 +30,7 @@ struct Output {
   std::string out;       // stdout and stderr together
   bool timed_out = false;
   int left = 0;          // processes still running once the command had exited (then killed)
+  double seconds = 0;    // from Finish's call to the command's exit (not the clean-up after it)
 };
 
 // Single-quoted for the shell.
@@ -120,7 +121,8 @@ class Job {
   // On the deadline every process of the session is killed and timed_out is set. Once the command
   // has exited, whatever is still running in its session is counted in `left` and killed.
   Output Finish(double seconds) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    const auto called = std::chrono::steady_clock::now();
+    const auto deadline = called + std::chrono::duration<double>(seconds);
     Output r;
     int status = 0;
     bool exited = false;
@@ -136,6 +138,7 @@ class Job {
       }
     }
     reaped_ = true;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - called).count();
     // Ranks outliving their launcher still hold the pipe: a moment to go, then they count as left.
     const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(3);
     while (!SessionProcesses(pid_).empty() && std::chrono::steady_clock::now() < grace) Drain(50);
