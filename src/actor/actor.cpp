@@ -194,7 +194,7 @@ void Actor::Finish() {
 Tensor Actor::InputTensor(size_t i) const {
   const ir::TaskInput& in = task_.in[i];
   if (task_.kind == TaskKind::kVariable && i == 0) return rt_.Slot(task_.out[0], 0);
-  if (in.konst >= 0) return plan_.consts[static_cast<size_t>(in.konst)];
+  if (in.konst >= 0) return rt_.Const(in.konst, task_.device);
   if (in.regst < 0) return Tensor();
   return RegstTensor(in.regst);
 }
@@ -211,6 +211,8 @@ Status Actor::Compute(int64_t step, int64_t micro) {
   std::vector<Tensor> in, out;
   for (size_t i = 0; i < node.in.size(); ++i) in.push_back(InputTensor(i));
   for (size_t i = 0; i < out_.size(); ++i) out.push_back(rt_.Slot(out_[i].regst, out_[i].current));
+  CheckOnDevice(in);
+  CheckOnDevice(out);
   KernelCtx ctx{node, in, out, step, micro, plan_.micro_batches};
   return Kernel(node.op, task_.device.type)(ctx);
 }
@@ -220,8 +222,28 @@ Status Actor::Variable(int64_t k) {
   const ir::Node& node = plan_.nodes[static_cast<size_t>(task_.node)];
   std::vector<Tensor> in;
   for (size_t i = 0; i < node.in.size(); ++i) in.push_back(InputTensor(i));
+  CheckOnDevice(in);
   KernelCtx ctx{node, in, state_, k - 1, 0, plan_.micro_batches};
   return Kernel(node.op, task_.device.type)(ctx);
+}
+
+// Kernels reach only their own device's memory: a tensor from elsewhere means lowering missed a copy.
+void Actor::CheckOnDevice(const std::vector<Tensor>& ts) const {
+  for (const Tensor& t : ts)
+    FR_CHECK(!t.defined() || t.device() == task_.device,
+             task_.name + " on " + ToString(task_.device) + " was given a tensor on " + ToString(t.device()));
+}
+
+// Queued on the device's copy stream; the act ends when the copy has (the copy thread waits, the
+// compute thread does not).
+Status Actor::Copy() {
+  const Tensor src = RegstTensor(task_.in[0].regst);
+  const Tensor dst = rt_.Slot(out_[0].regst, out_[0].current);
+  FR_CHECK(src.bytes() == dst.bytes() && !(src.device() == dst.device()), task_.name + ": not a copy between devices");
+  DeviceStream& s = rt_.CopyStream(task_.device);
+  s.Copy(dst.raw(), src.raw(), src.bytes());
+  s.Synchronize();
+  return Status::Ok();
 }
 
 // Local data movement runs here; collectives and send/recv need the multi-rank runtime.
@@ -256,6 +278,7 @@ Status Actor::Body(int64_t k) {
       for (const Port& p : out_) RETURN_IF_ERROR(rt_.Feed(p.regst, step, micro, rt_.Slot(p.regst, p.current)));
       return Status::Ok();
     case TaskKind::kBoxing: return Move();
+    case TaskKind::kCopy: return Copy();
     case TaskKind::kLossSink:  // the micro-batches' losses summed
       rt_.ReportLoss(step, rt_.Slot(in_[0].regst, in_[0].slots.front()).data<float>()[0] / static_cast<double>(m));
       return Status::Ok();

@@ -70,6 +70,8 @@ class Actor {
   Tensor InputTensor(size_t i) const;
   Tensor RegstTensor(int regst) const;
   Status Move();
+  Status Copy();
+  void CheckOnDevice(const std::vector<Tensor>& ts) const;
   Port* InPort(int regst);
 
   Runtime& rt_;

@@ -25,6 +25,12 @@ namespace fr::actor {
 
 namespace {
 
+// The MPI backend reads and writes through host pointers: CPU memory, or a host-visible device's.
+bool HostVisible(const Tensor& t) {
+  const Backend* b = BackendOf(t.device().type);
+  return b && b->host_visible();
+}
+
 using boxing::Op;
 using boxing::Task;
 
@@ -492,8 +498,7 @@ Status MpiCommunicator::CheckBucket(const Task& t, const std::vector<Tensor>& in
   int64_t total = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     if (!in[i].defined() || !out[i].defined()) return Fail(what, "tensor " + std::to_string(i) + " missing");
-    if (in[i].device().type != DeviceType::kCpu || out[i].device().type != DeviceType::kCpu)
-      return Fail(what, "the MPI communicator moves CPU tensors only");
+    if (!HostVisible(in[i]) || !HostVisible(out[i])) return Fail(what, "the MPI communicator moves host memory only");
     if (in[i].dtype() != in[0].dtype() || out[i].dtype() != in[0].dtype()) return Fail(what, "dtypes differ within a bucket");
     // An all-reduce's output is its input's shape; a reduce-scatter's part k of it along the split
     // axis; an all-gather's input is part k of its output along the concat axis.
@@ -532,8 +537,7 @@ Status MpiCommunicator::CheckTensors(const Task& t, const std::vector<Tensor>& i
   const Tensor out = outs.empty() ? Tensor() : outs[0];
   if (needs_out != out.defined()) return Fail(what, needs_out ? "no output tensor" : "an output tensor for a send");
   const Tensor& any = needs_in ? in[0] : out;
-  if (any.device().type != DeviceType::kCpu || (needs_out && out.device().type != DeviceType::kCpu))
-    return Fail(what, "the MPI communicator moves CPU tensors only");
+  if (!HostVisible(any) || (needs_out && !HostVisible(out))) return Fail(what, "the MPI communicator moves host memory only");
   if (needs_in && needs_out && in[0].dtype() != out.dtype()) return Fail(what, "input and output dtypes differ");
   for (const Tensor& x : {any, out})
     if (x.numel() > INT_MAX) return Fail(what, "a tensor of " + x.shape().ToString() + " is too large for MPI");

@@ -8,7 +8,7 @@ Tensor RegstPool::Take(DType dtype, const Shape& shape, Device dev) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * SizeOf(dtype);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.find(bytes);
+    auto it = free_.find({dev.type, dev.index, bytes});
     if (it != free_.end() && !it->second.empty()) {
       std::shared_ptr<Storage> s = std::move(it->second.back());
       it->second.pop_back();
@@ -29,7 +29,7 @@ void RegstPool::Give(Tensor t) {
     held_ -= static_cast<int64_t>(s->bytes());
     return;
   }
-  free_[s->bytes()].push_back(std::move(s));
+  free_[{s->device().type, s->device().index, s->bytes()}].push_back(std::move(s));
 }
 
 int64_t RegstPool::peak_bytes() const {

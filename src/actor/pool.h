@@ -1,7 +1,7 @@
 // RegstPool: the memory of register slots, reused across the step. A slot takes its memory when
 // its producer starts filling it and gives it back when its last consumer has read it, so
-// registers whose lifetimes do not overlap share memory. Freed blocks are kept by exact size for
-// the next taker: a training step asks for the same sizes every micro-batch, so after the first
+// registers whose lifetimes do not overlap share memory. Freed blocks are kept by device and exact
+// size for the next taker (memory comes from the device's backend, base/device.h): a training step asks for the same sizes every micro-batch, so after the first
 // step nothing new is allocated. Memory is never given back to the system before the pool dies.
 //
 // Thread-safe (a mutex; the compute thread does nearly all taking and giving).
@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "base/tensor.h"
@@ -28,7 +29,8 @@ class RegstPool {
 
  private:
   mutable std::mutex mu_;
-  std::map<size_t, std::vector<std::shared_ptr<Storage>>> free_;  // guarded by mu_: by size
+  // guarded by mu_: by (device type, device index, bytes)
+  std::map<std::tuple<DeviceType, int, size_t>, std::vector<std::shared_ptr<Storage>>> free_;
   int64_t held_ = 0, peak_ = 0;                                   // guarded by mu_
 };
 

@@ -30,7 +30,28 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
       Slot(t.out[0], 0).CopyFrom(plan.consts[static_cast<size_t>(t.param_piece)]);
     }
   }
+  // Constants read on a device are copied there once; copies run on a stream per device.
+  for (const ir::TaskDesc& t : plan.tasks) {
+    if (t.rank != rank_) continue;
+    if (t.kind == ir::TaskKind::kCopy && !copy_streams_.count({t.device.type, t.device.index}))
+      copy_streams_[{t.device.type, t.device.index}] = BackendOf(t.device.type)->NewStream(t.device.index);
+    if (t.device.type == DeviceType::kCpu) continue;
+    for (const ir::TaskInput& in : t.in) {
+      if (in.konst < 0 || device_consts_.count({in.konst, t.device.type, t.device.index})) continue;
+      const Tensor& host = plan.consts[static_cast<size_t>(in.konst)];
+      Tensor there(host.dtype(), host.shape(), t.device);
+      there.CopyFrom(host);
+      device_consts_[{in.konst, t.device.type, t.device.index}] = there;
+    }
+  }
 }
+
+const Tensor& Runtime::Const(int konst, Device dev) const {
+  if (dev.type == DeviceType::kCpu) return plan_.consts[static_cast<size_t>(konst)];
+  return device_consts_.at({konst, dev.type, dev.index});
+}
+
+DeviceStream& Runtime::CopyStream(Device dev) { return *copy_streams_.at({dev.type, dev.index}); }
 
 void Runtime::LayOutBucket(const ir::TaskDesc& t) {
   const std::vector<int>& in = t.move.in;
@@ -264,7 +285,7 @@ Status Runtime::Run(const RunOptions& opt) {
     hooks.handle = [this](const Msg& m) { actors_[static_cast<size_t>(m.dst)]->Handle(m); };
     hooks.init = opt.on_thread_start;
     hooks.poll_max = opt.poll_max;
-    if (comm_ && kind != ir::StreamKind::kData) {
+    if (comm_ && kind != ir::StreamKind::kData && kind != ir::StreamKind::kCopy) {
       hooks.poll = [this] { return Progress(); };
       hooks.poll_busy = Stream::kPollBusy;
       hooks.poll_spin = opt.poll_spin;

@@ -95,7 +95,7 @@ class Runtime {
   ~Runtime();
   Status Run(const RunOptions& opt);
 
-  // This rank's piece of a parameter (after Run: the trained value).
+  // This rank's piece of a parameter (after Run: the trained value), on its device.
   Tensor Param(ir::ValueId v) const;
 
   // For actors.
@@ -123,6 +123,10 @@ class Runtime {
   // A deferred actor's next act is ready (called on its stream's thread).
   void Announce(Actor* a);
   const RunOptions& options() const { return opt_; }
+  // Constant piece `konst` (Plan::consts) on device `dev` (copied there when the runtime was made).
+  const Tensor& Const(int konst, Device dev) const;
+  // The stream the copy tasks of device `dev` queue on (called on the copy stream's thread).
+  DeviceStream& CopyStream(Device dev);
 
  private:
   // A gradient bucket's inputs lie end to end in one allocation, and its outputs in another, for
@@ -155,6 +159,8 @@ class Runtime {
   std::vector<int> in_window_;               // per regst: the collective whose shared slot holds it, or -1
   int64_t bucket_bytes_ = 0;                 // laid out by LayOutBucket
   RegstPool pool_;
+  std::map<std::tuple<int, DeviceType, int>, Tensor> device_consts_;  // (konst, device): a constant there
+  std::map<std::pair<DeviceType, int>, std::unique_ptr<DeviceStream>> copy_streams_;  // by device
   std::vector<std::unique_ptr<Actor>> actors_;   // by task id; null for other ranks' tasks
   std::vector<std::unique_ptr<Stream>> streams_;  // threads
   std::vector<int> stream_of_;                   // by task id: index into streams_

@@ -40,11 +40,19 @@ template <> constexpr DType DTypeOf<int32_t>() { return DType::kI32; }
 template <> constexpr DType DTypeOf<bool>() { return DType::kBool; }
 template <> constexpr DType DTypeOf<uint8_t>() { return DType::kU8; }
 
-// Kernels are looked up per device type; a build without CUDA links stubs for kCuda.
-enum class DeviceType : uint8_t { kCpu, kCuda };
-inline constexpr int kNumDeviceTypes = 2;
+// Device types (base/device.h: each has a Backend). kSim is a second, simulated device in host
+// memory that runs the CPU's kernels: it tests the device path without a GPU.
+enum class DeviceType : uint8_t { kCpu, kCuda, kSim };
+inline constexpr int kNumDeviceTypes = 3;
 
-inline std::string_view Name(DeviceType d) { return d == DeviceType::kCpu ? "cpu" : "cuda"; }
+inline std::string_view Name(DeviceType d) {
+  switch (d) {
+    case DeviceType::kCpu: return "cpu";
+    case DeviceType::kCuda: return "cuda";
+    case DeviceType::kSim: return "sim";
+  }
+  return "?";
+}
 
 struct Device {
   DeviceType type = DeviceType::kCpu;

@@ -6,12 +6,10 @@
 
 namespace fr {
 
-Storage::Storage(size_t bytes, Device dev) : bytes_(bytes), dev_(dev) {
-  FR_CHECK(dev.type == DeviceType::kCpu, "device storage is allocated by the device backend");
-  size_t rounded = (bytes + 63) / 64 * 64;
-  data_ = std::aligned_alloc(64, rounded ? rounded : 64);
+Storage::Storage(size_t bytes, Device dev) : bytes_(bytes), dev_(dev), backend_(BackendOf(dev.type)) {
+  FR_CHECK(backend_ != nullptr, "this build of flowrun has no " + std::string(Name(dev.type)) + " backend");
+  data_ = backend_->Allocate(bytes, dev.index);
   if (data_ == nullptr) throw std::bad_alloc();  // as operator new does: main reports it
-  std::memset(data_, 0, rounded ? rounded : 64);
 }
 
 Storage::Storage(void* data, size_t bytes, std::shared_ptr<const void> owner)
@@ -20,7 +18,7 @@ Storage::Storage(void* data, size_t bytes, std::shared_ptr<const void> owner)
 }
 
 Storage::~Storage() {
-  if (!owner_) std::free(data_);
+  if (!owner_) backend_->Free(data_, bytes_, dev_.index);
 }
 
 Tensor::Tensor(DType dt, Shape shape, Device dev)
@@ -55,7 +53,27 @@ Tensor Tensor::Clone() const {
 
 void Tensor::CopyFrom(const Tensor& src) const {
   FR_CHECK(src.dtype_ == dtype_ && src.numel() == numel(), "copy between mismatched tensors");
-  if (bytes()) std::memcpy(raw(), src.raw(), bytes());
+  if (!bytes()) return;
+  const Device to = device(), from = src.device();
+  if (to == from || (BackendOf(to.type)->host_visible() && BackendOf(from.type)->host_visible())) {
+    std::memcpy(raw(), src.raw(), bytes());
+    return;
+  }
+  const Device dev = to.type == DeviceType::kCpu ? from : to;  // the device side's backend copies
+  BackendOf(dev.type)->CopyNow(raw(), src.raw(), bytes(), dev.index);
+}
+
+void Tensor::Zero() const {
+  if (!bytes()) return;
+  FR_CHECK(BackendOf(device().type)->host_visible(), "Zero on " + fr::ToString(device()) + " memory");
+  std::memset(raw(), 0, bytes());
+}
+
+Tensor Tensor::ToHost() const {
+  if (!defined() || device().type == DeviceType::kCpu) return *this;
+  Tensor t(dtype_, shape_);
+  t.CopyFrom(*this);
+  return t;
 }
 
 Tensor Tensor::Full(Shape shape, float v) {

@@ -8,12 +8,13 @@
 #include <span>
 #include <string>
 
+#include "base/device.h"
 #include "base/dtype.h"
 #include "base/shape.h"
 
 namespace fr {
 
-// Owns one allocation. CPU memory is 64-byte aligned for vector kernels.
+// Owns one allocation, made by its device's backend (base/device.h), zero-filled.
 class Storage {
  public:
   Storage(size_t bytes, Device dev);
@@ -32,6 +33,7 @@ class Storage {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device dev_;
+  Backend* backend_ = nullptr;         // null when the memory is borrowed
   std::shared_ptr<const void> owner_;  // set when the memory is borrowed
 };
 
@@ -64,8 +66,11 @@ class Tensor {
     return static_cast<T*>(raw());
   }
   template <typename T> std::span<T> span() const { return {data<T>(), static_cast<size_t>(numel())}; }
-  void Zero() const { if (bytes()) std::memset(raw(), 0, bytes()); }
+  void Zero() const;
+  // Copies src's data here, across devices too (through the device side's backend, at once).
   void CopyFrom(const Tensor& src) const;
+  // This tensor where host code can read it: itself on the CPU, else a copy.
+  Tensor ToHost() const;
 
   // A scalar (or any-shape) tensor of value v.
   static Tensor Full(Shape shape, float v);

@@ -36,8 +36,7 @@ const Names<OptimizerConfig::Type> kOptimizers = {{"sgd", OptimizerConfig::Type:
 const Names<ScheduleConfig::Type> kSchedules = {{"constant", ScheduleConfig::Type::kConstant},
                                                 {"linear", ScheduleConfig::Type::kLinear},
                                                 {"cosine", ScheduleConfig::Type::kCosine}};
-const Names<ParallelConfig::Device> kDevices = {{"cpu", ParallelConfig::Device::kCpu},
-                                                {"cuda", ParallelConfig::Device::kCuda}};
+const Names<DeviceType> kDevices = {{"cpu", DeviceType::kCpu}, {"cuda", DeviceType::kCuda}, {"sim", DeviceType::kSim}};
 
 std::string Num(double v) {
   char buf[32];

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/dtype.h"
 #include "base/status.h"
 
 namespace fr {
@@ -91,7 +92,9 @@ struct ScheduleConfig {
 inline constexpr int64_t kMaxRanks = int64_t{1} << 20;
 
 struct ParallelConfig {
-  enum class Device { kCpu, kCuda } device = Device::kCpu;
+  // cpu; sim, a simulated second device in host memory with the CPU's kernels, which runs the
+  // device path (copies between host and device as tasks) without a GPU; cuda, refused for now.
+  DeviceType device = DeviceType::kCpu;
   int64_t ranks = 0;                    // 0 = the world size
   std::vector<int64_t> mesh;            // empty = [ranks]
   std::vector<std::vector<std::string>> stages;

@@ -68,7 +68,7 @@ Result<sbp::AssignOptions> Layout(const Config& cfg, const ir::TrainingGraph& tg
   }
   const int per_stage = ranks / n_stages;
   ASSIGN_OR_RETURN(std::vector<int64_t> mesh, Mesh(cfg, per_stage));
-  DeviceType dev = par.device == ParallelConfig::Device::kCuda ? DeviceType::kCuda : DeviceType::kCpu;
+  const DeviceType dev = par.device;
   for (int s = 0; s < n_stages; ++s) {
     std::vector<int> rs;
     for (int i = 0; i < per_stage; ++i) rs.push_back(s * per_stage + i);

@@ -155,7 +155,7 @@ ir::RewriteOptions RewriteOptionsOf(const Config& cfg, const ir::Graph& g) {
 }  // namespace
 
 Status CheckTrainable(const Config& cfg) {
-  if (cfg.parallel.device == ParallelConfig::Device::kCuda) {
+  if (cfg.parallel.device == DeviceType::kCuda) {
     return Status::Invalid("[config] " + cfg.path +
                            ": parallel.device: training on CUDA is not implemented in this version of flowrun");
   }
@@ -213,7 +213,7 @@ Result<Compiled> Compile(const Config& cfg, int ranks) {
     // One rank needs no assignment, but its layout is checked as any other's: a mesh or stages
     // that do not fit are errors here too, not ignored.
     RETURN_IF_ERROR(Layout(cfg, c.training, ranks).status());
-    ASSIGN_OR_RETURN(c.plan, boxing::LowerOneDevice(c.training, cfg.train.steps, cfg.accumulation()));
+    ASSIGN_OR_RETURN(c.plan, boxing::LowerOneDevice(c.training, cfg.train.steps, cfg.accumulation(), cfg.parallel.device));
   } else {
     ASSIGN_OR_RETURN(sbp::AssignOptions ao, Layout(cfg, c.training, ranks));
     ASSIGN_OR_RETURN(sbp::Assignment a, sbp::Assign(c.training, ao));

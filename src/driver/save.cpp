@@ -110,7 +110,7 @@ Status SaveTrained(const ir::Plan& plan, const ir::TrainingGraph& t, const actor
     if (p.rank != rank && rank != 0) continue;
     const int tag = static_cast<int>(k % 30000);  // one message at a time per pair, in list order
     if (p.rank == rank) {
-      const Tensor mine = rt.Param(p.param);
+      const Tensor mine = rt.Param(p.param).ToHost();
       if (!mine.defined()) return Status::Runtime("[save] rank " + std::to_string(rank) + " holds no piece of '" + t.graph.value(p.param).name + "'");
       if (rank == 0) {
         boxing::WriteRegion(params[p.param], p.region, mine);

@@ -739,6 +739,7 @@ std::string OnnxOpsTable() {
     if (auto k = OnnxKernelKind(t.name)) {
       for (int d = 0; d < kNumDeviceTypes; ++d) {
         const auto device = static_cast<DeviceType>(d);
+        if (device == DeviceType::kSim) continue;  // the CPU's kernels
         if (device == DeviceType::kCpu || cuda::HasKernel(*k)) kernels += (kernels.empty() ? "" : ", ") + std::string(Name(device));
       }
     } else {

@@ -152,7 +152,9 @@ std::string SupportedOnnxOps() {
 }
 
 KernelFn Kernel(OpKind k, DeviceType d) {
-  return d == DeviceType::kCpu ? Def(k).cpu : cuda::KernelFor(k);
+  const Backend* b = BackendOf(d);
+  const DeviceType kernels = b ? b->kernels() : d;  // a device on host memory (sim) runs the CPU's
+  return kernels == DeviceType::kCpu ? Def(k).cpu : cuda::KernelFor(k);
 }
 
 }  // namespace fr

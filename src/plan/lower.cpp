@@ -17,7 +17,7 @@ using ir::ValueId;
 
 namespace {
 
-constexpr int kComputeStream = 0, kDataStream = 1, kCommStream = 2;
+constexpr int kComputeStream = 0, kDataStream = 1, kCommStream = 2;  // kCopyStream = 3 when there are copies
 
 class Lowering {
  public:
@@ -71,6 +71,7 @@ class Lowering {
         if (std::find(cons.begin(), cons.end(), t.id) == cons.end()) cons.push_back(t.id);
       }
     }
+    PlaceOnDevices();
     return Status::Ok();
   }
 
@@ -526,6 +527,58 @@ class Lowering {
     return Status::Ok();
   }
 
+  // Every task and regst gets its device: the loader and the sinks run on the host (they read files
+  // and report numbers), everything else on the device of its stage (all stages have one type:
+  // parallel.device), each rank its device 0. A regst lives where its producer runs; where a
+  // consumer runs elsewhere, a kCopy task on the copy stream moves it there first, one per regst
+  // and destination device, with the regst's slots and time shape. A plan on the CPU alone gets
+  // no copies and no copy stream.
+  void PlaceOnDevices() {
+    const DeviceType type = p_.stages.empty() ? DeviceType::kCpu : p_.stages[0].type();
+    for (TaskDesc& t : p_.tasks) {
+      const bool host = t.kind == TaskKind::kData || t.kind == TaskKind::kLossSink || t.kind == TaskKind::kNormSink ||
+                        t.kind == TaskKind::kStatSink;
+      t.device = host ? Device{} : Device{type, 0};
+    }
+    const size_t regsts = p_.regsts.size();
+    for (size_t r = 0; r < regsts; ++r) {
+      const int producer = p_.regsts[r].producer;
+      p_.regsts[r].device = producer >= 0 ? p_.tasks[static_cast<size_t>(producer)].device : Device{type, 0};
+      std::map<std::pair<DeviceType, int>, std::vector<int>> elsewhere;  // consumers by device
+      for (int c : p_.regsts[r].consumers) {
+        const Device d = p_.tasks[static_cast<size_t>(c)].device;
+        if (!(d == p_.regsts[r].device)) elsewhere[{d.type, d.index}].push_back(c);
+      }
+      for (const auto& [where, consumers] : elsewhere) AddCopy(static_cast<int>(r), Device{where.first, where.second}, consumers);
+    }
+  }
+
+  void AddCopy(int from, Device to, const std::vector<int>& consumers) {
+    if (std::find(p_.streams.begin(), p_.streams.end(), ir::StreamKind::kCopy) == p_.streams.end())
+      p_.streams.push_back(ir::StreamKind::kCopy);
+    const int stream = static_cast<int>(std::find(p_.streams.begin(), p_.streams.end(), ir::StreamKind::kCopy) - p_.streams.begin());
+    const RegstDesc src = p_.regsts[static_cast<size_t>(from)];
+    const std::string name = g_.value(src.value).name + "->" + ToString(to);
+    TaskDesc& t = NewTask(TaskKind::kCopy, TaskName(name, src.rank), src.rank, stream, src.per_step);
+    t.device = to.type == DeviceType::kCpu ? src.device : to;  // the device side's backend copies
+    t.in.push_back(ir::TaskInput{from, -1});
+    const int copy = t.id;
+    const int dst = NewRegst(src.value, src.type, src.rank, copy, src.per_step, src.regst_num);
+    p_.tasks[static_cast<size_t>(copy)].out.push_back(dst);
+    p_.regsts[static_cast<size_t>(dst)].device = to;
+    p_.regsts[static_cast<size_t>(dst)].consumers = consumers;
+    std::vector<int>& cons = p_.regsts[static_cast<size_t>(from)].consumers;
+    for (int c : consumers) {
+      cons.erase(std::find(cons.begin(), cons.end(), c));
+      TaskDesc& ct = p_.tasks[static_cast<size_t>(c)];
+      for (ir::TaskInput& in : ct.in)
+        if (in.regst == from) in.regst = dst;
+      for (int& in : ct.move.in)
+        if (in == from) in = dst;
+    }
+    cons.push_back(copy);
+  }
+
   // The stage whose placement is rank 0 alone, added on first use when rank 0 is not already one.
   int SinkStage() {
     for (size_t i = 0; i < p_.stages.size(); ++i)
@@ -557,7 +610,7 @@ Result<ir::Plan> Lower(const ir::TrainingGraph& tg, const sbp::Assignment& a, co
   return p;
 }
 
-Result<ir::Plan> LowerOneDevice(const ir::TrainingGraph& tg, int64_t steps, int64_t micro_batches) {
+Result<ir::Plan> LowerOneDevice(const ir::TrainingGraph& tg, int64_t steps, int64_t micro_batches, DeviceType device) {
   const ir::Graph& g = tg.graph;
   sbp::Assignment a;
   a.value_stage.assign(g.values.size(), 0);
@@ -573,7 +626,7 @@ Result<ir::Plan> LowerOneDevice(const ir::TrainingGraph& tg, int64_t steps, int6
   LowerOptions o;
   o.steps = steps;
   o.micro_batches = micro_batches;
-  o.stages = {sbp::Placement::Range(DeviceType::kCpu, 0, 1)};
+  o.stages = {sbp::Placement::Range(device, 0, 1)};
   o.node_stage.assign(g.nodes.size(), 0);
   return Lower(tg, a, o);
 }

@@ -51,7 +51,8 @@ struct LowerOptions {
 
 Result<ir::Plan> Lower(const ir::TrainingGraph& tg, const sbp::Assignment& a, const LowerOptions& opt);
 
-// One device, every tensor B: the plan of a single-process run.
-Result<ir::Plan> LowerOneDevice(const ir::TrainingGraph& tg, int64_t steps, int64_t micro_batches);
+// One device of type `device`, every tensor B: the plan of a single-process run.
+Result<ir::Plan> LowerOneDevice(const ir::TrainingGraph& tg, int64_t steps, int64_t micro_batches,
+                                DeviceType device = DeviceType::kCpu);
 
 }  // namespace fr::boxing

@@ -10,6 +10,7 @@ const char* Name(StreamKind k) {
     case StreamKind::kCompute: return "compute";
     case StreamKind::kData: return "data";
     case StreamKind::kComm: return "comm";
+    case StreamKind::kCopy: return "copy";
   }
   return "?";
 }
@@ -23,6 +24,7 @@ const char* Name(TaskKind k) {
     case TaskKind::kLossSink: return "loss-sink";
     case TaskKind::kNormSink: return "norm-sink";
     case TaskKind::kStatSink: return "stat-sink";
+    case TaskKind::kCopy: return "copy";
   }
   return "?";
 }

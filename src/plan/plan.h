@@ -34,12 +34,14 @@ enum class TaskKind : uint8_t {
   kLossSink,  // reports the step's loss (its micro-batches' summed, over M) to the step log
   kNormSink,  // collects the squared gradient norm per step
   kStatSink,  // reports a micro-batch's BatchNorm statistic (its `param`) to the trainer, on rank 0
+  kCopy,      // copies a regst to another device of its rank (host to device or back): in[0] -> out[0]
 };
 const char* Name(TaskKind k);
 
-// What a stream of a rank runs: kernels (and the register pool's acts), the data loader, or data
-// movement. The runtime gives each kind its thread and polling (actor/runtime.h).
-enum class StreamKind : uint8_t { kCompute, kData, kComm };
+// What a stream of a rank runs: kernels (and the register pool's acts), the data loader, data
+// movement across ranks, or copies between a rank's devices. The runtime gives each kind its
+// thread and polling (actor/runtime.h).
+enum class StreamKind : uint8_t { kCompute, kData, kComm, kCopy };
 const char* Name(StreamKind k);
 
 struct RegstDesc {
@@ -51,7 +53,7 @@ struct RegstDesc {
   std::vector<int> consumers;  // task ids
   int regst_num = 1;
   bool per_step = false;
-  Device device;               // where its slots live
+  Device device;               // where its slots live: its producer's device
   int64_t bytes() const { return type.shape.numel() * static_cast<int64_t>(SizeOf(type.dtype)); }
 };
 
@@ -65,7 +67,10 @@ struct TaskDesc {
   int id = 0;
   int rank = 0;
   int stream = 0;              // index into Plan::streams
-  Device device;               // where it computes; kernels are looked up by device.type
+  // Where it runs: compute, variable and boxing tasks on their stage's device, the loader and the
+  // sinks on the host, a copy on the device side of its copy. Every regst it reads is on this
+  // device (a kCopy reads the other side's), which lowering makes so with kCopy tasks.
+  Device device;
   TaskKind kind = TaskKind::kCompute;
   std::string name;
   int node = -1;               // kCompute: index into Plan::nodes; kVariable: its update node (or -1)

@@ -78,11 +78,14 @@ std::string DumpText(const Plan& p, const Graph& g) {
      << p.micro_batches << " micro-batches\n";
   std::map<int, std::vector<const TaskDesc*>> by_rank;
   for (const TaskDesc& t : p.tasks) by_rank[t.rank].push_back(&t);
+  // Devices are named where the plan has more than the CPU.
+  const bool devices = std::any_of(p.tasks.begin(), p.tasks.end(), [](const TaskDesc& t) { return t.device.type != DeviceType::kCpu; });
   for (const auto& [rank, ts] : by_rank) {
     os << "rank " << rank << ": " << ts.size() << " tasks\n";
     for (const TaskDesc* t : ts) {
       os << "  task " << t->id << " [" << Name(p.streams[static_cast<size_t>(t->stream)]) << "] " << Name(t->kind) << " "
          << t->name;
+      if (devices) os << " on " << ToString(t->device);
       if (t->kind == TaskKind::kBoxing && !t->move.group.empty()) os << " (collective " << t->move.collective << ")";
       if (t->kind == TaskKind::kBoxing && t->move.peer >= 0) os << " (peer " << t->move.peer << ", tag " << t->move.tag << ")";
       if (t->kind == TaskKind::kCompute && p.nodes[static_cast<size_t>(t->node)].attrs.Int("accumulate")) {
@@ -91,7 +94,9 @@ std::string DumpText(const Plan& p, const Graph& g) {
       os << (t->per_step ? ", per step" : "") << "\n";
       for (int r : t->out) {
         const RegstDesc& rd = p.regsts[static_cast<size_t>(r)];
-        os << "      -> regst " << r << " " << TypeStr(rd.type) << " x" << rd.regst_num << " to tasks";
+        os << "      -> regst " << r << " " << TypeStr(rd.type) << " x" << rd.regst_num;
+        if (devices) os << " on " << ToString(rd.device);
+        os << " to tasks";
         for (int c : rd.consumers) os << " " << c;
         os << "\n";
       }

@@ -12,12 +12,12 @@ namespace {
 
 // The wire enums carry the C++ values (plan.proto); a mismatch is a compile error here.
 static_assert(static_cast<int>(DType::kU8) == wire::DTYPE_U8 && kNumDTypes == wire::DType_ARRAYSIZE);
-static_assert(static_cast<int>(DeviceType::kCuda) == wire::DEVICE_CUDA && kNumDeviceTypes == wire::DeviceType_ARRAYSIZE);
+static_assert(static_cast<int>(DeviceType::kSim) == wire::DEVICE_SIM && kNumDeviceTypes == wire::DeviceType_ARRAYSIZE);
 static_assert(static_cast<int>(sbp::Kind::kPartial) == wire::Sbp::PARTIAL && static_cast<int>(sbp::Kind::kBroadcast) == wire::Sbp::BROADCAST);
 static_assert(static_cast<int>(sbp::Reduce::kMin) == wire::REDUCE_MIN && static_cast<int>(sbp::Reduce::kMax) == wire::REDUCE_MAX);
 static_assert(static_cast<int>(Phase::kOptimizer) == wire::PHASE_OPTIMIZER && static_cast<int>(Phase::kBackward) == wire::PHASE_BACKWARD);
 static_assert(static_cast<int>(TaskKind::kNormSink) == wire::Task::NORM_SINK && static_cast<int>(TaskKind::kBoxing) == wire::Task::BOXING &&
-              static_cast<int>(TaskKind::kStatSink) == wire::Task::STAT_SINK);
+              static_cast<int>(TaskKind::kStatSink) == wire::Task::STAT_SINK && static_cast<int>(TaskKind::kCopy) == wire::Task::COPY);
 static_assert(static_cast<int>(boxing::Op::kAllToAll) == wire::Move::ALL_TO_ALL &&
               static_cast<int>(boxing::Op::kRecv) == wire::Move::RECV && static_cast<int>(boxing::Op::kZero) == wire::Move::ZERO);
 

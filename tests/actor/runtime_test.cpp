@@ -2,7 +2,9 @@
 // is the one-device training plan of a tiny MLP built in memory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -190,6 +192,120 @@ TEST(Runtime, KernelFailureStopsTheRun_1n1d) {
   Status s = rt.Run(ro);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("broken sample"), std::string::npos);
+}
+
+// Blocks are kept per device: memory given back on one device is never handed out on another.
+TEST(Runtime, PoolKeepsDevicesApart) {
+  actor::RegstPool pool;
+  const Device sim{DeviceType::kSim, 0};
+  Tensor a = pool.Take(DType::kF32, Shape{4, 8}, Device{});
+  void* cpu_block = a.raw();
+  pool.Give(std::move(a));
+  Tensor b = pool.Take(DType::kF32, Shape{4, 8}, sim);
+  EXPECT_NE(b.raw(), cpu_block);
+  EXPECT_EQ(b.device(), sim);
+  void* sim_block = b.raw();
+  pool.Give(std::move(b));
+  Tensor c = pool.Take(DType::kF32, Shape{4, 8}, Device{});
+  EXPECT_EQ(c.raw(), cpu_block);
+  Tensor d = pool.Take(DType::kF32, Shape{4, 8}, sim);
+  EXPECT_EQ(d.raw(), sim_block);
+}
+
+// On a device, the plan runs everything but the loader and the sinks there, and copies exactly
+// where data crosses between it and the host: the inputs in, the loss and the norm out.
+TEST(Runtime, SimPlanCopiesAtTheHostEdgesOnly) {
+  ir::TrainingGraph tg = TinyMlp(2);
+  auto plan = boxing::LowerOneDevice(tg, 3, 2, DeviceType::kSim);
+  ASSERT_TRUE(plan.ok());
+  const Device sim{DeviceType::kSim, 0}, cpu{};
+  std::vector<std::string> copies;
+  for (const ir::TaskDesc& t : plan->tasks) {
+    const bool host = t.kind == ir::TaskKind::kData || t.kind == ir::TaskKind::kLossSink || t.kind == ir::TaskKind::kNormSink;
+    EXPECT_EQ(t.device, host ? cpu : sim) << t.name;
+    if (t.kind == ir::TaskKind::kCopy) {  // runs on the device side, between the host and the device
+      copies.push_back(t.name);
+      EXPECT_EQ(plan->streams[static_cast<size_t>(t.stream)], ir::StreamKind::kCopy);
+      const Device from = plan->regsts[static_cast<size_t>(t.in[0].regst)].device;
+      const Device to = plan->regsts[static_cast<size_t>(t.out[0])].device;
+      EXPECT_TRUE((from == cpu && to == sim) || (from == sim && to == cpu)) << t.name;
+      continue;
+    }
+    for (int r : t.out) EXPECT_EQ(plan->regsts[static_cast<size_t>(r)].device, t.device) << t.name;
+    for (const ir::TaskInput& in : t.in)
+      if (in.regst >= 0) {
+        EXPECT_EQ(plan->regsts[static_cast<size_t>(in.regst)].device, t.device) << t.name;
+      }
+  }
+  std::sort(copies.begin(), copies.end());
+  EXPECT_EQ(copies, (std::vector<std::string>{"grad_norm_sq:0->cpu", "loss/sum:0->cpu", "x->sim:0", "y->sim:0"}));
+  auto on_cpu = boxing::LowerOneDevice(tg, 3, 2);
+  ASSERT_TRUE(on_cpu.ok());
+  for (const ir::TaskDesc& t : on_cpu->tasks) EXPECT_NE(t.kind, ir::TaskKind::kCopy) << t.name;
+  EXPECT_EQ(std::count(on_cpu->streams.begin(), on_cpu->streams.end(), ir::StreamKind::kCopy), 0);
+}
+
+std::vector<actor::StepRecord> RunPlan(const ir::Plan& plan, const ir::Graph& g, std::vector<Tensor>* params) {
+  ConstFeeder feeder;
+  actor::Runtime rt(plan, g);
+  actor::RunOptions ro;
+  ro.feeder = &feeder;
+  std::vector<actor::StepRecord> steps;
+  ro.on_step = [&](const actor::StepRecord& r) {
+    steps.push_back(r);
+    return Status::Ok();
+  };
+  Status s = rt.Run(ro);
+  EXPECT_TRUE(s.ok()) << s.message();
+  for (ir::ValueId p : g.params) params->push_back(rt.Param(p).ToHost());
+  return steps;
+}
+
+// The same training on the sim device and on the CPU: the same losses, norms and trained
+// parameters, bit for bit, with the device's memory taken through its backend.
+TEST(Runtime, SimDeviceTrainsAsTheCpu_1n1d) {
+  ir::TrainingGraph tg = TinyMlp(2, 3);
+  auto cpu_plan = boxing::LowerOneDevice(tg, 5, 2);
+  auto sim_plan = boxing::LowerOneDevice(tg, 5, 2, DeviceType::kSim);
+  ASSERT_TRUE(cpu_plan.ok() && sim_plan.ok());
+  const Backend& sim = *BackendOf(DeviceType::kSim);
+  const int64_t before = sim.allocations();
+  std::vector<Tensor> cpu_params, sim_params;
+  const auto cpu_steps = RunPlan(*cpu_plan, tg.graph, &cpu_params);
+  EXPECT_EQ(sim.allocations(), before) << "a CPU plan allocated on the sim device";
+  const auto sim_steps = RunPlan(*sim_plan, tg.graph, &sim_params);
+  EXPECT_GT(sim.allocations(), before);
+  EXPECT_EQ(sim.live_bytes(), 0) << "the sim device's memory outlived the run";
+  ASSERT_EQ(cpu_steps.size(), 5u);
+  ASSERT_EQ(sim_steps.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(sim_steps[i].loss, cpu_steps[i].loss) << "step " << i;
+    EXPECT_EQ(sim_steps[i].grad_norm, cpu_steps[i].grad_norm) << "step " << i;
+  }
+  ASSERT_EQ(sim_params.size(), cpu_params.size());
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    EXPECT_EQ(sim_params[i].device(), Device{});
+    EXPECT_EQ(std::memcmp(sim_params[i].raw(), cpu_params[i].raw(), cpu_params[i].bytes()), 0) << "parameter " << i;
+  }
+}
+
+// A kernel is only ever given its own device's tensors: a plan that forgot a copy stops at the
+// first act that would read across devices, naming the task.
+TEST(RuntimeDeathTest, ATensorFromAnotherDeviceIsCaught) {
+  ir::TrainingGraph tg = TinyMlp(1);
+  auto plan = boxing::LowerOneDevice(tg, 2, 1, DeviceType::kSim);
+  ASSERT_TRUE(plan.ok());
+  for (ir::TaskDesc& t : plan->tasks) {  // the first layer moved to the host, its inputs left on sim
+    if (t.kind != ir::TaskKind::kCompute) continue;
+    t.device = Device{};
+    break;
+  }
+  EXPECT_DEATH(
+      {
+        std::vector<Tensor> params;
+        RunPlan(*plan, tg.graph, &params);
+      },
+      "mm0 on cpu was given a tensor on sim:0");
 }
 
 // A busy stream polls its hook at most every Hooks::poll_busy while more messages wait, and always

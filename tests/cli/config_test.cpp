@@ -81,7 +81,7 @@ TEST(Config, FullConfigRoundTrips) {
   EXPECT_EQ(c.schedule.type, ScheduleConfig::Type::kCosine);
   EXPECT_EQ(c.schedule.warmup, 20);
   EXPECT_DOUBLE_EQ(c.schedule.min_lr, 1e-4);
-  EXPECT_EQ(c.parallel.device, ParallelConfig::Device::kCuda);
+  EXPECT_EQ(c.parallel.device, DeviceType::kCuda);
   EXPECT_EQ(c.parallel.ranks, 8);
   EXPECT_EQ(c.parallel.mesh, (std::vector<int64_t>{2, -1}));
   EXPECT_EQ(c.parallel.stages, (std::vector<std::vector<std::string>>{
@@ -135,7 +135,7 @@ optimizer: {type: sgd, lr: 3, momentum: 0.5, nesterov: true}
   EXPECT_DOUBLE_EQ(c.optimizer.grad_clip, 0);
   EXPECT_EQ(c.schedule.type, ScheduleConfig::Type::kConstant);
   EXPECT_EQ(c.schedule.warmup, 0);
-  EXPECT_EQ(c.parallel.device, ParallelConfig::Device::kCpu);
+  EXPECT_EQ(c.parallel.device, DeviceType::kCpu);
   EXPECT_EQ(c.parallel.ranks, 0);
   EXPECT_TRUE(c.parallel.mesh.empty());
   EXPECT_DOUBLE_EQ(c.parallel.timeout, 60);

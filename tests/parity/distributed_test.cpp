@@ -192,6 +192,35 @@ TEST(Distributed, Gpt_Hybrid2D_2x2) {
                     kGptShort});
 }
 
+// The device path: the same job on the simulated second device (parallel.device: sim) and on the
+// CPU. On sim every task but the loader and the sinks runs on the device, the plan copies data in
+// and the loss and norm out as tasks, and the runtime allocates through the sim backend and runs
+// those copies on its own stream: the losses and norms must be the CPU's bit for bit.
+void ExpectSameOnSim(const char* name, const char* config, int ranks, const std::vector<std::string>& sets) {
+  std::vector<std::string> cpu = sets, sim = sets;
+  cpu.push_back("parallel.device=cpu");
+  sim.push_back("parallel.device=sim");
+  const std::string sim_name = std::string(name) + "_sim";
+  const Run ref = Train(Case{name, config, ranks, {}, cpu}, ranks, false);
+  const Run got = Train(Case{sim_name.c_str(), config, ranks, {}, sim}, ranks, false);
+  ASSERT_EQ(ref.code, 0) << ref.out;
+  ASSERT_EQ(got.code, 0) << got.out;
+  ASSERT_EQ(ref.loss.size(), 20u) << ref.out;
+  ASSERT_EQ(got.loss, ref.loss) << got.out;
+  ASSERT_EQ(got.gnorm, ref.gnorm) << got.out;
+}
+TEST(Distributed, SimDevice_OneRank_1n1d) { ExpectSameOnSim("sim1", kMlp, 1, {"train.micro_batch=16"}); }
+TEST(Distributed, SimDevice_Gpt_DataParallel_1n2d) {
+  std::vector<std::string> sets = kGptShort;
+  sets.push_back("parallel.sbp={idx: [\"S(0)\"]}");
+  ExpectSameOnSim("sim_gpt_dp2", kGpt, 2, sets);
+}
+TEST(Distributed, SimDevice_PipelineTimesZero_2x2) {
+  ExpectSameOnSim("sim_pp_zero", kMlp, 4,
+                  {"parallel.stages=[[\"/fc1/*\", \"/Relu\"], [\"*\"]]", "parallel.sbp={x: [\"S(0)\"]}", "parallel.zero=true",
+                   "train.micro_batch=16"});
+}
+
 // Ranks that oversubscribe the cores are left unbound by mpirun; flowrun pins them round-robin so
 // the ranks of one stage do not take turns on one core. A binding asked for, `none` included, is
 // kept. Both runs train alike.

@@ -1,0 +1,85 @@
+// Devices: the memory of a device and the order of work on it, behind one small interface, in the
+// manner of ggml's backends. The register pool, the runtime and lowering see only this; a device
+// type is added by implementing Backend and registering it, not by branches through the runtime
+// (docs/architecture.md: devices).
+//
+//   - Memory: Allocate and Free, counted per backend.
+//   - Streams: work queued on a DeviceStream runs in queue order, asynchronously to the host. An
+//     Event recorded on a stream is done once everything queued before it is.
+//   - Copies between the host and a device (or within one) are queued on a stream.
+//
+// The CPU backend does everything at once: its events are done when recorded. The "sim" backend is
+// a second device for tests and for trying the device path without a GPU: host memory from its own
+// counted allocator, and a thread per stream that runs its copies, so that they really run
+// asynchronously to the actors that queue them. Its kernels are the CPU's.
+//
+// Thread-safety: backends may be used from any thread; one DeviceStream from one thread at a time.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/dtype.h"
+
+namespace fr {
+
+class Event {
+ public:
+  virtual ~Event() = default;
+  virtual bool Done() const = 0;
+  virtual void Wait() const = 0;
+};
+
+class DeviceStream {
+ public:
+  virtual ~DeviceStream() = default;
+  // Queues a copy of `bytes` from src to dst (host or this stream's device memory). Both stay
+  // untouched until an event recorded after it is done.
+  virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual std::shared_ptr<Event> Record() = 0;
+  void Synchronize() { Record()->Wait(); }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceType type() const = 0;
+  // The kernel set that runs on this device's memory (ops/registry.cpp looks kernels up by it).
+  virtual DeviceType kernels() const = 0;
+  // Whether host code may read and write this device's memory directly (then a copy between it
+  // and the host is a memcpy, and the MPI communicator can carry its tensors).
+  virtual bool host_visible() const = 0;
+  // Zero-filled memory of device `index`; null when the device has no more.
+  virtual void* Allocate(size_t bytes, int index) = 0;
+  virtual void Free(void* p, size_t bytes, int index) = 0;
+  virtual std::unique_ptr<DeviceStream> NewStream(int index) = 0;
+  // A copy that has finished when this returns (host code outside the actors: setup, save).
+  virtual void CopyNow(void* dst, const void* src, size_t bytes, int index) = 0;
+
+  // Bytes allocated and not yet freed, and allocations made, over the process's life.
+  int64_t live_bytes() const { return live_.load(std::memory_order_relaxed); }
+  int64_t allocations() const { return allocations_.load(std::memory_order_relaxed); }
+
+ protected:
+  void Count(int64_t bytes) {
+    live_.fetch_add(bytes, std::memory_order_relaxed);
+    if (bytes > 0) allocations_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<int64_t> live_{0}, allocations_{0};
+};
+
+// The backend of device type `t`, or null where this build has none (CUDA, until its backend
+// registers itself).
+Backend* BackendOf(DeviceType t);
+// Installs the backend of its type (at start-up, before any tensor of that type exists).
+void RegisterBackend(std::unique_ptr<Backend> b);
+
+// "cpu", "sim:0".
+std::string ToString(const Device& d);
+
+}  // namespace fr
