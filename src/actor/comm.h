@@ -1,6 +1,8 @@
 // Communicator: moves the data of the boxing tasks that span ranks (collectives, send, recv) for
 // the runtime (DESIGN.md §4), without blocking. A small interface in the MLX manner: the MPI
-// backend (mpi_comm.cpp) carries CPU tensors; a CUDA backend would implement the same class.
+// backend (mpi_comm.cpp) carries host memory; a NCCL backend would implement the same class for
+// CUDA tensors. How a backend moves the bytes (MPI's shared-memory all-reduce, NCCL's kernels) is
+// its own business.
 //
 // Semantics are those of boxing::Simulate, task for task (boxing.h): a collective over p ranks
 // splits and concatenates in parts of sbp::SplitRange over p (uneven parts allowed), in the order
@@ -11,22 +13,25 @@
 //     plan's boxing::Task::collective). Prepare blocks until the members of each group the rank
 //     belongs to have created that collective's communicator together, in list order, so no two
 //     ranks wait on each other. An entry prepared before with the same group is skipped.
-//   - Each collective id has its own communicator, so the acts of one collective task start in
-//     act order on every member (which the actor runtime guarantees) and different collectives
-//     need no common order. Sends and receives may start in any order; tags in flight are unique per
-//     (sender, receiver).
+//   - Issue order: the acts of one collective id start in act order on every member (the actor
+//     runtime guarantees it). Different collective ids need no common order across ranks, and
+//     the runtime gives none (each starts when its inputs are ready): a backend must not need
+//     one, so each id has a communicator (and, on a device, a stream) of its own. Sends and
+//     receives may start in any order; tags in flight are unique per (sender, receiver).
+//   - Ordering with the device: Start is given the stream its inputs were produced on; the
+//     movement reads them only after the work queued there before Start (on the host it is done).
 //   - The tensors given to Start stay untouched until Poll reports the movement done: the inputs
 //     are read and `out` is written in the background. The communicator keeps them alive.
 //   - Poll is called until every started movement is done before the Communicator is destroyed:
-//     destroying it with movements in flight aborts the job (MPI may still write to their buffers).
+//     destroying it with movements in flight aborts the job (the backend may still write to them).
 //
 // Errors: Status::Runtime("[actor] rank R: <what>: ...") naming the op and its group or peer, for
-// a task that does not match its tensors, an unprepared group, or any MPI failure. The
+// a task that does not match its tensors, an unprepared group, or any backend failure. The
 // communicator is then in an unknown state across ranks; the caller reports and calls Abort.
 //
-// Thread-safety: Prepare, Start and Poll are called by one thread at a time (the runtime serialises
-// them with a mutex: any of its stream threads may drive progress). rank(), size(), Cancel() and
-// Abort() may be called from any thread.
+// Thread-safety: Prepare, Start, Poll and AwaitInputBuffer are called by one thread at a time (the
+// runtime serialises them with a mutex: any of its stream threads may drive progress). rank(),
+// size(), Cancel() and Abort() may be called from any thread.
 #pragma once
 
 #include <cstdint>
@@ -52,38 +57,39 @@ class Communicator {
 
   // Creates what collectives over each group need (see the rules above). Errors for a group that
   // is empty, names a rank twice or a rank outside the world.
-  // `shared_bytes`, when given, has an entry per group: for a sum all-reduce of float32 whose
-  // members share a node, the most bytes one act reduces (0 for any other collective). Such
-  // all-reduces then run through memory the members share instead of MPI (mpi_comm.cpp): each
-  // member's share is a window of that many bytes, so callers bound the total
-  // (boxing::kSharedReduceBytesPerRank).
-  virtual Status Prepare(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& shared_bytes = {}) = 0;
+  // `input_bytes`, when given, has an entry per group: the most bytes of inputs one act of that
+  // collective takes where the caller would lay them out in an input buffer (InputBuffer), else
+  // 0. A backend may give such collectives memory of its own for their inputs (the MPI backend:
+  // a window the members of a node share, for sum all-reduces of float32), so callers bound the
+  // total (boxing::kSharedReduceBytesPerRank).
+  virtual Status Prepare(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& input_bytes = {}) = 0;
 
-  // This rank's slot of collective `collective`'s shared-memory window (see Prepare), as storage
-  // for `bytes` of inputs laid out as boxing::BucketOffsets lays out a bucket's, zero-filled; null
-  // where the collective has no window or its slot is smaller. An all-reduce whose inputs lie there
-  // at those offsets starts without copying them; every act of the collective must then take its
-  // inputs from there (another act's would be copied over them), and the caller writes them for
-  // the next act only after AwaitSharedInputs. The storage is valid while the communicator is.
-  virtual std::shared_ptr<Storage> SharedInputs(int collective, int64_t bytes) {
+  // Memory of the backend's for collective `collective`'s inputs (see Prepare), as storage for
+  // `bytes` laid out as boxing::BucketOffsets lays out a bucket's, zero-filled; null where the
+  // backend has none for it or too little. An act whose inputs lie there at those offsets starts
+  // without copying them; every act of the collective must then take its inputs from there
+  // (another act's would be copied over them), and the caller writes them for the next act only
+  // after AwaitInputBuffer. The storage is valid while the communicator is.
+  virtual std::shared_ptr<Storage> InputBuffer(int collective, int64_t bytes) {
     (void)collective;
     (void)bytes;
     return nullptr;
   }
-  // Returns once every member has read this rank's slot for collective `collective`'s acts so far,
-  // so that inputs lying there (SharedInputs) may be written for the next act. An act completes
-  // here as soon as this rank has its sums, before slower members have read its slot, so that no
-  // rank waits on an idle one's wake-up; the wait is here instead, where it is normally long over
-  // (a step's forward pass later). Meanwhile it advances this rank's shared-memory acts in flight,
-  // so members waiting on each other both get there. Called like Start and Poll (one thread at a
-  // time), only after the collective's last act here completed. Fails, naming the members that
-  // have not read, once Cancel has been called: a member that died or hung never reads.
-  virtual Status AwaitSharedInputs(int collective) {
+  // Returns once the backend, on every member, is done reading collective `collective`'s input
+  // buffer for its acts so far, so that the inputs there may be written for the next act. An act
+  // may complete before the other members have read this rank's inputs, so that no rank waits on
+  // an idle one's wake-up; the wait is here instead, where it is normally long over. Called only
+  // after the collective's last act here completed. Fails, naming the members that have not read,
+  // once Cancel has been called: a member that died or hung never reads.
+  virtual Status AwaitInputBuffer(int collective) {
     (void)collective;
     return Status::Ok();
   }
+  // Acts so far that ran through an input buffer (see InputBuffer), whether their inputs lay there
+  // already or were copied in.
+  virtual int64_t buffered_acts() const { return 0; }
 
-  // Any thread: every wait of this communicator on other ranks (AwaitSharedInputs) fails from now
+  // Any thread: every wait of this communicator on other ranks (AwaitInputBuffer) fails from now
   // on instead of waiting, so that the threads of a run that has failed (a peer that stalled) can
   // be joined. Movements in flight stay in flight; the caller then reports and calls Abort.
   virtual void Cancel() = 0;
@@ -95,8 +101,10 @@ class Communicator {
   // the output of the same index (a reduce-scatter's: this member's part of it along split_axis),
   // and a kAllGather several (a parameter bucket), each gathered into the output of the same
   // index: one collective call for all of them.
+  // `after` is the stream the inputs were produced on (null: they are ready now; see the rules).
   // Never blocks: any packing into staging buffers happens here, the transfer in the background.
-  virtual Result<CommHandle> Start(const boxing::Task& t, std::vector<Tensor> in, std::vector<Tensor> out) = 0;
+  virtual Result<CommHandle> Start(const boxing::Task& t, std::vector<Tensor> in, std::vector<Tensor> out,
+                                   DeviceStream* after = nullptr) = 0;
 
   // Makes progress on every movement in flight, in one pass, and returns those that finished since
   // the last call: their outputs hold the result and their inputs may be reused. Never blocks.
@@ -105,8 +113,6 @@ class Communicator {
   virtual Result<std::vector<CommHandle>> Poll() = 0;
   // Movements started and not yet reported done.
   virtual int in_flight() const = 0;
-  // All-reduce acts started through shared memory so far (see Prepare).
-  virtual int64_t shared_acts() const = 0;
 
   // Ends every rank of the job with exit code `code`. Does not return.
   [[noreturn]] virtual void Abort(int code) = 0;

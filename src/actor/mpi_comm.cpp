@@ -208,8 +208,8 @@ class Stage {
 // each member copies its inputs into its own slot (at boxing::BucketOffsets) and says so, then
 // every member sums all slots, in member order (the same bits on every member), into its outputs
 // and says so; a member copies into its slot for the next act once every member has read the
-// last. Inputs that lie in the slot already (Communicator::SharedInputs) are not copied: their
-// writer waits for the readers instead (AwaitSharedInputs). Starting takes at most one copy and
+// last. Inputs that lie in the slot already (the slot is the collective's Communicator::InputBuffer)
+// are not copied: their writer waits for the readers instead (AwaitInputBuffer). Starting takes at most one copy and
 // completing one pass over the slots, where Open MPI's nonblocking all-reduce builds a schedule
 // and advances it only inside the progress passes the rank makes between its acts.
 struct SharedReduce {
@@ -270,14 +270,14 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  Status Prepare(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& shared_bytes) override;
-  Result<CommHandle> Start(const Task& t, std::vector<Tensor> in, std::vector<Tensor> out) override;
+  Status Prepare(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& input_bytes) override;
+  Result<CommHandle> Start(const Task& t, std::vector<Tensor> in, std::vector<Tensor> out, DeviceStream* after) override;
   Result<std::vector<CommHandle>> Poll() override;
-  std::shared_ptr<Storage> SharedInputs(int collective, int64_t bytes) override;
-  Status AwaitSharedInputs(int collective) override;
+  std::shared_ptr<Storage> InputBuffer(int collective, int64_t bytes) override;
+  Status AwaitInputBuffer(int collective) override;
   void Cancel() override { cancelled_.store(true, std::memory_order_release); }
   int in_flight() const override { return static_cast<int>(pending_.size()); }
-  int64_t shared_acts() const override { return shared_acts_; }
+  int64_t buffered_acts() const override { return buffered_acts_; }
   // Not MPI_Abort: where several ranks abort at once (a scheduler signals every rank, every rank
   // fails the same check), Open MPI 4.1's mpirun can crash relaying their abort messages and exit
   // 139 instead of the code. A rank that exits without MPI_Finalize makes mpirun stop the job all
@@ -317,7 +317,7 @@ class MpiCommunicator final : public Communicator {
   std::map<int, SharedReduce> shared_;  // by collective id, where Prepare set one up
   bool shared_unavailable_ = false;      // a window could not be made: said once
   std::atomic<bool> cancelled_{false};   // Cancel: waits on other ranks fail
-  int64_t shared_acts_ = 0;
+  int64_t buffered_acts_ = 0;
   std::unordered_map<int, Pending> pending_;
   int next_id_ = 0;
   // Staging buffers of completed movements, for the next ones (Stage).
@@ -411,7 +411,7 @@ Status MpiCommunicator::PrepareShared(int id, MPI_Comm group, int64_t bytes) {
   return s;
 }
 
-std::shared_ptr<Storage> MpiCommunicator::SharedInputs(int collective, int64_t bytes) {
+std::shared_ptr<Storage> MpiCommunicator::InputBuffer(int collective, int64_t bytes) {
   auto it = shared_.find(collective);
   if (it == shared_.end() || bytes > it->second.capacity) return nullptr;
   char* slot = reinterpret_cast<char*>(it->second.slot(static_cast<size_t>(it->second.k)));
@@ -420,7 +420,7 @@ std::shared_ptr<Storage> MpiCommunicator::SharedInputs(int collective, int64_t b
   return std::make_shared<Storage>(slot, static_cast<size_t>(bytes), std::shared_ptr<const void>(slot, [](const void*) {}));
 }
 
-Status MpiCommunicator::AwaitSharedInputs(int collective) {
+Status MpiCommunicator::AwaitInputBuffer(int collective) {
   auto it = shared_.find(collective);
   if (it == shared_.end()) return Status::Ok();
   SharedReduce& r = it->second;
@@ -447,7 +447,7 @@ void MpiCommunicator::FreeShared(int id) {
   shared_.erase(it);
 }
 
-Status MpiCommunicator::Prepare(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& shared_bytes) {
+Status MpiCommunicator::Prepare(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& input_bytes) {
   for (const std::vector<int>& g : groups) {
     std::set<int> seen(g.begin(), g.end());
     if (g.empty() || seen.size() != g.size() || *seen.begin() < 0 || *seen.rbegin() >= size_)
@@ -460,7 +460,7 @@ Status MpiCommunicator::Prepare(const std::vector<std::vector<int>>& groups, con
   for (size_t i = 0; i < groups.size() && s.ok(); ++i) {
     const std::vector<int>& g = groups[i];
     const int id = static_cast<int>(i);
-    const int64_t bytes = i < shared_bytes.size() ? shared_bytes[i] : 0;
+    const int64_t bytes = i < input_bytes.size() ? input_bytes[i] : 0;
     auto have = comms_.find(id);
     auto was = shared_.find(id);
     const int64_t had = was == shared_.end() ? 0 : was->second.capacity;
@@ -696,8 +696,9 @@ Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
   }
 }
 
-Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in, std::vector<Tensor> out) {
+Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in, std::vector<Tensor> out, DeviceStream* after) {
   RETURN_IF_ERROR(CheckTensors(t, in, out));
+  if (after) after->Synchronize();  // MPI reads host pointers at once: what produced the inputs must be done
   Pending p;
   for (Stage* stage : {&p.send_stage, &p.recv_stage}) {
     if (spare_stages_.empty()) break;
@@ -741,7 +742,7 @@ Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in,
       for (size_t i = 0; i < p.in.size(); ++i) p.in_place = p.in_place && p.in[i].raw() == slot + p.at[i];
       p.shared = &r;
       p.act = r.acts++;
-      ++shared_acts_;
+      ++buffered_acts_;
       AdvanceShared(p);
     } else {
       RETURN_IF_ERROR(StartCollective(p, it->second.second, k));

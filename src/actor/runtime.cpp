@@ -35,6 +35,8 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
     if (t.rank != rank_) continue;
     if (t.kind == ir::TaskKind::kCopy && !copy_streams_.count({t.device.type, t.device.index}))
       copy_streams_[{t.device.type, t.device.index}] = BackendOf(t.device.type)->NewStream(t.device.index);
+    if (!compute_streams_.count({t.device.type, t.device.index}))
+      compute_streams_[{t.device.type, t.device.index}] = BackendOf(t.device.type)->NewStream(t.device.index);
     if (t.device.type == DeviceType::kCpu) continue;
     for (const ir::TaskInput& in : t.in) {
       if (in.konst < 0 || device_consts_.count({in.konst, t.device.type, t.device.index})) continue;
@@ -58,7 +60,6 @@ void Runtime::LayOutBucket(const ir::TaskDesc& t) {
   if (t.kind != ir::TaskKind::kBoxing || t.move.op != boxing::Op::kAllReduce || in.empty() || t.out.size() != in.size())
     return;
   const ir::RegstDesc& first = plan_.regsts[static_cast<size_t>(in[0])];
-  if (first.device.type != DeviceType::kCpu) return;
   std::vector<int64_t> bytes;
   for (size_t i = 0; i < in.size(); ++i) {
     const ir::RegstDesc& a = plan_.regsts[static_cast<size_t>(in[i])];
@@ -73,9 +74,10 @@ void Runtime::LayOutBucket(const ir::TaskDesc& t) {
   int64_t end = 0;
   const std::vector<int64_t> offset = boxing::BucketOffsets(bytes, &end);
   // The inputs lie in this rank's slot of the bucket's shared-memory window where it has one, so
-  // that its all-reduce starts without copying them there (Communicator::SharedInputs). A bucket
+  // that its all-reduce starts without copying them there (Communicator::InputBuffer). A bucket
   // of one tensor needs no layout otherwise: MPI reduces it where it is.
-  std::shared_ptr<Storage> shared = comm_ ? comm_->SharedInputs(t.move.collective, end) : nullptr;
+  std::shared_ptr<Storage> shared = comm_ ? comm_->InputBuffer(t.move.collective, end) : nullptr;
+  if (shared && !(shared->device() == first.device)) shared = nullptr;  // the backend's buffer is elsewhere
   if (in.size() < 2 && !shared) return;
   for (const std::vector<int>* side : {&in, &t.out}) {
     std::shared_ptr<Storage> storage = side == &in ? shared : nullptr;
@@ -94,7 +96,7 @@ Status Runtime::Acquire(int regst, int slot) {
   if (const int c = in_window_[static_cast<size_t>(regst)]; c >= 0) {  // the other ranks read the last act's
     std::lock_guard<std::mutex> lock(progress_mu_);
     awaiting_shared_.store(c, std::memory_order_relaxed);  // for StallReport
-    Status s = comm_->AwaitSharedInputs(c);
+    Status s = comm_->AwaitInputBuffer(c);
     awaiting_shared_.store(-1, std::memory_order_relaxed);
     RETURN_IF_ERROR(s);
   }
@@ -145,7 +147,8 @@ Status Runtime::StartComm(Actor* actor, const boxing::Task& t, std::vector<Tenso
   if (!comm_) return Status::Runtime(std::string(boxing::Name(t.op)) + " needs other ranks: run under mpirun");
   {
     std::lock_guard<std::mutex> lock(progress_mu_);
-    ASSIGN_OR_RETURN(CommHandle h, comm_->Start(t, std::move(in), std::move(out)));
+    DeviceStream* after = compute_streams_.at({actor->task().device.type, actor->task().device.index}).get();
+    ASSIGN_OR_RETURN(CommHandle h, comm_->Start(t, std::move(in), std::move(out), after));
     in_flight_[h.id] = actor->task().id;
     if (in_flight_count_.fetch_add(1, std::memory_order_relaxed) == 0 && progress_) progress_->Poke();
   }

@@ -135,7 +135,7 @@ class Runtime {
   // cost two copies and a buffer (Communicator::Start). Where the bucket's all-reduce runs through
   // shared memory, the inputs' allocation is this rank's slot of its window, and nothing is copied
   // before the sums; their producers write them again only after the other ranks have read them
-  // (Acquire: Communicator::AwaitSharedInputs).
+  // (Acquire: Communicator::AwaitInputBuffer).
   void LayOutBucket(const ir::TaskDesc& t);
   void MaybeEmit();  // requires mu_
   // Any thread: polls the communicator unless another thread is at it, and sends kCommDone for
@@ -161,6 +161,8 @@ class Runtime {
   RegstPool pool_;
   std::map<std::tuple<int, DeviceType, int>, Tensor> device_consts_;  // (konst, device): a constant there
   std::map<std::pair<DeviceType, int>, std::unique_ptr<DeviceStream>> copy_streams_;  // by device
+  // By device: the stream its kernels queue on, which a movement of its tensors is ordered after.
+  std::map<std::pair<DeviceType, int>, std::unique_ptr<DeviceStream>> compute_streams_;
   std::vector<std::unique_ptr<Actor>> actors_;   // by task id; null for other ranks' tasks
   std::vector<std::unique_ptr<Stream>> streams_;  // threads
   std::vector<int> stream_of_;                   // by task id: index into streams_

@@ -484,7 +484,7 @@ double AllReduceSeconds() {
 
 // cluster.shared_allreduce: the runtime's float32 sum all-reduce through memory the ranks share
 // (actor/comm.h), over every rank, its inputs lying in the window as a gradient bucket's do
-// (Communicator::SharedInputs, AwaitSharedInputs before each act as the runtime's producers call
+// (Communicator::InputBuffer, AwaitInputBuffer before each act as the runtime's producers call
 // it). `latency`: as BusyCollectiveSeconds measures MPI's, a burst of compute then 8 bytes, waited
 // for as the runtime waits; `seconds`: kBandwidthFloats with every rank polling without a pause,
 // and `driven` 8 bytes the same way. `used`: every act went through shared memory (false where the
@@ -499,16 +499,16 @@ Result<Shared> SharedAllReduce(actor::Communicator& comm, int ranks) {
   for (int r = 0; r < ranks; ++r) all[static_cast<size_t>(r)] = r;
   const int64_t bytes = kBandwidthFloats * static_cast<int64_t>(sizeof(float));
   RETURN_IF_ERROR(comm.Prepare({all}, {bytes}));
-  const int64_t acts_before = comm.shared_acts();
+  const int64_t acts_before = comm.buffered_acts();
   int64_t acts = 0;
   const boxing::Task t{.op = boxing::Op::kAllReduce, .rank = comm.rank(), .in = {0}, .out = 1, .group = all, .collective = 0};
-  const std::shared_ptr<Storage> slot = comm.SharedInputs(0, bytes);  // null without a window: MPI's
+  const std::shared_ptr<Storage> slot = comm.InputBuffer(0, bytes);  // null without a window: MPI's
   const Tensor big = slot ? Tensor(DType::kF32, Shape{kBandwidthFloats}, slot) : Tensor::Full(Shape{kBandwidthFloats}, 1);
   for (int64_t e = 0; e < kBandwidthFloats; ++e) big.data<float>()[e] = 1;
   const Tensor small(DType::kF32, Shape{2}, big.storage(), 0);  // the first 2 of the same ones, in place as well
   const Tensor small_sum = Tensor::Full(Shape{2}, 0), big_sum = Tensor::Full(Shape{kBandwidthFloats}, 0);
   auto run = [&](const Tensor& x, const Tensor& y, bool as_runtime) -> Status {
-    RETURN_IF_ERROR(comm.AwaitSharedInputs(0));
+    RETURN_IF_ERROR(comm.AwaitInputBuffer(0));
     ASSIGN_OR_RETURN(actor::CommHandle h, comm.Start(t, {x}, {y}));
     ++acts;
     Status failed = Status::Ok();
@@ -542,7 +542,7 @@ Result<Shared> SharedAllReduce(actor::Communicator& comm, int ranks) {
   ASSIGN_OR_RETURN(s.seconds, driven(big, big_sum, kBandwidthReps));
   if (big_sum.data<float>()[0] != static_cast<float>(ranks))
     return Status::Runtime("[env] the shared-memory all-reduce summed to " + std::to_string(big_sum.data<float>()[0]));
-  s.used = AllReduce(comm.shared_acts() - acts_before == acts ? 1 : 0, MPI_MIN) > 0;
+  s.used = AllReduce(comm.buffered_acts() - acts_before == acts ? 1 : 0, MPI_MIN) > 0;
   RETURN_IF_ERROR(comm.Prepare({all}));  // frees the window
   return s;
 }

@@ -426,7 +426,7 @@ TEST(MpiComm, SharedAllReduce_1nNd) {
   const std::vector<Shape> shapes = {Shape{3, 4}, Shape{1}, Shape{5, 2, 2}};
   const int64_t bytes = 64 + 64 + 20 * 4;  // laid out in a slot at 64-byte boundaries (boxing::BucketOffsets)
   ASSERT_TRUE(comm.Prepare({World(), World()}, {bytes, bytes}).ok());
-  const int64_t shared_before = comm.shared_acts();
+  const int64_t buffered_before = comm.buffered_acts();
   auto bucket = [&](int act, int64_t scale) {
     std::vector<Tensor> in, out;
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -471,7 +471,7 @@ TEST(MpiComm, SharedAllReduce_1nNd) {
   }
   ASSERT_NO_FATAL_FAILURE(check(out0, 100));
   ASSERT_NO_FATAL_FAILURE(check(out1, 200));
-  EXPECT_EQ(comm.shared_acts() - shared_before, comm.size() > 1 ? 22 : 0);
+  EXPECT_EQ(comm.buffered_acts() - buffered_before, comm.size() > 1 ? 22 : 0);
   // Twice the slot: MPI's all-reduce, the same sums.
   auto [big_in, big_out] = bucket(7, 2);
   ASSERT_NO_FATAL_FAILURE(Complete(comm, t0, big_in, big_out));
@@ -485,18 +485,18 @@ TEST(MpiComm, SharedAllReduce_1nNd) {
   auto [in2, out2] = bucket(21, 1);
   ASSERT_NO_FATAL_FAILURE(Complete(comm, t0, in2, out2));
   ASSERT_NO_FATAL_FAILURE(check(out2, 21));
-  EXPECT_EQ(comm.shared_acts() - shared_before, comm.size() > 1 ? 23 : 0);
+  EXPECT_EQ(comm.buffered_acts() - buffered_before, comm.size() > 1 ? 23 : 0);
   // Prepared without shared bytes, the same collective goes through MPI again.
   ASSERT_TRUE(comm.Prepare({World(), World()}).ok());
   auto [in3, out3] = bucket(22, 1);
   ASSERT_NO_FATAL_FAILURE(Complete(comm, t0, in3, out3));
   ASSERT_NO_FATAL_FAILURE(check(out3, 22));
-  EXPECT_EQ(comm.shared_acts() - shared_before, comm.size() > 1 ? 23 : 0);
+  EXPECT_EQ(comm.buffered_acts() - buffered_before, comm.size() > 1 ? 23 : 0);
 }
 
-// A bucket whose inputs lie in this member's slot (Communicator::SharedInputs, as the runtime lays
+// A bucket whose inputs lie in this member's slot (Communicator::InputBuffer, as the runtime lays
 // out gradient buckets) is summed without copying them. An act completes on a member once it has
-// its sums, and the member rewrites its inputs for the next act right after AwaitSharedInputs,
+// its sums, and the member rewrites its inputs for the next act right after AwaitInputBuffer,
 // which returns once every member has read them. The last member lingers before each poll, so a
 // member that rewrote its inputs before the others had read them would spoil their sums.
 TEST(MpiComm, SharedAllReduceOfInputsInPlace_1nNd) {
@@ -510,22 +510,22 @@ TEST(MpiComm, SharedAllReduceOfInputsInPlace_1nNd) {
   EXPECT_EQ(at, (std::vector<int64_t>{0, 64, 256}));
   EXPECT_EQ(end, 256 + 28);
   ASSERT_TRUE(comm.Prepare({World()}, {end}).ok());
-  std::shared_ptr<fr::Storage> slot = comm.SharedInputs(0, end);
+  std::shared_ptr<fr::Storage> slot = comm.InputBuffer(0, end);
   if (comm.size() == 1) {
     EXPECT_EQ(slot, nullptr);  // one member: MPI's all-reduce, no window
     return;
   }
   ASSERT_NE(slot, nullptr);
-  EXPECT_EQ(comm.SharedInputs(0, end + 64), nullptr) << "larger than the slot";
+  EXPECT_EQ(comm.InputBuffer(0, end + 64), nullptr) << "larger than the slot";
   std::vector<Tensor> in, out;
   for (size_t i = 0; i < sizes.size(); ++i) {
     in.emplace_back(DType::kF32, Shape{sizes[i]}, slot, static_cast<size_t>(at[i]));
     out.emplace_back(DType::kF32, Shape{sizes[i]});
   }
   Task t{.op = Op::kAllReduce, .rank = me, .in = {0, 1, 2}, .out = -1, .group = World(), .collective = 0};
-  const int64_t shared_before = comm.shared_acts();
+  const int64_t buffered_before = comm.buffered_acts();
   for (int act = 0; act < 30; ++act) {
-    ASSERT_TRUE(comm.AwaitSharedInputs(0).ok());
+    ASSERT_TRUE(comm.AwaitInputBuffer(0).ok());
     for (size_t i = 0; i < in.size(); ++i)
       for (int64_t e = 0; e < in[i].numel(); ++e) in[i].data<float>()[e] = BucketValue(i, e, me) + static_cast<float>(act);
     Result<CommHandle> h = comm.Start(t, in, out);
@@ -543,7 +543,7 @@ TEST(MpiComm, SharedAllReduceOfInputsInPlace_1nNd) {
         ASSERT_EQ(out[i].data<float>()[e], want) << "act " << act << " output " << i << " element " << e;
       }
   }
-  EXPECT_EQ(comm.shared_acts() - shared_before, 30);
+  EXPECT_EQ(comm.buffered_acts() - buffered_before, 30);
   // An output in the slot, which the other members read, is refused (on every member alike).
   Result<CommHandle> bad = comm.Start(t, in, in);
   ASSERT_FALSE(bad.ok());
@@ -551,7 +551,7 @@ TEST(MpiComm, SharedAllReduceOfInputsInPlace_1nNd) {
 }
 
 // A member that never reads the others' inputs (a rank that hung) holds them in
-// AwaitSharedInputs until Cancel, which the runtime calls when it gives up on a stalled run: the
+// AwaitInputBuffer until Cancel, which the runtime calls when it gives up on a stalled run: the
 // wait then fails naming that member, so the caller's threads can be joined (issue 27).
 TEST(MpiComm, CancelBreaksTheWaitOnAHungMember_1nNd) {
   if (g_comm->size() < 2) GTEST_SKIP() << "needs 2 ranks";
@@ -560,7 +560,7 @@ TEST(MpiComm, CancelBreaksTheWaitOnAHungMember_1nNd) {
   Communicator& comm = **made;
   const int me = comm.rank(), last = comm.size() - 1;
   ASSERT_TRUE(comm.Prepare({World()}, {64}).ok());
-  std::shared_ptr<fr::Storage> slot = comm.SharedInputs(0, 64);
+  std::shared_ptr<fr::Storage> slot = comm.InputBuffer(0, 64);
   ASSERT_NE(slot, nullptr);
   Tensor in(DType::kF32, Shape{16}, slot, 0), out(DType::kF32, Shape{16});
   const Task t{.op = Op::kAllReduce, .rank = me, .in = {0}, .out = -1, .group = World(), .collective = 0};
@@ -585,7 +585,7 @@ TEST(MpiComm, CancelBreaksTheWaitOnAHungMember_1nNd) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       comm.Cancel();
     });
-    const Status s = comm.AwaitSharedInputs(0);
+    const Status s = comm.AwaitInputBuffer(0);
     canceller.join();
     EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250)) << "returned before Cancel";
     ASSERT_FALSE(s.ok());
