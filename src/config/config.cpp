@@ -471,45 +471,54 @@ std::string QuotedList(const std::vector<std::string>& items) {
 
 }  // namespace
 
-std::string ConfigToYaml(const Config& c) {
+namespace {
+
+// ConfigToYaml, a section at a time.
+std::string ModelYaml(const ModelConfig& m) {
   std::string y;
   auto line = [&](const std::string& s) { y += s + "\n"; };
   line("model:");
-  line("  onnx: " + Quote(c.model.onnx));
+  line("  onnx: " + Quote(m.onnx));
   std::vector<std::string> inputs;
-  for (const auto& [k, v] : c.model.inputs) inputs.push_back(Quote(k) + ": " + Quote(v));
+  for (const auto& [k, v] : m.inputs) inputs.push_back(Quote(k) + ": " + Quote(v));
   line("  inputs: {" + List(inputs).substr(1, List(inputs).size() - 2) + "}");
-  const bool ce = c.model.loss.type == LossConfig::Type::kCrossEntropy;
-  line("  loss: {type: " + NameOf(kLossTypes, c.model.loss.type) + ", " + (ce ? "logits: " : "output: ") +
-       Quote(c.model.loss.output) + ", labels: " + Quote(c.model.loss.labels) +
-       (ce ? ", ignore_index: " + std::to_string(c.model.loss.ignore_index) : "") + "}");
-  if (!c.model.trainable.empty()) line("  trainable: " + QuotedList(c.model.trainable));
-  if (!c.model.frozen.empty()) line("  frozen: " + QuotedList(c.model.frozen));
-  if (!c.model.untie.empty()) line("  untie: " + QuotedList(c.model.untie));
-  if (!c.model.tie.empty()) line("  tie: " + QuotedList(c.model.tie));
-  if (!c.model.dropout) line("  dropout: false");
+  const bool ce = m.loss.type == LossConfig::Type::kCrossEntropy;
+  line("  loss: {type: " + NameOf(kLossTypes, m.loss.type) + ", " + (ce ? "logits: " : "output: ") +
+       Quote(m.loss.output) + ", labels: " + Quote(m.loss.labels) +
+       (ce ? ", ignore_index: " + std::to_string(m.loss.ignore_index) : "") + "}");
+  if (!m.trainable.empty()) line("  trainable: " + QuotedList(m.trainable));
+  if (!m.frozen.empty()) line("  frozen: " + QuotedList(m.frozen));
+  if (!m.untie.empty()) line("  untie: " + QuotedList(m.untie));
+  if (!m.tie.empty()) line("  tie: " + QuotedList(m.tie));
+  if (!m.dropout) line("  dropout: false");
+  return y;
+}
+
+std::string DataYaml(const DataConfig& d) {
+  std::string y;
+  auto line = [&](const std::string& s) { y += s + "\n"; };
   line("data:");
-  line("  format: " + NameOf(kFormats, c.data.format));
-  line("  order: " + NameOf(kOrders, c.data.order));
-  switch (c.data.format) {
+  line("  format: " + NameOf(kFormats, d.format));
+  line("  order: " + NameOf(kOrders, d.order));
+  switch (d.format) {
     case DataConfig::Format::kTokens:
-      line("  train: " + Quote(c.data.train));
-      line("  seq_len: " + std::to_string(c.data.seq_len));
+      line("  train: " + Quote(d.train));
+      line("  seq_len: " + std::to_string(d.seq_len));
       break;
     case DataConfig::Format::kNpy:
-      for (const auto& [k, v] : c.data.npy) {
+      for (const auto& [k, v] : d.npy) {
         if (k == "x" || k == "y") line("  " + k + ": " + Quote(v));
       }
-      if (c.data.npy.size() > c.data.npy.count("x") + c.data.npy.count("y")) {
+      if (d.npy.size() > d.npy.count("x") + d.npy.count("y")) {
         line("  arrays:");
-        for (const auto& [k, v] : c.data.npy)
+        for (const auto& [k, v] : d.npy)
           if (k != "x" && k != "y") line("    " + Quote(k) + ": " + Quote(v));
       }
       break;
     case DataConfig::Format::kSynthetic:
-      line("  samples: " + std::to_string(c.data.samples));
+      line("  samples: " + std::to_string(d.samples));
       line("  fields:");
-      for (const auto& [k, f] : c.data.synthetic) {
+      for (const auto& [k, f] : d.synthetic) {
         std::vector<std::string> dims;
         for (int64_t d : f.shape) dims.push_back(std::to_string(d));
         std::string e = "    " + Quote(k) + ": {shape: " + List(dims) + ", dtype: " + NameOf(kDTypes, f.dtype);
@@ -518,12 +527,23 @@ std::string ConfigToYaml(const Config& c) {
       }
       break;
   }
+  return y;
+}
+
+std::string TrainYaml(const TrainConfig& t) {
+  std::string y;
+  auto line = [&](const std::string& s) { y += s + "\n"; };
   line("train:");
-  line("  steps: " + std::to_string(c.train.steps));
-  line("  global_batch: " + std::to_string(c.train.global_batch));
-  line("  micro_batch: " + std::to_string(c.train.micro_batch));
-  line("  seed: " + std::to_string(c.train.seed));
-  const OptimizerConfig& o = c.optimizer;
+  line("  steps: " + std::to_string(t.steps));
+  line("  global_batch: " + std::to_string(t.global_batch));
+  line("  micro_batch: " + std::to_string(t.micro_batch));
+  line("  seed: " + std::to_string(t.seed));
+  return y;
+}
+
+std::string OptimizerYaml(const OptimizerConfig& o, const ScheduleConfig& s) {
+  std::string y;
+  auto line = [&](const std::string& s) { y += s + "\n"; };
   line("optimizer:");
   line("  type: " + NameOf(kOptimizers, o.type));
   line("  lr: " + Exact(o.lr));
@@ -536,9 +556,14 @@ std::string ConfigToYaml(const Config& c) {
     line("  betas: [" + Exact(o.beta1) + ", " + Exact(o.beta2) + "]");
     line("  eps: " + Exact(o.eps));
   }
-  line("schedule: {type: " + NameOf(kSchedules, c.schedule.type) + ", warmup: " + std::to_string(c.schedule.warmup) +
-       ", min_lr: " + Exact(c.schedule.min_lr) + "}");
-  const ParallelConfig& p = c.parallel;
+  line("schedule: {type: " + NameOf(kSchedules, s.type) + ", warmup: " + std::to_string(s.warmup) +
+       ", min_lr: " + Exact(s.min_lr) + "}");
+  return y;
+}
+
+std::string ParallelYaml(const ParallelConfig& p) {
+  std::string y;
+  auto line = [&](const std::string& s) { y += s + "\n"; };
   line("parallel:");
   line("  device: " + NameOf(kDevices, p.device));
   line("  ranks: " + std::to_string(p.ranks));
@@ -558,40 +583,56 @@ std::string ConfigToYaml(const Config& c) {
   line(std::string("  zero: ") + (p.zero ? "true" : "false"));
   line("  bucket_kib: " + std::to_string(p.bucket_kib));
   line("  timeout: " + Exact(p.timeout));
-  if (c.cluster.given) {
-    const ClusterConfig& k = c.cluster;
-    line("cluster:");
-    line("  nodes: " + std::to_string(k.nodes));
-    if (k.devices_per_node > 0) line("  devices_per_node: " + std::to_string(k.devices_per_node));
-    line("  memory_gib: " + Exact(k.memory_gib));
-    line("  flops: " + Exact(k.flops));
-    line("  bandwidth: {intra: " + Exact(k.bandwidth_intra) + ", inter: " + Exact(k.bandwidth_inter) + "}");
-    line("  latency: {intra: " + Exact(k.latency_intra) + ", inter: " + Exact(k.latency_inter) + "}");
-    line("  p2p_latency: " + Exact(k.p2p_latency));
-    if (!k.p2p_wake.empty()) {
-      std::string list;
-      for (const auto& [wait, latency] : k.p2p_wake) list += (list.empty() ? "[" : ", [") + Exact(wait) + ", " + Exact(latency) + "]";
-      line("  p2p_wake: [" + list + "]");
-    }
-    if (k.shared_latency > 0) {
-      line("  shared_allreduce: {latency: " + Exact(k.shared_latency) + ", bandwidth: " + Exact(k.shared_bandwidth) + "}");
-    }
-    line("  op_overhead: " + Exact(k.op_overhead));
-    if (k.stream_element > 0) {
-      line("  element_seconds: {stream: " + Exact(k.stream_element) + ", special: " + Exact(k.special_element) + "}");
-    }
-    if (!k.busy_speedup.empty()) {
-      std::string list;
-      for (double x : k.busy_speedup) list += (list.empty() ? "" : ", ") + Exact(x);
-      line("  busy_speedup: [" + list + "]");
-    }
-    if (!k.measured.empty()) line("  measured: " + Quote(k.measured));
-  }
-  line("log:");
-  line("  every: " + std::to_string(c.log.every));
-  if (!c.log.jsonl.empty()) line("  jsonl: " + Quote(c.log.jsonl));
-  if (!c.save.onnx.empty()) line("save: {onnx: " + Quote(c.save.onnx) + "}");
   return y;
+}
+
+std::string ClusterYaml(const ClusterConfig& k) {
+  std::string y;
+  auto line = [&](const std::string& s) { y += s + "\n"; };
+  line("cluster:");
+  line("  nodes: " + std::to_string(k.nodes));
+  if (k.devices_per_node > 0) line("  devices_per_node: " + std::to_string(k.devices_per_node));
+  line("  memory_gib: " + Exact(k.memory_gib));
+  line("  flops: " + Exact(k.flops));
+  line("  bandwidth: {intra: " + Exact(k.bandwidth_intra) + ", inter: " + Exact(k.bandwidth_inter) + "}");
+  line("  latency: {intra: " + Exact(k.latency_intra) + ", inter: " + Exact(k.latency_inter) + "}");
+  line("  p2p_latency: " + Exact(k.p2p_latency));
+  if (!k.p2p_wake.empty()) {
+    std::string list;
+    for (const auto& [wait, latency] : k.p2p_wake) list += (list.empty() ? "[" : ", [") + Exact(wait) + ", " + Exact(latency) + "]";
+    line("  p2p_wake: [" + list + "]");
+  }
+  if (k.shared_latency > 0) {
+    line("  shared_allreduce: {latency: " + Exact(k.shared_latency) + ", bandwidth: " + Exact(k.shared_bandwidth) + "}");
+  }
+  line("  op_overhead: " + Exact(k.op_overhead));
+  if (k.stream_element > 0) {
+    line("  element_seconds: {stream: " + Exact(k.stream_element) + ", special: " + Exact(k.special_element) + "}");
+  }
+  if (!k.busy_speedup.empty()) {
+    std::string list;
+    for (double x : k.busy_speedup) list += (list.empty() ? "" : ", ") + Exact(x);
+    line("  busy_speedup: [" + list + "]");
+  }
+  if (!k.measured.empty()) line("  measured: " + Quote(k.measured));
+  return y;
+}
+
+std::string OutputsYaml(const LogConfig& log, const SaveConfig& save) {
+  std::string y;
+  auto line = [&](const std::string& s) { y += s + "\n"; };
+  line("log:");
+  line("  every: " + std::to_string(log.every));
+  if (!log.jsonl.empty()) line("  jsonl: " + Quote(log.jsonl));
+  if (!save.onnx.empty()) line("save: {onnx: " + Quote(save.onnx) + "}");
+  return y;
+}
+
+}  // namespace
+
+std::string ConfigToYaml(const Config& c) {
+  return ModelYaml(c.model) + DataYaml(c.data) + TrainYaml(c.train) + OptimizerYaml(c.optimizer, c.schedule) +
+         ParallelYaml(c.parallel) + (c.cluster.given ? ClusterYaml(c.cluster) : "") + OutputsYaml(c.log, c.save);
 }
 
 namespace {
