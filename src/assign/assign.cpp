@@ -76,6 +76,22 @@ class Assigner {
   Assigner(const ir::TrainingGraph& tg, const AssignOptions& o) : tg_(tg), g_(tg.graph), o_(o) {}
 
   Result<Assignment> Run() {
+    IndexValues();
+    IndexStages();
+    RETURN_IF_ERROR(ResolveHints());
+    for (size_t n = 0; n < g_.nodes.size(); ++n) RETURN_IF_ERROR(Candidates(static_cast<NodeId>(n)));
+    IndexSlots();
+    IndexNeighbours();
+    RETURN_IF_ERROR(SolveFromStarts());
+    for (size_t n = 0; n < g_.nodes.size(); ++n) a_.node_sig[n] = Sig(static_cast<NodeId>(n));
+    Total();
+    Breakdown();
+    return a_;
+  }
+
+ private:
+  // Each value's stage, whether it moves once a step, and its price class.
+  void IndexValues() {
     a_.value_stage = o_.value_stage;
     a_.value_stage.resize(g_.values.size(), 0);
     a_.value_sbp.assign(g_.values.size(), NdSbp());
@@ -110,6 +126,10 @@ class Assigner {
       if (fresh && o_.prices) shared_type_.push_back(o_.prices->TypeId(v.type.shape, v.type.dtype, role));
     }
     price_memo_.resize(classes.size() * o_.stages.size() * o_.stages.size());
+  }
+
+  // Each node's work, the nodes' map, and per stage pair and stage what pricing needs.
+  void IndexStages() {
     for (const ir::Node& node : g_.nodes) work_.push_back(OpSeconds(g_, node, o_.cluster));
     MapNodes();
     for (const Placement& a : o_.stages)
@@ -129,9 +149,10 @@ class Assigner {
     if (o_.prices)
       for (size_t s = 0; s < o_.stages.size(); ++s)
         shared_place_.push_back(o_.prices->PlaceId(o_.stages[s], grad_bytes_[s], param_bytes_[s]));
-    RETURN_IF_ERROR(ResolveHints());
-    for (size_t n = 0; n < g_.nodes.size(); ++n) RETURN_IF_ERROR(Candidates(static_cast<NodeId>(n)));
-    IndexSlots();
+  }
+
+  // Each forward node's backward nodes, each parameter's update, and the nodes that lead a layer.
+  void IndexNeighbours() {
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       const ir::Node& node = g_.nodes[n];
       if (node.phase == ir::Phase::kBackward && node.origin >= 0) backward_of_[static_cast<size_t>(node.origin)].push_back(static_cast<NodeId>(n));
@@ -143,6 +164,10 @@ class Assigner {
       const bool matmul = node.op == OpKind::kMatMul || node.op == OpKind::kGemm;
       leads_.push_back(node.phase == ir::Phase::kForward && (reads_param || matmul));
     }
+  }
+
+  // Solves from each start, polishes, and keeps the cheapest in a_ and sig_.
+  Status SolveFromStarts() {
     // Two starts, each polished by refinement and group moves; the cheaper wins (ties: the first).
     Assignment best;
     std::vector<int> best_sig;
@@ -190,13 +215,9 @@ class Assigner {
     }
     a_ = std::move(best);
     sig_ = std::move(best_sig);
-    for (size_t n = 0; n < g_.nodes.size(); ++n) a_.node_sig[n] = Sig(static_cast<NodeId>(n));
-    Total();
-    Breakdown();
-    return a_;
+    return Status::Ok();
   }
 
- private:
   const Placement& PlaceOf(ValueId v) const { return o_.stages[static_cast<size_t>(a_.value_stage[static_cast<size_t>(v)])]; }
   const Placement& PlaceOfNode(NodeId n) const { return o_.stages[static_cast<size_t>(o_.node_stage[static_cast<size_t>(n)])]; }
   bool IsConst(ValueId v) const { return g_.value(v).kind == ir::ValueKind::kConst; }
