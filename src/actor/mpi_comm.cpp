@@ -297,6 +297,11 @@ class MpiCommunicator final : public Communicator {
   Status CheckTensors(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) const;
   Status CheckBucket(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) const;
   Status StartCollective(Pending& p, MPI_Comm comm, int k);
+  // Each collective op's start: staging where its parts are not contiguous, then the nonblocking call.
+  Status StartAllReduce(Pending& p, MPI_Comm comm);
+  Status StartAllGather(Pending& p, MPI_Comm comm, int k);
+  Status StartReduceScatter(Pending& p, MPI_Comm comm, int k);
+  Status StartAllToAll(Pending& p, MPI_Comm comm);
   Status PrepareShared(int id, MPI_Comm group, int64_t bytes);
   // The global rank of each member of `c`, in its rank order.
   Status GlobalRanks(MPI_Comm c, std::vector<int>* ranks, const std::string& what) const;
@@ -580,120 +585,151 @@ Status MpiCommunicator::CheckTensors(const Task& t, const std::vector<Tensor>& i
 Status MpiCommunicator::StartCollective(Pending& p, MPI_Comm comm, int k) {
   const Task& t = p.task;
   const std::string what = Describe(t);
-  const int parts = static_cast<int>(t.group.size());
   const Tensor& x = p.in[0];
-  const Tensor& y = p.out.empty() ? x : p.out[0];
-  const MPI_Datatype type = TypeOf(x.dtype());
-  const size_t es = SizeOf(x.dtype());
   const bool reduces = t.op == Op::kAllReduce || t.op == Op::kReduceScatter;
   if (reduces && x.dtype() != DType::kF32 && x.dtype() != DType::kI64 && x.dtype() != DType::kI32)
     return Fail(what, "no reduction for " + std::string(Name(x.dtype())));
   switch (t.op) {
-    case Op::kAllReduce: {
-      if (p.in.size() > 1 && LaidOutAlike(p.in, p.out)) {  // a bucket the runtime laid out end to end
-        // One copy of the span, then in place: Open MPI's non-blocking all-reduce from one buffer
-        // into another is much slower than in place.
-        const char* begin = static_cast<const char*>(p.in.front().raw());
-        const size_t span = static_cast<size_t>(static_cast<const char*>(p.in.back().raw()) - begin) + p.in.back().bytes();
-        std::memcpy(p.out.front().raw(), begin, span);
-        return Mpi(MPI_Iallreduce(MPI_IN_PLACE, p.out.front().raw(), static_cast<int>(span / es), type, OpOf(t.reduce), comm, &p.req),
-                   "MPI_Iallreduce", what);
-      }
-      if (p.in.size() > 1) {  // a bucket: one reduction over the inputs packed end to end
-        size_t at = 0;
-        for (const Tensor& i : p.in) at += i.bytes();
-        p.recv_stage.resize(at);
-        at = 0;
-        for (const Tensor& i : p.in) {
-          std::memcpy(p.recv_stage.data() + at, i.raw(), i.bytes());
-          at += i.bytes();
-        }
-        p.bucket = true;
-        return Mpi(MPI_Iallreduce(MPI_IN_PLACE, p.recv_stage.data(), static_cast<int>(at / es), type, OpOf(t.reduce), comm,
-                                  &p.req),
-                   "MPI_Iallreduce", what);
-      }
-      // In place, as for a bucket above.
-      if (x.raw() != y.raw()) std::memcpy(y.raw(), x.raw(), y.bytes());
-      return Mpi(MPI_Iallreduce(MPI_IN_PLACE, y.raw(), static_cast<int>(y.numel()), type, OpOf(t.reduce), comm, &p.req),
-                 "MPI_Iallreduce", what);
-    }
-    case Op::kAllGather: {
-      if (p.in.size() > 1) {  // a bucket laid out by member (MoveByMember), unpacked on completion
-        const Counts c = MemberCounts(p.out, t.concat_axis, parts);
-        p.recv_stage.resize(static_cast<size_t>(c.displ.back() + c.n.back()) * es);
-        size_t at = static_cast<size_t>(c.displ[static_cast<size_t>(k)]) * es;  // this member's parts, in place
-        for (const Tensor& i : p.in) {
-          std::memcpy(p.recv_stage.data() + at, i.raw(), i.bytes());
-          at += i.bytes();
-        }
-        p.parts = parts;
-        p.gathered = true;
-        return Mpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p.recv_stage.data(), c.n.data(), c.displ.data(), type,
-                                   comm, &p.req),
-                   "MPI_Iallgatherv", what);
-      }
-      const AxisView v = Around(y.shape(), t.concat_axis);
-      const Counts c = PartCounts(v, parts);
-      void* recv = y.raw();
-      if (v.outer > 1) {
-        p.recv_stage.resize(y.bytes());
-        p.unpack = v;
-        p.parts = parts;
-        recv = p.recv_stage.data();
-      }
-      // In place too, this rank's part copied to where it belongs first.
-      std::memcpy(static_cast<char*>(recv) + static_cast<size_t>(c.displ[static_cast<size_t>(k)]) * es, x.raw(),
-                  static_cast<size_t>(c.n[static_cast<size_t>(k)]) * es);
-      return Mpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, c.n.data(), c.displ.data(), type, comm, &p.req),
-                 "MPI_Iallgatherv", what);
-    }
-    case Op::kReduceScatter: {
-      if (p.in.size() > 1) {  // a bucket: packed by member, so member j gets part j of every gradient
-        const Counts c = MemberCounts(p.in, t.split_axis, parts);
-        p.send_stage.resize(static_cast<size_t>(c.displ.back() + c.n.back()) * es);
-        MoveByMember(p.in, t.split_axis, parts, p.send_stage.data(), true);
-        p.recv_stage.resize(static_cast<size_t>(c.n[static_cast<size_t>(k)]) * es);
-        p.bucket = true;  // this member's parts, one after another: the outputs end to end
-        return Mpi(MPI_Ireduce_scatter(p.send_stage.data(), p.recv_stage.data(), c.n.data(), type, OpOf(t.reduce), comm,
-                                       &p.req),
-                   "MPI_Ireduce_scatter", what);
-      }
-      const AxisView v = Around(x.shape(), t.split_axis);
-      const Counts c = PartCounts(v, parts);
-      const void* send = x.raw();
-      if (v.outer > 1) {
-        p.send_stage.resize(x.bytes());
-        Move(static_cast<char*>(x.raw()), v, parts, es, p.send_stage.data(), true);
-        send = p.send_stage.data();
-      }
-      return Mpi(MPI_Ireduce_scatter(send, y.raw(), c.n.data(), type, OpOf(t.reduce), comm, &p.req),
-                 "MPI_Ireduce_scatter", what);
-    }
-    case Op::kAllToAll: {
-      // To member j goes part j of x along split_axis; from member j comes part j of y along
-      // concat_axis.
-      const AxisView vs = Around(x.shape(), t.split_axis), vr = Around(y.shape(), t.concat_axis);
-      const Counts cs = PartCounts(vs, parts), cr = PartCounts(vr, parts);
-      const void* send = x.raw();
-      void* recv = y.raw();
-      if (vs.outer > 1) {
-        p.send_stage.resize(x.bytes());
-        Move(static_cast<char*>(x.raw()), vs, parts, es, p.send_stage.data(), true);
-        send = p.send_stage.data();
-      }
-      if (vr.outer > 1) {
-        p.recv_stage.resize(y.bytes());
-        p.unpack = vr;
-        p.parts = parts;
-        recv = p.recv_stage.data();
-      }
-      return Mpi(MPI_Ialltoallv(send, cs.n.data(), cs.displ.data(), type, recv, cr.n.data(), cr.displ.data(), type,
-                                comm, &p.req),
-                 "MPI_Ialltoallv", what);
-    }
+    case Op::kAllReduce: return StartAllReduce(p, comm);
+    case Op::kAllGather: return StartAllGather(p, comm, k);
+    case Op::kReduceScatter: return StartReduceScatter(p, comm, k);
+    case Op::kAllToAll: return StartAllToAll(p, comm);
     default: return Fail(what, "not a collective");
   }
+}
+
+Status MpiCommunicator::StartAllReduce(Pending& p, MPI_Comm comm) {
+  const Task& t = p.task;
+  const std::string what = Describe(p.task);
+  const Tensor& x = p.in[0];
+  const Tensor& y = p.out.empty() ? p.in[0] : p.out[0];
+  const MPI_Datatype type = TypeOf(p.in[0].dtype());
+  const size_t es = SizeOf(p.in[0].dtype());
+  if (p.in.size() > 1 && LaidOutAlike(p.in, p.out)) {  // a bucket the runtime laid out end to end
+    // One copy of the span, then in place: Open MPI's non-blocking all-reduce from one buffer
+    // into another is much slower than in place.
+    const char* begin = static_cast<const char*>(p.in.front().raw());
+    const size_t span = static_cast<size_t>(static_cast<const char*>(p.in.back().raw()) - begin) + p.in.back().bytes();
+    std::memcpy(p.out.front().raw(), begin, span);
+    return Mpi(MPI_Iallreduce(MPI_IN_PLACE, p.out.front().raw(), static_cast<int>(span / es), type, OpOf(t.reduce), comm, &p.req),
+               "MPI_Iallreduce", what);
+  }
+  if (p.in.size() > 1) {  // a bucket: one reduction over the inputs packed end to end
+    size_t at = 0;
+    for (const Tensor& i : p.in) at += i.bytes();
+    p.recv_stage.resize(at);
+    at = 0;
+    for (const Tensor& i : p.in) {
+      std::memcpy(p.recv_stage.data() + at, i.raw(), i.bytes());
+      at += i.bytes();
+    }
+    p.bucket = true;
+    return Mpi(MPI_Iallreduce(MPI_IN_PLACE, p.recv_stage.data(), static_cast<int>(at / es), type, OpOf(t.reduce), comm,
+                              &p.req),
+               "MPI_Iallreduce", what);
+  }
+  // In place, as for a bucket above.
+  if (x.raw() != y.raw()) std::memcpy(y.raw(), x.raw(), y.bytes());
+  return Mpi(MPI_Iallreduce(MPI_IN_PLACE, y.raw(), static_cast<int>(y.numel()), type, OpOf(t.reduce), comm, &p.req),
+             "MPI_Iallreduce", what);
+}
+
+Status MpiCommunicator::StartAllGather(Pending& p, MPI_Comm comm, int k) {
+  const Task& t = p.task;
+  const std::string what = Describe(p.task);
+  const int parts = static_cast<int>(p.task.group.size());
+  const Tensor& x = p.in[0];
+  const Tensor& y = p.out.empty() ? p.in[0] : p.out[0];
+  const MPI_Datatype type = TypeOf(p.in[0].dtype());
+  const size_t es = SizeOf(p.in[0].dtype());
+  if (p.in.size() > 1) {  // a bucket laid out by member (MoveByMember), unpacked on completion
+    const Counts c = MemberCounts(p.out, t.concat_axis, parts);
+    p.recv_stage.resize(static_cast<size_t>(c.displ.back() + c.n.back()) * es);
+    size_t at = static_cast<size_t>(c.displ[static_cast<size_t>(k)]) * es;  // this member's parts, in place
+    for (const Tensor& i : p.in) {
+      std::memcpy(p.recv_stage.data() + at, i.raw(), i.bytes());
+      at += i.bytes();
+    }
+    p.parts = parts;
+    p.gathered = true;
+    return Mpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p.recv_stage.data(), c.n.data(), c.displ.data(), type,
+                               comm, &p.req),
+               "MPI_Iallgatherv", what);
+  }
+  const AxisView v = Around(y.shape(), t.concat_axis);
+  const Counts c = PartCounts(v, parts);
+  void* recv = y.raw();
+  if (v.outer > 1) {
+    p.recv_stage.resize(y.bytes());
+    p.unpack = v;
+    p.parts = parts;
+    recv = p.recv_stage.data();
+  }
+  // In place too, this rank's part copied to where it belongs first.
+  std::memcpy(static_cast<char*>(recv) + static_cast<size_t>(c.displ[static_cast<size_t>(k)]) * es, x.raw(),
+              static_cast<size_t>(c.n[static_cast<size_t>(k)]) * es);
+  return Mpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, c.n.data(), c.displ.data(), type, comm, &p.req),
+             "MPI_Iallgatherv", what);
+}
+
+Status MpiCommunicator::StartReduceScatter(Pending& p, MPI_Comm comm, int k) {
+  const Task& t = p.task;
+  const std::string what = Describe(p.task);
+  const int parts = static_cast<int>(p.task.group.size());
+  const Tensor& x = p.in[0];
+  const Tensor& y = p.out.empty() ? p.in[0] : p.out[0];
+  const MPI_Datatype type = TypeOf(p.in[0].dtype());
+  const size_t es = SizeOf(p.in[0].dtype());
+  if (p.in.size() > 1) {  // a bucket: packed by member, so member j gets part j of every gradient
+    const Counts c = MemberCounts(p.in, t.split_axis, parts);
+    p.send_stage.resize(static_cast<size_t>(c.displ.back() + c.n.back()) * es);
+    MoveByMember(p.in, t.split_axis, parts, p.send_stage.data(), true);
+    p.recv_stage.resize(static_cast<size_t>(c.n[static_cast<size_t>(k)]) * es);
+    p.bucket = true;  // this member's parts, one after another: the outputs end to end
+    return Mpi(MPI_Ireduce_scatter(p.send_stage.data(), p.recv_stage.data(), c.n.data(), type, OpOf(t.reduce), comm,
+                                   &p.req),
+               "MPI_Ireduce_scatter", what);
+  }
+  const AxisView v = Around(x.shape(), t.split_axis);
+  const Counts c = PartCounts(v, parts);
+  const void* send = x.raw();
+  if (v.outer > 1) {
+    p.send_stage.resize(x.bytes());
+    Move(static_cast<char*>(x.raw()), v, parts, es, p.send_stage.data(), true);
+    send = p.send_stage.data();
+  }
+  return Mpi(MPI_Ireduce_scatter(send, y.raw(), c.n.data(), type, OpOf(t.reduce), comm, &p.req),
+             "MPI_Ireduce_scatter", what);
+}
+
+Status MpiCommunicator::StartAllToAll(Pending& p, MPI_Comm comm) {
+  const Task& t = p.task;
+  const std::string what = Describe(p.task);
+  const int parts = static_cast<int>(p.task.group.size());
+  const Tensor& x = p.in[0];
+  const Tensor& y = p.out.empty() ? p.in[0] : p.out[0];
+  const MPI_Datatype type = TypeOf(p.in[0].dtype());
+  const size_t es = SizeOf(p.in[0].dtype());
+  // To member j goes part j of x along split_axis; from member j comes part j of y along
+  // concat_axis.
+  const AxisView vs = Around(x.shape(), t.split_axis), vr = Around(y.shape(), t.concat_axis);
+  const Counts cs = PartCounts(vs, parts), cr = PartCounts(vr, parts);
+  const void* send = x.raw();
+  void* recv = y.raw();
+  if (vs.outer > 1) {
+    p.send_stage.resize(x.bytes());
+    Move(static_cast<char*>(x.raw()), vs, parts, es, p.send_stage.data(), true);
+    send = p.send_stage.data();
+  }
+  if (vr.outer > 1) {
+    p.recv_stage.resize(y.bytes());
+    p.unpack = vr;
+    p.parts = parts;
+    recv = p.recv_stage.data();
+  }
+  return Mpi(MPI_Ialltoallv(send, cs.n.data(), cs.displ.data(), type, recv, cr.n.data(), cr.displ.data(), type,
+                            comm, &p.req),
+             "MPI_Ialltoallv", what);
 }
 
 Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in, std::vector<Tensor> out, DeviceStream* after) {
