@@ -134,14 +134,14 @@ Status AgreeOnRun(const World& w, const RunDigest& digest, double timeout) {
   return users ? Status::Invalid(msg) : Status::Runtime(msg);
 }
 
-CollectiveSetup SetUpCollectives(const ir::Plan& plan, int64_t shared_per_rank) {
+CollectiveSetup SetUpCollectives(const ir::Plan& plan, int64_t budget_per_rank) {
   CollectiveSetup c;
   for (const ir::TaskDesc& t : plan.tasks) {
     if (t.kind != ir::TaskKind::kBoxing || t.move.collective < 0) continue;
     const auto id = static_cast<size_t>(t.move.collective);
     if (c.groups.size() <= id) {
       c.groups.resize(id + 1);
-      c.shared.resize(id + 1, 0);
+      c.input_bytes.resize(id + 1, 0);
     }
     if (c.groups[id].empty()) c.groups[id] = t.move.group;
     if (!t.per_step || t.move.op != boxing::Op::kAllReduce || t.move.reduce != sbp::Reduce::kSum) continue;
@@ -152,19 +152,19 @@ CollectiveSetup SetUpCollectives(const ir::Plan& plan, int64_t shared_per_rank) 
       f32 = f32 && plan.regsts[static_cast<size_t>(r)].type.dtype == DType::kF32;
     }
     int64_t bytes = 0;
-    boxing::BucketOffsets(pieces, &bytes);  // laid out in the window as a bucket is
-    if (f32) c.shared[id] = std::max(c.shared[id], bytes);
+    boxing::BucketOffsets(pieces, &bytes);  // laid out as a bucket is
+    if (f32) c.input_bytes[id] = std::max(c.input_bytes[id], bytes);
   }
-  std::map<int, int64_t> used;  // per rank: shared bytes taken so far
-  for (size_t id = 0; id < c.shared.size(); ++id) {
-    if (c.shared[id] == 0) continue;
+  std::map<int, int64_t> used;  // per rank: input bytes taken so far
+  for (size_t id = 0; id < c.input_bytes.size(); ++id) {
+    if (c.input_bytes[id] == 0) continue;
     bool fits = true;
-    for (int r : c.groups[id]) fits = fits && used[r] + c.shared[id] <= shared_per_rank;
+    for (int r : c.groups[id]) fits = fits && used[r] + c.input_bytes[id] <= budget_per_rank;
     if (!fits) {
-      c.shared[id] = 0;
+      c.input_bytes[id] = 0;
       continue;
     }
-    for (int r : c.groups[id]) used[r] += c.shared[id];
+    for (int r : c.groups[id]) used[r] += c.input_bytes[id];
   }
   return c;
 }

@@ -46,15 +46,16 @@ struct RunDigest {
 Status AgreeOnRun(const World& w, const RunDigest& digest, double timeout);
 
 // What Communicator::Prepare needs from a plan: each collective's group and, for a once-a-step
-// float32 sum all-reduce (the gradients' buckets, the norm's), the most bytes one of its acts
-// reduces, so that it can run through memory its members share (Communicator::Prepare). Per
-// micro-batch all-reduces go through MPI, as the cost model prices them (sbp::Cluster). Collectives take shared memory in id order while every
-// member's total stays within `shared_per_rank`; the rest go through MPI. Every rank computes the
-// same from the same plan, so a collective's members agree on its path.
+// float32 sum all-reduce (the gradients' buckets, the norm's), the most bytes of inputs one of
+// its acts takes, laid out as a bucket, so that the backend may give it an input buffer
+// (Communicator::InputBuffer; the MPI backend's is memory the members of a node share). Per
+// micro-batch all-reduces get none, as the cost model prices them (sbp::Cluster). Collectives get
+// input bytes in id order while every member's total stays within `budget_per_rank`. Every rank
+// computes the same from the same plan, so a collective's members agree on its path.
 struct CollectiveSetup {
   std::vector<std::vector<int>> groups;  // entry i: the group of collective i
-  std::vector<int64_t> shared;           // entry i: its shared bytes, or 0
+  std::vector<int64_t> input_bytes;      // entry i: its input buffer's bytes, or 0
 };
-CollectiveSetup SetUpCollectives(const ir::Plan& plan, int64_t shared_per_rank = boxing::kSharedReduceBytesPerRank);
+CollectiveSetup SetUpCollectives(const ir::Plan& plan, int64_t budget_per_rank = boxing::kSharedReduceBytesPerRank);
 
 }  // namespace fr::actor

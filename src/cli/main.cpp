@@ -91,6 +91,33 @@ int KernelThreads() {
   return std::max(1, std::min(Cores() / RanksHere(), AllowedCpus()));
 }
 
+// The step log of a run: rank 0's writes the JSONL file.
+StepLogOptions LogOptionsOf(const Config& cfg, const Compiled& c, bool lead, int devices) {
+  StepLogOptions lo;
+  lo.steps = cfg.train.steps;
+  lo.every = cfg.log.every;
+  lo.jsonl = lead ? cfg.log.jsonl : "";
+  lo.schedule = Schedule{cfg.optimizer.lr, cfg.schedule.min_lr, static_cast<int>(cfg.schedule.type), cfg.schedule.warmup,
+                         cfg.train.steps};
+  lo.flops_per_step = c.flops_per_step;
+  lo.tokens_per_step = c.tokens_per_step;
+  lo.tokens = cfg.data.format == DataConfig::Format::kTokens;
+  lo.devices = devices;
+  return lo;
+}
+
+// The runtime's settings for this rank: deadlines, signals, threads and polling.
+actor::RunOptions RunOptionsOf(const Config& cfg, int kernel_threads) {
+  actor::RunOptions ro;
+  ro.stall_timeout = cfg.parallel.timeout;
+  ro.stop_signal = &g_stop_signal;
+  if (kernel_threads > 0) ro.on_thread_start = [kernel_threads] { omp_set_num_threads(kernel_threads); };
+  ro.poll_max = actor::Stream::PollMaxFor(RanksHere(), Cores());
+  ro.poll_spin = actor::Stream::PollSpinFor(RanksHere(), Cores());
+  ro.progress_thread = AllowedCpus() > omp_get_max_threads();  // the kernel threads, as Train set them
+  return ro;
+}
+
 int Train(const Args& a) {
   const std::string pinned = PinUnboundRank();
   // Bounds the waits on other ranks that nothing can interrupt (blocking MPI calls): a rank that
@@ -144,33 +171,17 @@ int Train(const Args& a) {
   if (world->comm) {
     const actor::CollectiveSetup setup = actor::SetUpCollectives(plan);
     Watchdog::Phase phase(dog, "preparing the collectives with the other ranks", cfg->parallel.timeout);
-    if (Status s = world->comm->Prepare(setup.groups, setup.shared); !s.ok()) return fail(s);
+    if (Status s = world->comm->Prepare(setup.groups, setup.input_bytes); !s.ok()) return fail(s);
   }
   data::Loader loader(*c->dataset, c->input_field, cfg->data, cfg->train);
-  StepLogOptions lo;
-  lo.steps = cfg->train.steps;
-  lo.every = cfg->log.every;
-  lo.jsonl = lead ? cfg->log.jsonl : "";
-  lo.schedule = Schedule{cfg->optimizer.lr, cfg->schedule.min_lr, static_cast<int>(cfg->schedule.type),
-                         cfg->schedule.warmup, cfg->train.steps};
-  lo.flops_per_step = c->flops_per_step;
-  lo.tokens_per_step = c->tokens_per_step;
-  lo.tokens = cfg->data.format == DataConfig::Format::kTokens;
-  lo.devices = world->size;
-  StepLog log(lo);
+  StepLog log(LogOptionsOf(*cfg, *c, lead, world->size));
   if (Status s = log.Open(); !s.ok()) return fail(s);
   actor::Runtime rt(plan, c->training.graph, world->rank, world->comm.get());
-  actor::RunOptions ro;
+  actor::RunOptions ro = RunOptionsOf(*cfg, kernel_threads);
   ro.feeder = &loader;
   ro.on_step = [&](const actor::StepRecord& r) { return log.OnStep(r); };
   RunningStats running(c->training.graph);
   ro.on_stat = [&](ir::ValueId stat, int64_t, int64_t, const Tensor& x) { running.Take(stat, x); };
-  ro.stall_timeout = cfg->parallel.timeout;
-  ro.stop_signal = &g_stop_signal;
-  if (kernel_threads > 0) ro.on_thread_start = [kernel_threads] { omp_set_num_threads(kernel_threads); };
-  ro.poll_max = actor::Stream::PollMaxFor(RanksHere(), Cores());
-  ro.poll_spin = actor::Stream::PollSpinFor(RanksHere(), Cores());
-  ro.progress_thread = AllowedCpus() > omp_get_max_threads();  // the kernel threads, as set above
   std::unique_ptr<actor::Tracer> tracer;
   if (!a.trace.empty()) {
     tracer = std::make_unique<actor::Tracer>(plan, world->rank);

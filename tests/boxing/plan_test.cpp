@@ -978,14 +978,14 @@ TEST(Plan, SharedMemoryAllReducesStayWithinTheBudget) {
   ASSERT_EQ(whole.groups.size(), 7u);
   for (const auto& [id, bytes] : bucket_bytes) {
     EXPECT_EQ(whole.groups[static_cast<size_t>(id)], (std::vector<int>{0, 1}));
-    EXPECT_EQ(whole.shared[static_cast<size_t>(id)], bytes) << "collective " << id;
+    EXPECT_EQ(whole.input_bytes[static_cast<size_t>(id)], bytes) << "collective " << id;
   }
   const int64_t budget = 300 << 10;
   const fr::actor::CollectiveSetup part = fr::actor::SetUpCollectives(p, budget);
   int64_t used = 0;
   int admitted = 0;
   for (const auto& [id, bytes] : bucket_bytes) {
-    const int64_t got = part.shared[static_cast<size_t>(id)];
+    const int64_t got = part.input_bytes[static_cast<size_t>(id)];
     EXPECT_TRUE(got == 0 || got == bytes) << "collective " << id;
     if (got == 0) {
       EXPECT_GT(used + bytes, budget) << "collective " << id << " fits but was left to MPI";
