@@ -15,7 +15,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 run() {  # binary, ranks: prints ms/step (the mean after the first step, from the "done:" line)
-  local cmd=("$1" train "$config" --set train.steps=$((steps + 1)) --set log.every=$((steps + 1)) --set save.onnx=)
+  local cmd=("$1" train "$config" --set train.steps=$((steps + 1)) --set log.every=$((steps + 1)) --set save.onnx="$work/saved.onnx")
   if [ "$2" -gt 1 ]; then cmd=(mpirun --oversubscribe -n "$2" "${cmd[@]}" --set 'parallel.sbp={idx: ["S(0)"]}'); fi
   timeout 900 "${cmd[@]}" 2>&1 | sed -nE 's/^done: .*, ([0-9.]+) ms\/step.*/\1/p'
 }

@@ -65,7 +65,7 @@ CASES += [(os.path.basename(g)[:-5], g, 1, []) for g in GOLDENS]
 
 def train(binary, config, ranks, sets, out):
     cmd = (["mpirun", "--oversubscribe", "-n", str(ranks)] if ranks > 1 else []) + [binary, "train", config]
-    for s in sets + ["train.steps=20", "log.every=1", "log.jsonl=" + out, "save.onnx="]:
+    for s in sets + ["train.steps=20", "log.every=1", "log.jsonl=" + out, "save.onnx=" + out[:-len(".jsonl")] + ".onnx"]:
         cmd += ["--set", s]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
