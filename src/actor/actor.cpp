@@ -20,7 +20,7 @@ bool MovesAcrossRanks(const ir::TaskDesc& t) {
 }
 
 Actor::Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task) : rt_(rt), plan_(plan), task_(task) {
-  total_ = plan.Acts(task);
+  total_ = plan.Acts(task, rt.steps());
   const int64_t m = plan.micro_batches;
   const bool variable = task.kind == TaskKind::kVariable;
   // Ratio of this task's acts to a regst's pieces: M when a per-micro-batch task meets a per-step regst.
@@ -43,7 +43,7 @@ Actor::Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task) : rt_(
     Port p;
     p.regst = r;
     p.ratio = ratio(rd);
-    p.pieces = variable ? plan.steps : total_ / p.ratio;
+    p.pieces = variable ? rt.steps() : total_ / p.ratio;
     for (int s = 0; s < rd.regst_num; ++s) p.slots.push_back(s);
     p.pending.assign(static_cast<size_t>(rd.regst_num), 0);
     out_.push_back(std::move(p));
@@ -51,11 +51,6 @@ Actor::Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task) : rt_(
   for (int r : task.out)
     for (int c : plan.regsts[static_cast<size_t>(r)].consumers)
       if (MovesAcrossRanks(plan.tasks[static_cast<size_t>(c)])) feeds_movement_ = true;
-  if (variable && task.node >= 0) {  // optimizer state has the parameter piece's shape
-    const ir::TensorType& piece = plan.regsts[static_cast<size_t>(task.out[0])].type;
-    for (size_t i = 0; i < plan.nodes[static_cast<size_t>(task.node)].out.size(); ++i)
-      state_.emplace_back(piece.dtype, piece.shape, task.device);
-  }
 }
 
 Actor::Port* Actor::InPort(int regst) {
@@ -223,7 +218,8 @@ Status Actor::Variable(int64_t k) {
   std::vector<Tensor> in;
   for (size_t i = 0; i < node.in.size(); ++i) in.push_back(InputTensor(i));
   CheckOnDevice(in);
-  KernelCtx ctx{node, in, state_, k - 1, 0, plan_.micro_batches};
+  const std::vector<Tensor>& state = rt_.OptimizerState(task_.id);
+  KernelCtx ctx{node, in, state, rt_.first_step() + k - 1, 0, plan_.micro_batches};
   return Kernel(node.op, task_.device.type)(ctx);
 }
 
@@ -270,7 +266,7 @@ Status Actor::Move() {
 
 Status Actor::Body(int64_t k) {
   const int64_t m = plan_.micro_batches;
-  const int64_t step = task_.per_step ? k : k / m, micro = task_.per_step ? 0 : k % m;
+  const int64_t step = rt_.first_step() + (task_.per_step ? k : k / m), micro = task_.per_step ? 0 : k % m;
   switch (task_.kind) {
     case TaskKind::kCompute: return Compute(step, micro);
     case TaskKind::kVariable: return Variable(k);

@@ -78,7 +78,6 @@ class Actor {
   const ir::Plan& plan_;
   const ir::TaskDesc& task_;
   std::vector<Port> in_, out_;
-  std::vector<Tensor> state_;  // variable: optimizer state
   int64_t total_ = 0;
   int64_t next_ = 0;           // the next act
   bool in_flight_ = false;     // a data movement started and not finished

@@ -25,10 +25,14 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
   }
   for (const ir::TaskDesc& t : plan.tasks)
     if (t.rank == rank_) LayOutBucket(t);
+  state_.resize(plan.tasks.size());
   for (const ir::TaskDesc& t : plan.tasks) {  // a variable's slot starts as its initial piece
-    if (t.rank == rank_ && t.kind == ir::TaskKind::kVariable) {
-      Slot(t.out[0], 0).CopyFrom(plan.consts[static_cast<size_t>(t.param_piece)]);
-    }
+    if (t.rank != rank_ || t.kind != ir::TaskKind::kVariable) continue;
+    Slot(t.out[0], 0).CopyFrom(plan.consts[static_cast<size_t>(t.param_piece)]);
+    if (t.node < 0) continue;
+    const ir::TensorType& piece = plan.regsts[static_cast<size_t>(t.out[0])].type;  // the state's shape
+    for (size_t i = 0; i < plan.nodes[static_cast<size_t>(t.node)].out.size(); ++i)
+      state_[static_cast<size_t>(t.id)].emplace_back(piece.dtype, piece.shape, t.device);
   }
   // Constants read on a device are copied there once; copies run on a stream per device.
   for (const ir::TaskDesc& t : plan.tasks) {
@@ -122,6 +126,12 @@ Tensor Runtime::Param(ir::ValueId v) const {
   for (const ir::TaskDesc& t : plan_.tasks)
     if (t.kind == ir::TaskKind::kVariable && t.param == v && t.rank == rank_) return slots_[static_cast<size_t>(t.out[0])][0];
   return Tensor();
+}
+
+std::vector<Tensor> Runtime::OptimizerStateOf(ir::ValueId v) const {
+  for (const ir::TaskDesc& t : plan_.tasks)
+    if (t.kind == ir::TaskKind::kVariable && t.param == v && t.rank == rank_) return state_[static_cast<size_t>(t.id)];
+  return {};
 }
 
 void Runtime::Send(const Msg& m) { streams_[static_cast<size_t>(stream_of_[static_cast<size_t>(m.dst)])]->Push(m); }
@@ -277,6 +287,16 @@ std::string Runtime::StallReport() const {
 
 Status Runtime::Run(const RunOptions& opt) {
   opt_ = opt;
+  first_step_ = opt.first_step;
+  steps_ = opt.steps >= 0 ? opt.steps : plan_.steps - opt.first_step;
+  FR_CHECK(first_step_ >= 0 && steps_ >= 0 && !ran_failed_, "Run over steps " + std::to_string(first_step_) + "+" + std::to_string(steps_));
+  // A run after another starts afresh; the parameters, optimizer state and memory stay.
+  actors_.clear();
+  streams_.clear();
+  progress_.reset();
+  ready_.clear();
+  finished_ = 0;
+  next_emit_ = first_step_;
   start_ = std::chrono::steady_clock::now();
   // Threads (see runtime.h): the comm stream's actors run on the compute stream's thread.
   std::vector<int> thread_of(plan_.streams.size(), -1);
@@ -363,6 +383,7 @@ Status Runtime::Run(const RunOptions& opt) {
     progress_->Stop();
     progress_->Join();
   }
+  ran_failed_ = failed_;
   return result;
 }
 

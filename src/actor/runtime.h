@@ -1,5 +1,6 @@
 // Runtime: runs one rank's part of a Plan with actors on stream threads, and reports each finished
-// step. One Runtime runs once.
+// step. A Runtime may run several times, each run a span of steps after the last (a checkpoint
+// between them, for one), unless a run failed; the parameters and optimizer state carry over.
 //
 // Threads: one per stream of the Plan, except that the comm stream's actors run on the compute
 // stream's thread. A boxing actor only starts a nonblocking movement or copies a piece, and on a
@@ -70,6 +71,11 @@ struct RunOptions {
   // Called on the actor's stream thread right before (begin) and after each act: traces, tests.
   std::function<void(const ir::TaskDesc&, int64_t act, bool begin)> on_act;
   double stall_timeout = 60;
+  // The steps this run trains: from `first_step` (the steps done before, by an earlier run of the
+  // same Runtime or a checkpoint's), `steps` of them (-1: to Plan::steps). The data, the schedule
+  // and the optimizer see the global step.
+  int64_t first_step = 0;
+  int64_t steps = -1;
   // Polled every 200 ms; when it holds a signal number the run stops with an error naming it.
   const std::atomic<int>* stop_signal = nullptr;
   // Run first on every stream thread: per-thread settings such as the OpenMP team size, which a
@@ -97,6 +103,10 @@ class Runtime {
 
   // This rank's piece of a parameter (after Run: the trained value), on its device.
   Tensor Param(ir::ValueId v) const;
+  // This rank's optimizer state for parameter v (the update node's outputs, each the piece's
+  // shape; none for a parameter this rank does not hold), on its device. Writing into the tensors
+  // between runs sets it (a checkpoint's).
+  std::vector<Tensor> OptimizerStateOf(ir::ValueId v) const;
 
   // For actors.
   const ir::Graph& graph() const { return graph_; }
@@ -123,6 +133,9 @@ class Runtime {
   // A deferred actor's next act is ready (called on its stream's thread).
   void Announce(Actor* a);
   const RunOptions& options() const { return opt_; }
+  int64_t first_step() const { return first_step_; }
+  int64_t steps() const { return steps_; }
+  const std::vector<Tensor>& OptimizerState(int task) const { return state_[static_cast<size_t>(task)]; }
   // Constant piece `konst` (Plan::consts) on device `dev` (copied there when the runtime was made).
   const Tensor& Const(int konst, Device dev) const;
   // The stream the copy tasks of device `dev` queue on (called on the copy stream's thread).
@@ -159,6 +172,9 @@ class Runtime {
   std::vector<int> in_window_;               // per regst: the collective whose shared slot holds it, or -1
   int64_t bucket_bytes_ = 0;                 // laid out by LayOutBucket
   RegstPool pool_;
+  std::vector<std::vector<Tensor>> state_;  // by task id: a variable's optimizer state
+  int64_t first_step_ = 0, steps_ = 0;      // this run's (RunOptions)
+  bool ran_failed_ = false;                 // a run failed: the state is not one to go on from
   std::map<std::tuple<int, DeviceType, int>, Tensor> device_consts_;  // (konst, device): a constant there
   std::map<std::pair<DeviceType, int>, std::unique_ptr<DeviceStream>> copy_streams_;  // by device
   // By device: the stream its kernels queue on, which a movement of its tensors is ordered after.

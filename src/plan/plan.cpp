@@ -29,7 +29,7 @@ const char* Name(TaskKind k) {
   return "?";
 }
 
-int64_t Plan::Acts(const TaskDesc& t) const {
+int64_t Plan::Acts(const TaskDesc& t, int64_t steps) const {
   if (t.kind == TaskKind::kVariable) return steps + 1;
   return t.per_step ? steps : steps * micro_batches;
 }

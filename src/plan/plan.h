@@ -126,8 +126,9 @@ struct Plan {
   };
   Prediction predicted;
 
-  // Acts of a task over the whole run.
-  int64_t Acts(const TaskDesc& t) const;
+  // Acts of a task over `steps` steps (the whole run: Plan::steps).
+  int64_t Acts(const TaskDesc& t) const { return Acts(t, steps); }
+  int64_t Acts(const TaskDesc& t, int64_t steps) const;
   // Bytes a rank sends per step, summed over its boxing tasks.
   int64_t BytesMoved(int rank) const;
   // Memory per rank: parameters, optimizer state, and registers. The runtime gives a slot memory

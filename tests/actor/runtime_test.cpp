@@ -289,6 +289,43 @@ TEST(Runtime, SimDeviceTrainsAsTheCpu_1n1d) {
   }
 }
 
+// A Runtime runs again from where it stopped: steps 0-1 and then 2-4 train as steps 0-4 in one
+// run, bit for bit (the optimizer state and the parameters carry over; the data, the schedule and
+// the optimizer see the global step).
+TEST(Runtime, RunsInSpansAsInOne_1n1d) {
+  ir::TrainingGraph tg = TinyMlp(2, 2);
+  auto plan = boxing::LowerOneDevice(tg, 5, 2);
+  ASSERT_TRUE(plan.ok());
+  std::vector<Tensor> whole_params;
+  const auto whole = RunPlan(*plan, tg.graph, &whole_params);
+  ConstFeeder feeder;
+  actor::Runtime rt(*plan, tg.graph);
+  std::vector<actor::StepRecord> spans;
+  for (auto [first, steps] : {std::pair<int64_t, int64_t>{0, 2}, {2, 3}}) {
+    actor::RunOptions ro;
+    ro.feeder = &feeder;
+    ro.first_step = first;
+    ro.steps = steps;
+    ro.on_step = [&](const actor::StepRecord& r) {
+      spans.push_back(r);
+      return Status::Ok();
+    };
+    Status s = rt.Run(ro);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  ASSERT_EQ(whole.size(), 5u);
+  ASSERT_EQ(spans.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(spans[i].step, static_cast<int64_t>(i));
+    EXPECT_EQ(spans[i].loss, whole[i].loss) << "step " << i;
+    EXPECT_EQ(spans[i].grad_norm, whole[i].grad_norm) << "step " << i;
+  }
+  for (size_t i = 0; i < tg.graph.params.size(); ++i) {
+    const Tensor p = rt.Param(tg.graph.params[i]);
+    EXPECT_EQ(std::memcmp(p.raw(), whole_params[i].raw(), p.bytes()), 0) << "parameter " << i;
+  }
+}
+
 // A kernel is only ever given its own device's tensors: a plan that forgot a copy stops at the
 // first act that would read across devices, naming the task.
 TEST(RuntimeDeathTest, ATensorFromAnotherDeviceIsCaught) {
