@@ -297,7 +297,8 @@ Status Runtime::Run(const RunOptions& opt) {
   ready_.clear();
   finished_ = 0;
   next_emit_ = first_step_;
-  start_ = std::chrono::steady_clock::now();
+  if (!ran_) start_ = std::chrono::steady_clock::now();  // StepRecord::seconds count from the first run
+  ran_ = true;
   // Threads (see runtime.h): the comm stream's actors run on the compute stream's thread.
   std::vector<int> thread_of(plan_.streams.size(), -1);
   const auto compute = std::find(plan_.streams.begin(), plan_.streams.end(), ir::StreamKind::kCompute) - plan_.streams.begin();
@@ -384,6 +385,12 @@ Status Runtime::Run(const RunOptions& opt) {
     progress_->Join();
   }
   ran_failed_ = failed_;
+  // Every act is done, but the acks of the last ones may still have been queued when the streams
+  // stopped: the slots they free are free, for the next run.
+  if (!failed_)
+    for (size_t r = 0; r < slots_.size(); ++r)
+      for (size_t s = 0; pooled_[r] && s < slots_[r].size(); ++s)
+        if (slots_[r][s].defined()) Release(static_cast<int>(r), static_cast<int>(s));
   return result;
 }
 

@@ -58,7 +58,7 @@ struct StepRecord {
   int64_t step = 0;      // from 0
   double loss = 0;       // mean over the step's micro-batches
   double grad_norm = 0;  // global L2 norm before clipping
-  double seconds = 0;    // wall time since the run started, when the step finished
+  double seconds = 0;    // wall time since the Runtime's first run started, when the step finished
 };
 
 struct RunOptions {
@@ -175,6 +175,7 @@ class Runtime {
   std::vector<std::vector<Tensor>> state_;  // by task id: a variable's optimizer state
   int64_t first_step_ = 0, steps_ = 0;      // this run's (RunOptions)
   bool ran_failed_ = false;                 // a run failed: the state is not one to go on from
+  bool ran_ = false;                        // Run was called before
   std::map<std::tuple<int, DeviceType, int>, Tensor> device_consts_;  // (konst, device): a constant there
   std::map<std::pair<DeviceType, int>, std::unique_ptr<DeviceStream>> copy_streams_;  // by device
   // By device: the stream its kernels queue on, which a movement of its tensors is ordered after.

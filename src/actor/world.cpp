@@ -62,7 +62,7 @@ std::string Differing(const std::vector<unsigned long long>& all, size_t ranks, 
 
 }  // namespace
 
-Status AgreeOnRun(const World& w, const RunDigest& digest, double timeout) {
+Status AgreeOnRun(const World& w, const RunDigest& digest, double timeout, const std::string& where) {
   if (w.size == 1) return Status::Ok();
   // Point to point through rank 0, not one all-gather: waiting on its own receive from each rank,
   // rank 0 can name the ranks that never came (stopped, or still compiling); the others wait on
@@ -74,7 +74,7 @@ Status AgreeOnRun(const World& w, const RunDigest& digest, double timeout) {
   const unsigned long long mine[kDigestParts] = {digest.config, digest.inputs, digest.plan};
   std::copy(mine, mine + kDigestParts, all.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(w.rank) * kDigestParts));
   auto late = [&](const std::string& who, double waited) {
-    return Status::Runtime(me + who + " did not reach the start of training within " + std::to_string(static_cast<int>(waited)) +
+    return Status::Runtime(me + who + " did not reach " + where + " within " + std::to_string(static_cast<int>(waited)) +
                            " s (parallel.timeout): died, hung, or still compiling (a plan that takes longer needs a "
                            "larger parallel.timeout)");
   };

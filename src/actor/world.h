@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "actor/comm.h"
@@ -42,8 +43,9 @@ struct RunDigest {
 
 // Every rank runs the same job: compares the digests of all ranks. An error names, for each part
 // that differs, the ranks whose part differs from rank 0's; or, after `timeout` seconds (rank 0) or
-// twice that (the others), the ranks that never got this far. Every rank calls it.
-Status AgreeOnRun(const World& w, const RunDigest& digest, double timeout);
+// twice that (the others), the ranks that never got this far. Every rank calls it; past it, every
+// rank has called it (a barrier with a deadline). `where` names the point in the messages.
+Status AgreeOnRun(const World& w, const RunDigest& digest, double timeout, const std::string& where = "the start of training");
 
 // What Communicator::Prepare needs from a plan: each collective's group and, for a once-a-step
 // float32 sum all-reduce (the gradients' buckets, the norm's), the most bytes of inputs one of

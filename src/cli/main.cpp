@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <iomanip>
 #include <iostream>
 #include <map>
 #include <new>
@@ -24,6 +25,7 @@
 #include "base/report.h"
 #include "base/watchdog.h"
 #include "config/config.h"
+#include "driver/checkpoint.h"
 #include "driver/env.h"
 #include "driver/pipeline.h"
 #include "driver/run_files.h"
@@ -45,6 +47,8 @@ struct Args {
   int ranks = 0;
   std::string format = "text";
   std::string trace;
+  bool resume = false;
+  std::string resume_dir;  // empty: checkpoint.dir
 };
 
 // SIGINT / SIGTERM while the runtime runs: it polls this and stops every stream; the process exits
@@ -174,25 +178,53 @@ int Train(const Args& a) {
     if (Status s = world->comm->Prepare(setup.groups, setup.input_bytes); !s.ok()) return fail(s);
   }
   data::Loader loader(*c->dataset, c->input_field, cfg->data, cfg->train);
-  StepLog log(LogOptionsOf(*cfg, *c, lead, world->size));
-  if (Status s = log.Open(); !s.ok()) return fail(s);
   actor::Runtime rt(plan, c->training.graph, world->rank, world->comm.get());
+  RunningStats running(c->training.graph);
+  int64_t step = 0;  // steps done
+  if (a.resume) {
+    const std::string dir = a.resume_dir.empty() ? cfg->checkpoint.dir : a.resume_dir;
+    if (dir.empty())
+      return fail(Status::Invalid("[config] " + cfg->path + ": --resume needs a folder: give one (--resume DIR) or set checkpoint.dir"));
+    auto found = LatestCheckpoint(dir);
+    if (!found.ok()) return fail(found.status());
+    if (Status s = RestoreCheckpoint(*found, *cfg, plan, c->training.graph, rt, running, world->rank); !s.ok()) return fail(s);
+    step = found->step;
+    if (lead) std::cout << "resumed: " << found->path << " (step " << step << " of " << cfg->train.steps << ")" << std::endl;
+  }
+  StepLogOptions lo = LogOptionsOf(*cfg, *c, lead, world->size);
+  lo.first_step = step;
+  StepLog log(lo);
+  if (Status s = log.Open(); !s.ok()) return fail(s);
   actor::RunOptions ro = RunOptionsOf(*cfg, kernel_threads);
   ro.feeder = &loader;
   ro.on_step = [&](const actor::StepRecord& r) { return log.OnStep(r); };
-  RunningStats running(c->training.graph);
   ro.on_stat = [&](ir::ValueId stat, int64_t, int64_t, const Tensor& x) { running.Take(stat, x); };
   std::unique_ptr<actor::Tracer> tracer;
   if (!a.trace.empty()) {
     tracer = std::make_unique<actor::Tracer>(plan, world->rank);
     ro.on_act = [&](const ir::TaskDesc& t, int64_t act, bool begin) { tracer->Record(t, act, begin); };
   }
-  CatchStopSignals(true);
-  Status run = rt.Run(ro);
-  CatchStopSignals(false);
-  // A signal that came as the last step finished is still a stop, not a run to save.
-  if (run.ok() && g_stop_signal.load() != 0)
-    run = Status::Runtime("[actor] rank " + std::to_string(world->rank) + ": stopped by signal " + std::to_string(g_stop_signal.load()));
+  // Runs up to each checkpoint, writes it, and goes on; one run when there are none.
+  const CheckpointConfig& ck = cfg->checkpoint;
+  Status run;
+  while (run.ok() && step < cfg->train.steps) {
+    const int64_t until = ck.dir.empty() || ck.every == 0 ? cfg->train.steps : std::min(cfg->train.steps, (step / ck.every + 1) * ck.every);
+    ro.first_step = step;
+    ro.steps = until - step;
+    CatchStopSignals(true);
+    run = rt.Run(ro);
+    CatchStopSignals(false);
+    // A signal that came as the last step finished is still a stop, not a run to save.
+    if (run.ok() && g_stop_signal.load() != 0)
+      run = Status::Runtime("[actor] rank " + std::to_string(world->rank) + ": stopped by signal " + std::to_string(g_stop_signal.load()));
+    if (!run.ok()) break;
+    step = until;
+    if (!ck.dir.empty()) {
+      run = WriteCheckpoint(*cfg, step, digest.plan, plan, c->training.graph, rt, running, *world);
+      if (run.ok() && lead) std::cout << "checkpoint: " << ck.dir << "/step-" << std::setw(8) << std::setfill('0') << step
+                                      << std::setfill(' ') << std::endl;
+    }
+  }
   const Status logged = log.Close();  // a failed run's log too: it shows how it failed
   if (!run.ok() && !logged.ok()) Fail(logged);
   if (!run.ok()) return fail(run);
@@ -207,7 +239,7 @@ int Train(const Args& a) {
     if (lead) std::cout << "saved: " << cfg->save.onnx << " (model.onnx with the trained parameters)" << std::endl;
   }
   if (lead) {
-    std::cout << "done: " << cfg->train.steps << " steps on " << world->size << " rank(s), final loss " << log.last_loss()
+    std::cout << "done: " << cfg->train.steps - lo.first_step << " steps on " << world->size << " rank(s), final loss " << log.last_loss()
               << ", " << log.MeanStepSeconds() * 1e3 << " ms/step, registers peak "
               << HumanBytes(rt.peak_register_bytes()) << " on rank 0" << std::endl;
   }
@@ -313,6 +345,9 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train the model a config describes");
   train->add_option("config", args.config, "the YAML config")->required();
   train->add_option("--set", args.set, "override a config key: key.path=value (repeatable)");
+  auto* resume = train->add_option("--resume", args.resume_dir,
+                                   "continue from the newest committed checkpoint in DIR (default checkpoint.dir)")
+                     ->expected(0, 1);
   train->add_option("--trace", args.trace, "write a Chrome trace (Perfetto) of every act to FILE (several ranks: one file each, .rankN before FILE's extension)");
   auto* plan = app.add_subcommand("plan", "compile only and show the plan");
   plan->add_option("config", args.config, "the YAML config")->required();
@@ -355,7 +390,10 @@ int main(int argc, char** argv) {
   // Memory running out (a plan for a vast --ranks, a model larger than the machine) is the
   // user's to fix, not a crash: say so and exit 1, as for any other error.
   try {
-    if (train->parsed()) return fr::Train(args);
+    if (train->parsed()) {
+      args.resume = resume->count() > 0;
+      return fr::Train(args);
+    }
     if (ops->parsed()) {
       std::cout << fr::ir::OnnxOpsTable();
       return 0;

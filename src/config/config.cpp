@@ -417,11 +417,22 @@ Status ReadSave(const Val& v, SaveConfig* s) {
   return sec.Read("onnx", &s->onnx, Need::kRequired);
 }
 
+Status ReadCheckpoint(const Val& v, CheckpointConfig* c) {
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"dir", "every", "keep", "timeout"}));
+  RETURN_IF_ERROR(s.Read("dir", &c->dir, Need::kRequired));
+  RETURN_IF_ERROR(s.Read("every", &c->every, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("every", c->every >= 0, "an integer >= 0 (0: only at the end)"));
+  RETURN_IF_ERROR(s.Read("keep", &c->keep, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("keep", c->keep >= 0, "an integer >= 0 (0: keep all)"));
+  RETURN_IF_ERROR(s.Read("timeout", &c->timeout, Need::kOptional));
+  return s.Check("timeout", c->timeout > 0, "seconds > 0");
+}
+
 Result<Config> Build(const Val& root, const std::string& path) {
   Config c;
   c.path = path;
   ASSIGN_OR_RETURN(Section top, Section::Open(root, {"model", "data", "train", "optimizer",
-                                                     "schedule", "parallel", "cluster", "log", "save"}));
+                                                     "schedule", "parallel", "cluster", "log", "save", "checkpoint"}));
   ASSIGN_OR_RETURN(Val model, top.Get("model"));
   RETURN_IF_ERROR(ReadModel(model, &c.model));
   ASSIGN_OR_RETURN(Val data, top.Get("data"));
@@ -435,6 +446,7 @@ Result<Config> Build(const Val& root, const std::string& path) {
   if (const Val* v = top.Find("cluster")) RETURN_IF_ERROR(ReadCluster(*v, &c.cluster));
   if (const Val* v = top.Find("log")) RETURN_IF_ERROR(ReadLog(*v, &c.log));
   if (const Val* v = top.Find("save")) RETURN_IF_ERROR(ReadSave(*v, &c.save));
+  if (const Val* v = top.Find("checkpoint")) RETURN_IF_ERROR(ReadCheckpoint(*v, &c.checkpoint));
   return c;
 }
 
@@ -618,6 +630,12 @@ std::string ClusterYaml(const ClusterConfig& k) {
   return y;
 }
 
+std::string CheckpointYaml(const CheckpointConfig& k) {
+  if (k.dir.empty()) return "";
+  return "checkpoint: {dir: " + Quote(k.dir) + ", every: " + std::to_string(k.every) + ", keep: " + std::to_string(k.keep) +
+         ", timeout: " + Exact(k.timeout) + "}\n";
+}
+
 std::string OutputsYaml(const LogConfig& log, const SaveConfig& save) {
   std::string y;
   auto line = [&](const std::string& s) { y += s + "\n"; };
@@ -632,7 +650,8 @@ std::string OutputsYaml(const LogConfig& log, const SaveConfig& save) {
 
 std::string ConfigToYaml(const Config& c) {
   return ModelYaml(c.model) + DataYaml(c.data) + TrainYaml(c.train) + OptimizerYaml(c.optimizer, c.schedule) +
-         ParallelYaml(c.parallel) + (c.cluster.given ? ClusterYaml(c.cluster) : "") + OutputsYaml(c.log, c.save);
+         ParallelYaml(c.parallel) + (c.cluster.given ? ClusterYaml(c.cluster) : "") + OutputsYaml(c.log, c.save) +
+         CheckpointYaml(c.checkpoint);
 }
 
 namespace {

@@ -145,6 +145,15 @@ struct SaveConfig {
   std::string onnx;  // path as written; empty = not saved
 };
 
+// Checkpoints of the whole training state (driver/checkpoint.h): every `every` steps (0: only at
+// the end) and at the end, into DIR/step-NNNNNNNN, keeping the newest `keep` (0: all).
+struct CheckpointConfig {
+  std::string dir;        // empty = no checkpoints
+  int64_t every = 0;
+  int64_t keep = 0;
+  double timeout = 300;   // seconds a checkpoint may take to commit on every rank
+};
+
 struct Config {
   std::string path;  // the file it came from
   ModelConfig model;
@@ -156,6 +165,7 @@ struct Config {
   ClusterConfig cluster;
   LogConfig log;
   SaveConfig save;
+  CheckpointConfig checkpoint;
 
   int64_t accumulation() const { return train.global_batch / train.micro_batch; }
 };

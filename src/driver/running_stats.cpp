@@ -32,4 +32,22 @@ std::map<std::string, Tensor> RunningStats::Values() const {
   return out;
 }
 
+std::map<std::string, std::pair<Shape, std::vector<double>>> RunningStats::Exact() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, std::pair<Shape, std::vector<double>>> out;
+  for (const auto& [v, s] : stats_) out[s.initializer] = {s.shape, s.value};
+  return out;
+}
+
+bool RunningStats::Restore(const std::string& name, const std::vector<double>& value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [v, s] : stats_) {
+    if (s.initializer != name) continue;
+    if (s.value.size() != value.size()) return false;
+    s.value = value;
+    return true;
+  }
+  return false;
+}
+
 }  // namespace fr

@@ -22,6 +22,11 @@ class RunningStats {
   void Take(ir::ValueId stat, const Tensor& x);
   // Initializer name -> its float32 value now.
   std::map<std::string, Tensor> Values() const;
+  // Initializer name -> its shape and value now, as kept (double): what a checkpoint holds.
+  std::map<std::string, std::pair<Shape, std::vector<double>>> Exact() const;
+  // Sets the running average of initializer `name` (from a checkpoint); false when there is none
+  // of that many values.
+  bool Restore(const std::string& name, const std::vector<double>& value);
 
  private:
   struct Stat {

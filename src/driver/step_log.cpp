@@ -41,11 +41,12 @@ Status StepLog::Close() {
 }
 
 double StepLog::MeanStepSeconds() const {
-  return o_.steps > 1 ? (last_end_ - first_step_end_) / static_cast<double>(o_.steps - 1) : last_end_;
+  const int64_t after_first = o_.steps - o_.first_step - 1;
+  return after_first > 0 ? (last_end_ - first_step_end_) / static_cast<double>(after_first) : last_end_;
 }
 
 Status StepLog::OnStep(const actor::StepRecord& r) {
-  if (r.step == 0) first_step_end_ = r.seconds;
+  if (r.step == o_.first_step) first_step_end_ = r.seconds;
   last_end_ = r.seconds;
   last_loss_ = r.loss;
   const int64_t n = r.step + 1;

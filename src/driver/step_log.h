@@ -22,6 +22,7 @@ namespace fr {
 
 struct StepLogOptions {
   int64_t steps = 0;
+  int64_t first_step = 0;     // steps done before this run (a checkpoint's)
   int64_t every = 1;
   std::string jsonl;          // empty: none
   Schedule schedule;
@@ -33,7 +34,7 @@ struct StepLogOptions {
 
 class StepLog {
  public:
-  explicit StepLog(StepLogOptions o) : o_(std::move(o)) {}
+  explicit StepLog(StepLogOptions o) : o_(std::move(o)), logged_step_(o_.first_step - 1) {}
   Status Open();  // creates the JSONL file's temporary file beside it (and its folder)
   // Logs the step; an error when its loss or gradient norm is not finite (the run diverged), or
   // when its record cannot be written ("[train] log.jsonl: cannot write 'PATH': REASON").
@@ -49,7 +50,7 @@ class StepLog {
   StepLogOptions o_;
   std::optional<AtomicFile> jsonl_;  // empty: no log.jsonl, or a write to it failed
   double prev_seconds_ = 0, logged_seconds_ = 0, first_step_end_ = 0, last_end_ = 0, last_loss_ = 0;
-  int64_t logged_step_ = -1;
+  int64_t logged_step_;
 };
 
 }  // namespace fr

@@ -1,0 +1,452 @@
+#include "driver/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "base/file.h"
+#include "base/hash.h"
+#include "boxing/simulate.h"
+
+namespace fr {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "flowrun-checkpoint/1";
+
+std::string Numbered(const char* prefix, int64_t n, int width) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s%0*lld", prefix, width, static_cast<long long>(n));
+  return buf;
+}
+std::string StepFolder(int64_t step) { return Numbered("step-", step, 8); }
+std::string RankFile(int rank, const char* ext) { return Numbered("rank-", rank, 5) + ext; }
+
+std::string Hex(uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string Json(const std::string& s) {
+  std::string q = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      q += '\\';
+      q += static_cast<char>(c);
+    } else if (c == '\n') {
+      q += "\\n";
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      q += buf;
+    } else {
+      q += static_cast<char>(c);
+    }
+  }
+  return q + "\"";
+}
+
+template <typename T> std::string JsonList(const std::vector<T>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+const char* SafetensorsType(DType d) {
+  switch (d) {
+    case DType::kF32: return "F32";
+    case DType::kI64: return "I64";
+    case DType::kI32: return "I32";
+    case DType::kBool: return "BOOL";
+    case DType::kU8: return "U8";
+  }
+  return "?";
+}
+
+// One tensor of a rank's file: a region [begin, end) of logical tensor `name`.
+struct Piece {
+  std::string name;  // the logical tensor: a parameter, "PARAM:stateI", or a running statistic
+  std::string role;  // parameter, optimizer_state, running_stat
+  std::string dtype; // safetensors' name
+  std::vector<int64_t> shape;  // the logical tensor's
+  std::vector<int64_t> begin, end;
+  std::string bytes;
+};
+
+// A safetensors file: an 8-byte little-endian header size, the JSON header (padded with spaces so
+// the data starts 8-byte aligned), then the tensors' bytes.
+std::string Safetensors(const std::vector<Piece>& pieces, int64_t step) {
+  std::string header = "{\"__metadata__\": {\"format\": " + Json(kFormat) + ", \"step\": \"" + std::to_string(step) + "\"}";
+  size_t at = 0;
+  for (const Piece& p : pieces) {
+    std::vector<int64_t> dims;
+    for (size_t i = 0; i < p.begin.size(); ++i) dims.push_back(p.end[i] - p.begin[i]);
+    header += ", " + Json(p.name) + ": {\"dtype\": \"" + p.dtype + "\", \"shape\": " + JsonList(dims) +
+              ", \"data_offsets\": [" + std::to_string(at) + ", " + std::to_string(at + p.bytes.size()) + "]}";
+    at += p.bytes.size();
+  }
+  header += "}";
+  while ((8 + header.size()) % 8) header += ' ';
+  std::string out(8, '\0');
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out += header;
+  for (const Piece& p : pieces) out += p.bytes;
+  return out;
+}
+
+// This rank's pieces: each parameter piece it holds (unless a device before it in the placement
+// holds the same region) with its optimizer state; on rank 0, the running statistics.
+std::vector<Piece> PiecesOf(const ir::Plan& plan, const ir::Graph& g, const actor::Runtime& rt, const RunningStats& running,
+                            int rank) {
+  std::vector<Piece> out;
+  for (const ir::ValuePlacement& vp : plan.values) {
+    const ir::Value& val = g.value(vp.value);
+    if (val.kind != ir::ValueKind::kParam) continue;
+    const sbp::Placement& pl = plan.stages[static_cast<size_t>(vp.stage)];
+    const int d = pl.IndexOf(rank);
+    if (d < 0) continue;
+    const std::vector<sbp::Range> mine = sbp::PieceRanges(val.type.shape, vp.sbp, pl, d);
+    bool first = true;
+    for (int e = 0; e < d && first; ++e) first = sbp::PieceRanges(val.type.shape, vp.sbp, pl, e) != mine;
+    if (!first) continue;
+    std::vector<Tensor> tensors = {rt.Param(vp.value)};
+    const std::vector<Tensor> state = rt.OptimizerStateOf(vp.value);
+    tensors.insert(tensors.end(), state.begin(), state.end());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const Tensor host = tensors[i].ToHost();
+      Piece p;
+      p.name = i == 0 ? val.name : val.name + ":state" + std::to_string(i - 1);
+      p.role = i == 0 ? "parameter" : "optimizer_state";
+      p.dtype = SafetensorsType(host.dtype());
+      p.shape = val.type.shape.dims();
+      for (const sbp::Range& r : mine) {
+        p.begin.push_back(r.begin);
+        p.end.push_back(r.end);
+      }
+      p.bytes.assign(static_cast<const char*>(host.raw()), host.bytes());
+      out.push_back(std::move(p));
+    }
+  }
+  if (rank == 0) {
+    for (const auto& [name, stat] : running.Exact()) {
+      Piece p;
+      p.name = name;
+      p.role = "running_stat";
+      p.dtype = "F64";
+      p.shape = stat.first.dims();
+      p.begin.assign(p.shape.size(), 0);
+      p.end = p.shape;
+      p.bytes.assign(reinterpret_cast<const char*>(stat.second.data()), stat.second.size() * sizeof(double));
+      out.push_back(std::move(p));
+    }
+  }
+  return out;
+}
+
+Status FsyncFolder(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    return Status::Runtime("cannot sync folder '" + dir + "': " + std::strerror(err));
+  }
+  ::close(fd);
+  return Status::Ok();
+}
+
+// Rank 0: once every rank's rank-R.json is in `tmp`, the manifest, the commit marker, the rename.
+Status Commit(const Config& cfg, int64_t step, uint64_t plan_hash, int ranks, const std::string& tmp, const std::string& final) {
+  const std::string where = "[checkpoint] " + cfg.checkpoint.dir + ": ";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cfg.checkpoint.timeout);
+  for (int r = 0; r < ranks; ++r) {
+    while (!fs::exists(tmp + "/" + RankFile(r, ".json"))) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::string missing;
+        for (int q = r; q < ranks; ++q)
+          if (!fs::exists(tmp + "/" + RankFile(q, ".json"))) missing += (missing.empty() ? "" : ",") + std::to_string(q);
+        return Status::Runtime(where + "rank(s) " + missing + " did not finish writing step " + std::to_string(step) + " within " +
+                               std::to_string(static_cast<int>(cfg.checkpoint.timeout)) + " s (checkpoint.timeout)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  // The manifest: every rank's pieces, grouped by logical tensor.
+  std::map<std::string, std::string> tensor_head;             // name -> its fields
+  std::map<std::string, std::vector<std::string>> pieces;     // name -> its pieces
+  std::vector<std::string> files;
+  for (int r = 0; r < ranks; ++r) {
+    const std::string path = tmp + "/" + RankFile(r, ".json");
+    ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+    YAML::Node n;
+    try {
+      n = YAML::Load(text);
+      files.push_back(YAML::Dump(n["file"]));
+      for (const YAML::Node& p : n["pieces"]) {
+        const std::string name = p["name"].as<std::string>();
+        tensor_head[name] = "\"role\": " + Json(p["role"].as<std::string>()) + ", \"dtype\": " + Json(p["dtype"].as<std::string>()) +
+                            ", \"shape\": " + JsonList(p["shape"].as<std::vector<int64_t>>());
+        pieces[name].push_back("{\"file\": " + Json(n["file"]["name"].as<std::string>()) + ", \"begin\": " +
+                               JsonList(p["begin"].as<std::vector<int64_t>>()) +
+                               ", \"end\": " + JsonList(p["end"].as<std::vector<int64_t>>()) + "}");
+      }
+    } catch (const YAML::Exception& e) {
+      return Status::Runtime(where + "cannot read '" + path + "': " + e.what());
+    }
+  }
+  std::string m = "{\"format\": " + Json(kFormat) + ",\n \"step\": " + std::to_string(step) + ",\n \"ranks\": " +
+                  std::to_string(ranks) + ",\n \"plan_hash\": \"" + Hex(plan_hash) + "\",\n \"train\": {\"seed\": " +
+                  std::to_string(cfg.train.seed) + ", \"global_batch\": " + std::to_string(cfg.train.global_batch) +
+                  "},\n \"config\": " + Json(ConfigToYaml(cfg)) + ",\n \"files\": [";
+  for (size_t i = 0; i < files.size(); ++i) {
+    YAML::Node f = YAML::Load(files[i]);
+    m += std::string(i ? ",\n   " : "\n   ") + "{\"name\": " + Json(f["name"].as<std::string>()) +
+         ", \"bytes\": " + f["bytes"].as<std::string>() + ", \"fnv1a64\": " + Json(f["fnv1a64"].as<std::string>()) + "}";
+  }
+  m += "],\n \"tensors\": [";
+  bool first = true;
+  for (const auto& [name, head] : tensor_head) {
+    m += std::string(first ? "\n   " : ",\n   ") + "{\"name\": " + Json(name) + ", " + head + ", \"pieces\": [";
+    for (size_t i = 0; i < pieces[name].size(); ++i) m += (i ? ", " : "") + pieces[name][i];
+    m += "]}";
+    first = false;
+  }
+  m += "]}\n";
+  if (Status s = WriteFileAtomically(tmp + "/manifest.json", m); !s.ok()) return s.With(where);
+  if (Status s = WriteFileAtomically(tmp + "/COMMIT", "step " + std::to_string(step) + "\n"); !s.ok()) return s.With(where);
+  std::error_code ec;
+  const std::string old = final + ".replaced";
+  if (fs::exists(final)) {  // a checkpoint of the same step from an earlier run: replaced whole
+    fs::remove_all(old, ec);
+    fs::rename(final, old, ec);
+    if (ec) return Status::Runtime(where + "cannot move '" + final + "' aside: " + ec.message());
+  }
+  fs::rename(tmp, final, ec);
+  if (ec) return Status::Runtime(where + "cannot rename '" + tmp + "' to '" + final + "': " + ec.message());
+  if (Status s = FsyncFolder(cfg.checkpoint.dir); !s.ok()) return s.With(where);
+  fs::remove_all(old, ec);
+  // Older checkpoints beyond `keep`, now that this one is committed.
+  if (cfg.checkpoint.keep > 0) {
+    std::vector<std::string> steps;
+    for (const auto& e : fs::directory_iterator(cfg.checkpoint.dir, ec))
+      if (e.path().filename().string().rfind("step-", 0) == 0 && fs::exists(e.path() / "COMMIT")) steps.push_back(e.path().string());
+    std::sort(steps.begin(), steps.end());
+    for (size_t i = 0; i + static_cast<size_t>(cfg.checkpoint.keep) < steps.size(); ++i) fs::remove_all(steps[i], ec);
+  }
+  return Status::Ok();
+}
+
+// A safetensors file read whole and checked against the manifest: its tensors by key.
+struct StoredFile {
+  std::string bytes;
+  std::map<std::string, std::pair<size_t, size_t>> at;  // key -> [begin, end) in `bytes`
+};
+
+Result<StoredFile> ReadStored(const std::string& path, int64_t size, const std::string& fnv) {
+  const std::string bad = "[checkpoint] " + path + ": ";
+  StoredFile f;
+  ASSIGN_OR_RETURN(f.bytes, ReadWholeFile(path));
+  if (static_cast<int64_t>(f.bytes.size()) != size)
+    return Status::Invalid(bad + std::to_string(f.bytes.size()) + " bytes where the manifest says " + std::to_string(size) +
+                           " (truncated or replaced)");
+  if (Hex(Fnv1a64(f.bytes)) != fnv) return Status::Invalid(bad + "checksum mismatch (the file is corrupted)");
+  uint64_t n = 0;
+  for (int i = 0; i < 8 && i < static_cast<int>(f.bytes.size()); ++i)
+    n |= static_cast<uint64_t>(static_cast<unsigned char>(f.bytes[static_cast<size_t>(i)])) << (8 * i);
+  if (f.bytes.size() < 8 || n > f.bytes.size() - 8) return Status::Invalid(bad + "not a safetensors file");
+  try {
+    const YAML::Node h = YAML::Load(f.bytes.substr(8, n));
+    for (const auto& kv : h) {
+      const std::string key = kv.first.as<std::string>();
+      if (key == "__metadata__") continue;
+      const auto off = kv.second["data_offsets"].as<std::vector<size_t>>();
+      if (off.size() != 2 || off[0] > off[1] || off[1] > f.bytes.size() - 8 - n)
+        return Status::Invalid(bad + "tensor '" + key + "' lies outside the file");
+      f.at[key] = {8 + n + off[0], 8 + n + off[1]};
+    }
+  } catch (const YAML::Exception& e) {
+    return Status::Invalid(bad + "bad header: " + e.what());
+  }
+  return f;
+}
+
+}  // namespace
+
+Status WriteCheckpoint(const Config& cfg, int64_t step, uint64_t plan_hash, const ir::Plan& plan, const ir::Graph& g,
+                       const actor::Runtime& rt, const RunningStats& running, const actor::World& world) {
+  const std::string where = "[checkpoint] " + cfg.checkpoint.dir + ": ";
+  const std::string tmp = cfg.checkpoint.dir + "/.tmp-" + StepFolder(step), final = cfg.checkpoint.dir + "/" + StepFolder(step);
+  if (world.rank == 0) {  // a folder left by a run that died mid-write holds nothing of this one
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    fs::create_directories(tmp, ec);
+    if (ec) return Status::Runtime(where + "cannot make '" + tmp + "': " + ec.message());
+  }
+  RETURN_IF_ERROR(actor::AgreeOnRun(world, actor::RunDigest{}, cfg.checkpoint.timeout, "checkpoint " + StepFolder(step)));
+  const std::vector<Piece> pieces = PiecesOf(plan, g, rt, running, world.rank);
+  const std::string bytes = Safetensors(pieces, step);
+  const std::string file = RankFile(world.rank, ".safetensors");
+  if (Status s = WriteFileAtomically(tmp + "/" + file, bytes); !s.ok()) return s.With(where);
+  std::string j = "{\"file\": {\"name\": " + Json(file) + ", \"bytes\": " + std::to_string(bytes.size()) + ", \"fnv1a64\": " +
+                  Json(Hex(Fnv1a64(bytes))) + "},\n \"pieces\": [";
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
+    j += std::string(i ? ",\n   " : "\n   ") + "{\"name\": " + Json(p.name) + ", \"role\": " + Json(p.role) + ", \"dtype\": " +
+         Json(p.dtype) + ", \"shape\": " + JsonList(p.shape) + ", \"begin\": " + JsonList(p.begin) + ", \"end\": " + JsonList(p.end) + "}";
+  }
+  j += "]}\n";
+  if (Status s = WriteFileAtomically(tmp + "/" + RankFile(world.rank, ".json"), j); !s.ok()) return s.With(where);
+  if (world.rank != 0) return Status::Ok();
+  return Commit(cfg, step, plan_hash, world.size, tmp, final);
+}
+
+Result<CheckpointInfo> LatestCheckpoint(const std::string& dir) {
+  std::error_code ec;
+  std::vector<std::string> steps;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && name.find('.') == std::string::npos && fs::exists(e.path() / "COMMIT"))
+      steps.push_back(name);
+  }
+  if (ec) return Status::Invalid("[checkpoint] " + dir + ": cannot read the folder: " + ec.message());
+  if (steps.empty()) return Status::Invalid("[checkpoint] " + dir + ": no committed checkpoint (step-NNNNNNNN with a COMMIT file)");
+  std::sort(steps.begin(), steps.end());
+  CheckpointInfo c;
+  c.path = dir + "/" + steps.back();
+  c.step = std::stoll(steps.back().substr(5));
+  return c;
+}
+
+Status RestoreCheckpoint(const CheckpointInfo& c, const Config& cfg, const ir::Plan& plan, const ir::Graph& g,
+                         actor::Runtime& rt, RunningStats& running, int rank) {
+  const std::string where = "[checkpoint] " + c.path + ": ";
+  const std::string manifest_path = c.path + "/manifest.json";
+  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(manifest_path));
+  struct Stored {
+    std::string role, dtype;
+    std::vector<int64_t> shape;
+    std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>>> pieces;  // file, begin, end
+  };
+  std::map<std::string, Stored> tensors;
+  std::map<std::string, std::pair<int64_t, std::string>> files;  // name -> bytes, checksum
+  try {
+    const YAML::Node m = YAML::Load(text);
+    if (!m["format"] || m["format"].as<std::string>() != kFormat)
+      return Status::Invalid("[checkpoint] " + manifest_path + ": not a " + kFormat + " manifest");
+    if (m["step"].as<int64_t>() != c.step)
+      return Status::Invalid("[checkpoint] " + manifest_path + ": step " + m["step"].as<std::string>() + " in a folder of step " +
+                             std::to_string(c.step));
+    const int64_t seed = m["train"]["seed"].as<int64_t>(), batch = m["train"]["global_batch"].as<int64_t>();
+    if (seed != cfg.train.seed)
+      return Status::Invalid(where + "trained with train.seed " + std::to_string(seed) + ", the config has " +
+                             std::to_string(cfg.train.seed) + " (the data order and dropout would change)");
+    if (batch != cfg.train.global_batch)
+      return Status::Invalid(where + "trained with train.global_batch " + std::to_string(batch) + ", the config has " +
+                             std::to_string(cfg.train.global_batch) + " (the data order would change)");
+    for (const YAML::Node& f : m["files"]) files[f["name"].as<std::string>()] = {f["bytes"].as<int64_t>(), f["fnv1a64"].as<std::string>()};
+    for (const YAML::Node& t : m["tensors"]) {
+      Stored s{t["role"].as<std::string>(), t["dtype"].as<std::string>(), t["shape"].as<std::vector<int64_t>>(), {}};
+      for (const YAML::Node& p : t["pieces"])
+        s.pieces.emplace_back(p["file"].as<std::string>(), p["begin"].as<std::vector<int64_t>>(), p["end"].as<std::vector<int64_t>>());
+      tensors[t["name"].as<std::string>()] = std::move(s);
+    }
+  } catch (const YAML::Exception& e) {
+    return Status::Invalid("[checkpoint] " + manifest_path + ": " + e.what());
+  }
+  if (c.step > cfg.train.steps)
+    return Status::Invalid(where + "at step " + std::to_string(c.step) + ", past train.steps " + std::to_string(cfg.train.steps));
+  std::map<std::string, StoredFile> loaded;
+  auto file = [&](const std::string& name) -> Result<const StoredFile*> {
+    auto it = loaded.find(name);
+    if (it != loaded.end()) return &it->second;
+    auto f = files.find(name);
+    if (f == files.end()) return Status::Invalid(where + "the manifest names file '" + name + "' but lists no such file");
+    ASSIGN_OR_RETURN(StoredFile s, ReadStored(c.path + "/" + name, f->second.first, f->second.second));
+    return &loaded.emplace(name, std::move(s)).first->second;
+  };
+  // Fills `out` (region `want` of logical tensor `name`) from the stored pieces that overlap it.
+  auto fill = [&](const std::string& name, DType dtype, const Shape& shape, const std::vector<sbp::Range>& want,
+                  const Tensor& out) -> Status {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) return Status::Invalid(where + "no tensor '" + name + "' (a checkpoint of another model or optimizer?)");
+    const Stored& s = it->second;
+    if (s.shape != shape.dims() || s.dtype != SafetensorsType(dtype))
+      return Status::Invalid(where + "tensor '" + name + "' is " + s.dtype + JsonList(s.shape) + ", the model's is " +
+                             SafetensorsType(dtype) + shape.ToString());
+    int64_t covered = 0;
+    for (const auto& [fname, begin, end] : s.pieces) {
+      std::vector<sbp::Range> inter, in_piece, in_want;
+      bool overlaps = true;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const int64_t lo = std::max(want[i].begin, begin[i]), hi = std::min(want[i].end, end[i]);
+        overlaps = overlaps && lo < hi;
+        in_piece.push_back({lo - begin[i], hi - begin[i]});
+        in_want.push_back({lo - want[i].begin, hi - want[i].begin});
+        inter.push_back({lo, hi});
+      }
+      if (!overlaps && !want.empty()) continue;
+      ASSIGN_OR_RETURN(const StoredFile* f, file(fname));
+      auto at = f->at.find(name);
+      std::vector<int64_t> dims;
+      for (size_t i = 0; i < begin.size(); ++i) dims.push_back(end[i] - begin[i]);
+      const Shape piece_shape(dims);
+      if (at == f->at.end() || at->second.second - at->second.first != static_cast<size_t>(piece_shape.numel()) * SizeOf(dtype))
+        return Status::Invalid(where + fname + ": no tensor '" + name + "' of " + piece_shape.ToString() + " as the manifest says");
+      Tensor piece(dtype, piece_shape);
+      std::memcpy(piece.raw(), f->bytes.data() + at->second.first, piece.bytes());
+      boxing::WriteRegion(out, in_want, boxing::SliceOf(piece, in_piece));
+      int64_t n = 1;
+      for (const sbp::Range& r : inter) n *= r.size();
+      covered += n;
+    }
+    int64_t wanted = 1;
+    for (const sbp::Range& r : want) wanted *= r.size();
+    if (covered < wanted) return Status::Invalid(where + "the pieces of '" + name + "' do not cover the region this rank needs");
+    return Status::Ok();
+  };
+  for (const ir::ValuePlacement& vp : plan.values) {
+    const ir::Value& val = g.value(vp.value);
+    if (val.kind != ir::ValueKind::kParam) continue;
+    const sbp::Placement& pl = plan.stages[static_cast<size_t>(vp.stage)];
+    const int d = pl.IndexOf(rank);
+    if (d < 0) continue;
+    const std::vector<sbp::Range> want = sbp::PieceRanges(val.type.shape, vp.sbp, pl, d);
+    std::vector<Tensor> targets = {rt.Param(vp.value)};
+    const std::vector<Tensor> state = rt.OptimizerStateOf(vp.value);
+    targets.insert(targets.end(), state.begin(), state.end());
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const Tensor host(targets[i].dtype(), targets[i].shape());
+      RETURN_IF_ERROR(fill(i == 0 ? val.name : val.name + ":state" + std::to_string(i - 1), val.type.dtype, val.type.shape, want, host));
+      targets[i].CopyFrom(host);
+    }
+  }
+  if (rank == 0) {
+    for (const auto& [name, stat] : running.Exact()) {
+      auto it = tensors.find(name);
+      if (it == tensors.end() || it->second.role != "running_stat" || it->second.pieces.size() != 1)
+        return Status::Invalid(where + "no running statistic '" + name + "'");
+      const auto& [fname, begin, end] = it->second.pieces[0];
+      ASSIGN_OR_RETURN(const StoredFile* f, file(fname));
+      auto at = f->at.find(name);
+      if (at == f->at.end() || at->second.second - at->second.first != stat.second.size() * sizeof(double))
+        return Status::Invalid(where + fname + ": running statistic '" + name + "' is not " + stat.first.ToString());
+      std::vector<double> v(stat.second.size());
+      std::memcpy(v.data(), f->bytes.data() + at->second.first, v.size() * sizeof(double));
+      running.Restore(name, v);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace fr
