@@ -1,0 +1,211 @@
+// Checkpoints and resume (driver/checkpoint.h): a run stopped at a checkpoint and resumed trains
+// on as the run that never stopped, bit for bit on the same layout and within 1e-5 on another;
+// every checkpoint that does not fit is refused with exit code 2, naming the file or tensor.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "../flowrun_cmd.h"
+#include "../temp_dir.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using fr::testing::Quote;
+using fr::testing::TempDir;
+
+constexpr double kJobSeconds = 240;
+
+std::string Bin() {
+  const char* b = std::getenv("FLOWRUN_BIN");
+  return b ? b : "build/src/flowrun";
+}
+
+struct Job {
+  int code = -1;
+  std::string out;
+  std::vector<double> loss, gnorm;
+};
+
+// `flowrun train CONFIG` for 20 steps on `ranks` ranks with `sets`, logging every step to `jsonl`.
+Job Train(const std::string& config, int ranks, const std::vector<std::string>& sets, const std::string& jsonl,
+          const std::string& extra = "") {
+  std::string cmd = ranks > 1 ? "mpirun --oversubscribe --allow-run-as-root -n " + std::to_string(ranks) + " " : "";
+  cmd += Bin() + " train " + config + " --set train.steps=20 --set log.every=1 --set log.jsonl=" + Quote(jsonl);
+  for (const std::string& s : sets) cmd += " --set " + Quote(s);
+  cmd += " " + extra;
+  const fr::testing::Output o = fr::testing::Shell(cmd, kJobSeconds);
+  Job r;
+  r.code = o.code;
+  r.out = cmd + "\n" + o.out + (o.left ? "\n[test] processes outlived the job" : "");
+  std::ifstream f(jsonl);
+  for (std::string line; std::getline(f, line);) {
+    auto num = [&](const std::string& key) {
+      const size_t at = line.find("\"" + key + "\":");
+      return at == std::string::npos ? NAN : std::strtod(line.c_str() + at + key.size() + 3, nullptr);
+    };
+    r.loss.push_back(num("loss"));
+    r.gnorm.push_back(num("gnorm"));
+  }
+  return r;
+}
+
+struct Layout {
+  const char* name;
+  int ranks;
+  std::vector<std::string> sets;
+};
+
+const Layout kOne{"one rank", 1, {}};
+const Layout kDp2{"DP2", 2, {"parallel.sbp={x: [\"S(0)\"]}"}};
+const Layout kTp2{"TP2", 2, {"parallel.sbp={fc1.weight: [\"S(0)\"]}"}};
+const Layout kPp2{"PP2", 2, {"parallel.stages=[[\"/fc1/*\", \"/Relu\"], [\"*\"]]"}};
+const Layout kZero{"ZeRO", 2, {"parallel.zero=true", "parallel.sbp={x: [\"S(0)\"]}"}};
+const Layout k2x2{"2x2", 4, {"parallel.mesh=[2, 2]", "parallel.sbp={x: [\"S(0)\", B], fc1.weight: [B, \"S(0)\"]}"}};
+
+std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Trains 20 steps on `saved` with a checkpoint every 10, then resumes from step 10 on `resumed`:
+// steps 11-20 must match the uninterrupted run's, exactly when `exact`, else within 1e-5.
+void ExpectResumeMatches(const std::string& config, const std::vector<std::string>& both, const Layout& saved,
+                         const Layout& resumed, bool exact) {
+  SCOPED_TRACE(config + ": saved on " + saved.name + ", resumed on " + resumed.name);
+  TempDir tmp;
+  const fs::path root = tmp.path();
+  const std::string ck = "checkpoint={dir: " + (root / "ck").string() + ", every: 10}";
+  const Job full = Train(config, saved.ranks, With(With(both, saved.sets), {ck}), (root / "full.jsonl").string());
+  ASSERT_EQ(full.code, 0) << full.out;
+  ASSERT_EQ(full.loss.size(), 20u) << full.out;
+  ASSERT_TRUE(fs::exists(root / "ck" / "step-00000010" / "COMMIT")) << full.out;
+  fs::remove_all(root / "ck" / "step-00000020");  // as if the run had died after step 10's checkpoint
+  const Job rest = Train(config, resumed.ranks, With(With(both, resumed.sets), {ck}), (root / "rest.jsonl").string(), "--resume");
+  ASSERT_EQ(rest.code, 0) << rest.out;
+  EXPECT_NE(rest.out.find("resumed: "), std::string::npos) << rest.out;
+  ASSERT_EQ(rest.loss.size(), 10u) << rest.out;
+  for (size_t i = 0; i < 10; ++i) {
+    if (exact) {
+      EXPECT_EQ(rest.loss[i], full.loss[10 + i]) << "step " << 11 + i << "\n" << rest.out;
+      EXPECT_EQ(rest.gnorm[i], full.gnorm[10 + i]) << "step " << 11 + i;
+    } else {
+      EXPECT_NEAR(rest.loss[i], full.loss[10 + i], 1e-5 * std::fabs(full.loss[10 + i])) << "step " << 11 + i << "\n" << rest.out;
+    }
+  }
+}
+
+const char* kMlp = "configs/mlp.yaml";
+const std::vector<std::string> kShuffle = {"data.order=shuffle"};
+
+TEST(Checkpoint, ResumeOnTheSameLayoutIsBitIdentical_1n1d) {
+  ExpectResumeMatches(kMlp, kShuffle, kOne, kOne, true);
+  ExpectResumeMatches("tests/golden/mlp_sgd.yaml", kShuffle, kOne, kOne, true);
+}
+TEST(Checkpoint, ResumeOnTheSameLayoutIsBitIdentical_1n2d) {
+  ExpectResumeMatches(kMlp, kShuffle, kDp2, kDp2, true);
+  ExpectResumeMatches(kMlp, kShuffle, kZero, kZero, true);
+  ExpectResumeMatches(kMlp, kShuffle, kPp2, kPp2, true);
+}
+// gpt_mini with AdamW and with SGD; BERT with dropout on (its masks follow the global step).
+TEST(Checkpoint, ResumeGptAndDropoutOnTheSameLayout_1n2d) {
+  const Layout dp{"DP2", 2, {"parallel.sbp={idx: [\"S(0)\"]}"}};
+  ExpectResumeMatches("configs/gpt.yaml", {"schedule.warmup=2"}, dp, dp, true);
+  ExpectResumeMatches("tests/golden/gpt_sgd.yaml", {}, kOne, kOne, true);
+  const Layout bert{"DP2", 2, {"parallel.sbp={input_ids: [\"S(0)\"]}"}};
+  ExpectResumeMatches("tests/golden/exports/bert_dropout_torchscript_sgd.yaml", {"model.dropout=true"}, bert, bert, true);
+}
+
+// The checkpoint holds the logical tensors: any layout resumes any other's.
+TEST(Checkpoint, ResumeOnAnotherLayout_2x2) {
+  ExpectResumeMatches(kMlp, {}, kDp2, kOne, false);
+  ExpectResumeMatches(kMlp, {}, kOne, kTp2, false);
+  ExpectResumeMatches(kMlp, {}, kTp2, kPp2, false);
+  ExpectResumeMatches(kMlp, {}, kPp2, kZero, false);
+  ExpectResumeMatches(kMlp, {}, kZero, k2x2, false);
+  ExpectResumeMatches(kMlp, {}, k2x2, kDp2, false);
+}
+
+// BatchNorm's running statistics are part of the state: a resumed ResNet saves the same model.
+TEST(Checkpoint, RunningStatisticsResume_1n1d) {
+  TempDir tmp;
+  const fs::path root = tmp.path();
+  const std::string cfg = "tests/golden/exports/resnet_torchscript_sgd.yaml";
+  const std::string ck = "checkpoint={dir: " + (root / "ck").string() + ", every: 10}";
+  const Job full = Train(cfg, 1, {ck, "save.onnx=" + (root / "full.onnx").string()}, (root / "a.jsonl").string());
+  ASSERT_EQ(full.code, 0) << full.out;
+  fs::remove_all(root / "ck" / "step-00000020");
+  const Job rest = Train(cfg, 1, {ck, "save.onnx=" + (root / "rest.onnx").string()}, (root / "b.jsonl").string(), "--resume");
+  ASSERT_EQ(rest.code, 0) << rest.out;
+  std::ifstream a(root / "full.onnx", std::ios::binary), b(root / "rest.onnx", std::ios::binary);
+  const std::string x((std::istreambuf_iterator<char>(a)), {}), y((std::istreambuf_iterator<char>(b)), {});
+  EXPECT_FALSE(x.empty());
+  EXPECT_TRUE(x == y) << "the resumed run saved another model";
+}
+
+TEST(Checkpoint, KeepsTheNewest_1n1d) {
+  TempDir tmp;
+  const fs::path root = tmp.path();
+  const Job r = Train(kMlp, 1, {"checkpoint={dir: " + (root / "ck").string() + ", every: 4, keep: 2}"}, (root / "a.jsonl").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(root / "ck")) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"step-00000016", "step-00000020"}));
+}
+
+// A checkpoint that does not fit is refused before training, exit code 2, naming what is wrong.
+TEST(Checkpoint, WhatDoesNotFitIsRefused_1n1d) {
+  TempDir tmp;
+  const fs::path root = tmp.path();
+  const std::string dir = (root / "ck").string();
+  const std::string ck = "checkpoint={dir: " + dir + ", every: 10}";
+  ASSERT_EQ(Train(kMlp, 1, {ck}, (root / "a.jsonl").string()).code, 0);
+  const fs::path step = root / "ck" / "step-00000020";
+  auto refused = [&](const std::vector<std::string>& sets, const std::string& expect, const std::string& extra = "--resume") {
+    const Job r = Train(kMlp, 1, sets, (root / "b.jsonl").string(), extra);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find(expect), std::string::npos) << r.out;
+  };
+  refused({ck, "train.seed=7"}, "trained with train.seed 1234, the config has 7");
+  refused({ck, "train.global_batch=32", "train.micro_batch=16"}, "trained with train.global_batch 64");
+  refused({ck, "train.steps=10"}, "at step 20, past train.steps 10");
+  refused({}, "--resume needs a folder");
+  refused({}, "nothing: cannot read the folder", "--resume " + (root / "nothing").string());
+  fs::create_directories(root / "empty");
+  refused({}, "empty: no committed checkpoint", "--resume " + (root / "empty").string());
+  {  // another model
+    const Job r = Train("configs/mlp_ln_gelu.yaml", 1, {"train.seed=1234", "train.global_batch=64", "train.micro_batch=32"},
+                        (root / "m.jsonl").string(), "--resume " + dir);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("[checkpoint] " + dir + "/step-00000020: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("tensor '"), std::string::npos) << r.out;
+  }
+  // A flipped byte: the checksum; a cut file: its size. Both name the file.
+  const std::string file = (step / "rank-00000.safetensors").string();
+  std::string bytes;
+  {
+    std::ifstream f(file, std::ios::binary);
+    bytes.assign((std::istreambuf_iterator<char>(f)), {});
+  }
+  std::string flipped = bytes;
+  flipped[flipped.size() / 2] ^= 1;
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << flipped;
+  refused({ck}, file + ": checksum mismatch");
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() / 2);
+  refused({ck}, file + ": " + std::to_string(bytes.size() / 2) + " bytes where the manifest says " + std::to_string(bytes.size()));
+  // Without its commit marker a folder is not a checkpoint: the one before it is used.
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+  fs::remove(step / "COMMIT");
+  const Job older = Train(kMlp, 1, {ck}, (root / "c.jsonl").string(), "--resume");
+  EXPECT_EQ(older.code, 0) << older.out;
+  EXPECT_NE(older.out.find("resumed: " + dir + "/step-00000010"), std::string::npos) << older.out;
+}
+
+}  // namespace
