@@ -1,8 +1,12 @@
 #include "driver/run_files.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "actor/trace.h"
+#include "base/file.h"
 #include "base/hash.h"
 #include "plan/plan_serialize.h"
 
@@ -53,6 +57,17 @@ Status CheckRunOutputs(const Config& cfg, const std::string& trace, int rank, in
     const NamedFile& f = outputs[i].file;
     const std::string where = f.key == "--trace" ? "[train] " : "[config] " + cfg.path + ": ";
     RETURN_IF_ERROR(CheckOutput(f, others, inputs).With(where));
+  }
+  // The checkpoint folder: made now, and written to once, so that a run is not lost to a folder it
+  // cannot write at its first checkpoint.
+  if (const std::string& dir = cfg.checkpoint.dir; !dir.empty() && rank == 0) {
+    const std::string where = "[config] " + cfg.path + ": checkpoint.dir: ";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (!std::filesystem::is_directory(dir)) return Status::Invalid(where + "'" + dir + "' is not a folder and cannot be made one");
+    const std::string probe = dir + "/.flowrun-probe." + std::to_string(::getpid());
+    if (Status s = WriteFileAtomically(probe, "probe\n"); !s.ok()) return Status::Invalid(where + s.message());
+    std::filesystem::remove(probe, ec);
   }
   return Status::Ok();
 }

@@ -160,6 +160,16 @@ TEST(Checkpoint, KeepsTheNewest_1n1d) {
   EXPECT_EQ(left, (std::vector<std::string>{"step-00000016", "step-00000020"}));
 }
 
+// A folder a checkpoint cannot go to is found before the first step, not at the first checkpoint.
+TEST(Checkpoint, AnUnwritableFolderIsRefusedBeforeTraining_1n1d) {
+  TempDir tmp;
+  const std::string file = tmp.Write("a_file", "x");
+  const Job r = Train(kMlp, 1, {"checkpoint={dir: " + file + ", every: 10}"}, tmp / "a.jsonl");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("checkpoint.dir: '" + file + "' is not a folder"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << r.out;
+}
+
 // A checkpoint that does not fit is refused before training, exit code 2, naming what is wrong.
 TEST(Checkpoint, WhatDoesNotFitIsRefused_1n1d) {
   TempDir tmp;
