@@ -6,7 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <chrono>
+#include <csignal>
 #include <filesystem>
+#include <random>
+#include <thread>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -216,6 +220,65 @@ TEST(Checkpoint, WhatDoesNotFitIsRefused_1n1d) {
   const Job older = Train(kMlp, 1, {ck}, (root / "c.jsonl").string(), "--resume");
   EXPECT_EQ(older.code, 0) << older.out;
   EXPECT_NE(older.out.find("resumed: " + dir + "/step-00000010"), std::string::npos) << older.out;
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 31's fault test: SIGKILL at random moments of a run that checkpoints every step (most of
+// its time goes to writing them), 50 trials. Each time a later --resume must find a committed
+// checkpoint and train on exactly as the run that was never killed. FLOWRUN_STRESS_SEED replays.
+TEST(CheckpointStress, KillsDuringWritesLeaveACommittedCheckpoint_1n1d) {
+  TempDir tmp;
+  const fs::path root = tmp.path();
+  const std::string bin = Bin();
+  auto cmd = [&](const std::string& jsonl, const std::string& extra) {
+    return "exec " + bin + " train " + kMlp + " --set train.steps=60 --set log.every=1 --set log.jsonl=" + Quote(jsonl) +
+           " --set 'checkpoint={dir: " + (root / "ck").string() + ", every: 1, keep: 3}' " + extra;
+  };
+  const fr::testing::Output ref = fr::testing::Shell(bin + " train " + kMlp + " --set train.steps=60 --set log.every=1 --set log.jsonl=" +
+                                                     Quote((root / "ref.jsonl").string()), kJobSeconds);
+  ASSERT_EQ(ref.code, 0) << ref.out;
+  std::vector<double> want;
+  {
+    std::ifstream f(root / "ref.jsonl");
+    for (std::string line; std::getline(f, line);) want.push_back(std::strtod(line.c_str() + line.find("\"loss\":") + 7, nullptr));
+  }
+  ASSERT_EQ(want.size(), 60u);
+  const char* given = std::getenv("FLOWRUN_STRESS_SEED");
+  const unsigned seed = given ? static_cast<unsigned>(std::strtoul(given, nullptr, 10))
+                              : static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::printf("FLOWRUN_STRESS_SEED=%u\n", seed);
+  std::mt19937 rng(seed);
+  int resumed = 0;
+  for (int trial = 0; trial < 50; ++trial) {
+    fs::remove_all(root / "ck");
+    fr::testing::Job j(cmd((root / "killed.jsonl").string(), ""));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 + rng() % 600));
+    ::kill(j.pid(), SIGKILL);
+    j.Finish(30);
+    if (!fs::exists(root / "ck")) continue;  // killed before its first checkpoint: nothing to resume
+    bool any = false;
+    for (const auto& e : fs::directory_iterator(root / "ck"))
+      any = any || (e.path().filename().string().rfind("step-", 0) == 0 && fs::exists(e.path() / "COMMIT"));
+    if (!any) continue;
+    // The rest without a checkpoint every step: what is checked is the one resumed from.
+    const fr::testing::Output r = fr::testing::Shell(cmd((root / "rest.jsonl").string(), "--resume --set checkpoint.every=0"), kJobSeconds);
+    ASSERT_EQ(r.code, 0) << "trial " << trial << "\n" << r.out;
+    std::ifstream f(root / "rest.jsonl");
+    int lines = 0;
+    for (std::string line; std::getline(f, line); ++lines) {
+      const long step = std::strtol(line.c_str() + line.find("\"step\":") + 7, nullptr, 10);
+      const double loss = std::strtod(line.c_str() + line.find("\"loss\":") + 7, nullptr);
+      ASSERT_TRUE(step >= 1 && step <= 60) << line;
+      EXPECT_EQ(loss, want[static_cast<size_t>(step - 1)]) << "trial " << trial << ", step " << step;
+    }
+    const bool at_the_end = r.out.find("/step-00000060 (step 60 of 60)") != std::string::npos;  // killed after the last
+    EXPECT_TRUE(lines > 0 || at_the_end) << "trial " << trial << "\n" << r.out;
+    ++resumed;
+  }
+  EXPECT_GE(resumed, 25) << "too few kills landed after a first checkpoint to test anything";
 }
 
 }  // namespace
