@@ -373,6 +373,11 @@ int main(int argc, char** argv) {
   search->add_option("--validate-repeats", search_args.validate_repeats,
                      "rounds over all validated candidates, taking each one's median (default 3)")
       ->check(CLI::Range(1, 100));
+  std::string inspect_path, inspect_config, inspect_export;
+  auto* inspect = app.add_subcommand("inspect", "show a checkpoint: its step, layout, files and tensors");
+  inspect->add_option("checkpoint", inspect_path, "a checkpoint folder (step-N), or a checkpoint.dir for its newest")->required();
+  inspect->add_option("--config", inspect_config, "show how this config differs from the checkpoint's");
+  inspect->add_option("--export", inspect_export, "write the trained model as ONNX (as save: does) to FILE");
   auto* ops = app.add_subcommand("ops", "list the ONNX ops flowrun imports, their opsets and the devices with a kernel");
   fr::EnvArgs env_args;
   auto* env = app.add_subcommand("env", "measure this machine and print a cluster: section for configs");
@@ -394,6 +399,7 @@ int main(int argc, char** argv) {
       args.resume = resume->count() > 0;
       return fr::Train(args);
     }
+    if (inspect->parsed()) return fr::InspectCheckpoint(inspect_path, inspect_config, inspect_export);
     if (ops->parsed()) {
       std::cout << fr::ir::OnnxOpsTable();
       return 0;

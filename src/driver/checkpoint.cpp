@@ -13,6 +13,8 @@
 #include <thread>
 
 #include "base/file.h"
+#include "driver/pipeline.h"
+#include "driver/save.h"
 #include "base/hash.h"
 #include "boxing/simulate.h"
 
@@ -447,6 +449,93 @@ Status RestoreCheckpoint(const CheckpointInfo& c, const Config& cfg, const ir::P
     }
   }
   return Status::Ok();
+}
+
+namespace {
+
+int Failed(const Status& s) {
+  std::fprintf(stderr, "flowrun: %s\n", s.message().c_str());
+  return s.exit_code();
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t nl = text.find('\n', at);
+    out.push_back(text.substr(at, nl == std::string::npos ? std::string::npos : nl - at));
+    if (nl == std::string::npos) break;
+    at = nl + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int InspectCheckpoint(const std::string& path, const std::string& config, const std::string& export_onnx) {
+  CheckpointInfo c;
+  if (fs::exists(fs::path(path) / "COMMIT")) {
+    c.path = path;
+    const std::string name = fs::path(path).lexically_normal().filename().string();
+    c.step = name.rfind("step-", 0) == 0 ? std::atoll(name.c_str() + 5) : -1;
+  } else {
+    auto found = LatestCheckpoint(path);
+    if (!found.ok()) return Failed(found.status());
+    c = *found;
+  }
+  const std::string manifest_path = c.path + "/manifest.json";
+  auto text = ReadWholeFile(manifest_path);
+  if (!text.ok()) return Failed(text.status().With("[checkpoint] "));
+  std::string saved_config;
+  try {
+    const YAML::Node m = YAML::Load(*text);
+    if (!m["format"] || m["format"].as<std::string>() != kFormat)
+      return Failed(Status::Invalid("[checkpoint] " + manifest_path + ": not a " + kFormat + " manifest"));
+    saved_config = m["config"].as<std::string>();
+    std::printf("checkpoint: %s\nstep: %lld\nwritten by: %d rank(s), plan %s\n", c.path.c_str(),
+                static_cast<long long>(m["step"].as<int64_t>()), m["ranks"].as<int>(), m["plan_hash"].as<std::string>().c_str());
+    std::printf("files:\n");
+    for (const YAML::Node& f : m["files"])
+      std::printf("  %s  %lld bytes  fnv1a64 %s\n", f["name"].as<std::string>().c_str(), static_cast<long long>(f["bytes"].as<int64_t>()),
+                  f["fnv1a64"].as<std::string>().c_str());
+    std::printf("tensors:\n");
+    for (const YAML::Node& t : m["tensors"]) {
+      const auto shape = t["shape"].as<std::vector<int64_t>>();
+      std::printf("  %-40s %-15s %s%s in %zu piece(s)\n", t["name"].as<std::string>().c_str(), t["role"].as<std::string>().c_str(),
+                  t["dtype"].as<std::string>().c_str(), Shape(shape).ToString().c_str(), t["pieces"].size());
+    }
+  } catch (const YAML::Exception& e) {
+    return Failed(Status::Invalid("[checkpoint] " + manifest_path + ": " + e.what()));
+  }
+  if (!config.empty()) {
+    auto cfg = LoadConfig(config);
+    if (!cfg.ok()) return Failed(cfg.status());
+    const std::vector<std::string> a = Lines(saved_config), b = Lines(ConfigToYaml(*cfg));
+    std::printf("config: lines that differ (- the checkpoint's, + %s):\n", config.c_str());
+    int diffs = 0;
+    for (const std::string& l : a)
+      if (std::find(b.begin(), b.end(), l) == b.end()) std::printf("  - %s\n", l.c_str()), ++diffs;
+    for (const std::string& l : b)
+      if (std::find(a.begin(), a.end(), l) == a.end()) std::printf("  + %s\n", l.c_str()), ++diffs;
+    if (!diffs) std::printf("  none\n");
+  }
+  if (!export_onnx.empty()) {  // the checkpoint's own config on one rank, its state restored, saved as save: saves
+    auto cfg = ParseConfig(saved_config, manifest_path + " (config)");
+    if (!cfg.ok()) return Failed(cfg.status());
+    cfg->parallel = ParallelConfig{};
+    cfg->parallel.device = DeviceType::kCpu;
+    auto compiled = Compile(*cfg, 1);
+    if (!compiled.ok()) return Failed(compiled.status());
+    actor::Runtime rt(compiled->plan, compiled->training.graph);
+    RunningStats running(compiled->training.graph);
+    if (Status s = RestoreCheckpoint(c, *cfg, compiled->plan, compiled->training.graph, rt, running, 0); !s.ok()) return Failed(s);
+    if (Status s = SaveTrained(compiled->plan, compiled->training, rt, nullptr, 0, cfg->parallel.timeout, *compiled->model,
+                               running.Values(), export_onnx);
+        !s.ok())
+      return Failed(s);
+    std::printf("exported: %s (model.onnx with the parameters of step %lld)\n", export_onnx.c_str(), static_cast<long long>(c.step));
+  }
+  return 0;
 }
 
 }  // namespace fr

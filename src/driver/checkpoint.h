@@ -53,4 +53,10 @@ Result<CheckpointInfo> LatestCheckpoint(const std::string& dir);
 Status RestoreCheckpoint(const CheckpointInfo& c, const Config& cfg, const ir::Plan& plan, const ir::Graph& g,
                          actor::Runtime& rt, RunningStats& running, int rank);
 
+// `flowrun inspect PATH`: a checkpoint folder (step-N) or a checkpoint.dir (its newest). Prints the
+// step, the layout it was written from, its files and tensors; with `config`, the lines of that
+// config (as ConfigToYaml writes it) that differ from the checkpoint's; with `export_onnx`, writes
+// the trained model as `save:` would, from the checkpoint's own config. Returns the exit code.
+int InspectCheckpoint(const std::string& path, const std::string& config, const std::string& export_onnx);
+
 }  // namespace fr

@@ -164,6 +164,29 @@ TEST(Checkpoint, KeepsTheNewest_1n1d) {
   EXPECT_EQ(left, (std::vector<std::string>{"step-00000016", "step-00000020"}));
 }
 
+// `flowrun inspect` shows a checkpoint, and --export writes the model `save:` writes, byte for byte.
+TEST(Checkpoint, InspectAndExport_1n2d) {
+  TempDir tmp;
+  const fs::path root = tmp.path();
+  const std::string dir = (root / "ck").string();
+  const Job r = Train(kMlp, 2, {"parallel.sbp={x: [\"S(0)\"]}", "checkpoint={dir: " + dir + ", every: 10}",
+                                "save.onnx=" + (root / "saved.onnx").string()},
+                      (root / "a.jsonl").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string exported = (root / "exported.onnx").string();
+  const fr::testing::Output o = fr::testing::Shell(Bin() + " inspect " + dir + " --config configs/mlp.yaml --export " + Quote(exported), 120);
+  ASSERT_EQ(o.code, 0) << o.out;
+  for (const std::string& want : {"checkpoint: " + dir + "/step-00000020", std::string("step: 20"), std::string("written by: 2 rank(s)"),
+                                  std::string("fc1.weight:state1"), std::string("+   steps: 300"), std::string("-   steps: 20")})
+    EXPECT_NE(o.out.find(want), std::string::npos) << want << "\n" << o.out;
+  std::ifstream a(root / "saved.onnx", std::ios::binary), b(exported, std::ios::binary);
+  const std::string x((std::istreambuf_iterator<char>(a)), {}), y((std::istreambuf_iterator<char>(b)), {});
+  EXPECT_FALSE(x.empty());
+  EXPECT_TRUE(x == y) << "the exported model differs from the one the run saved";
+  const fr::testing::Output bad = fr::testing::Shell(Bin() + " inspect " + (root / "none").string(), 60);
+  EXPECT_EQ(bad.code, 2) << bad.out;
+}
+
 // A folder a checkpoint cannot go to is found before the first step, not at the first checkpoint.
 TEST(Checkpoint, AnUnwritableFolderIsRefusedBeforeTraining_1n1d) {
   TempDir tmp;
