@@ -206,8 +206,6 @@ Status Actor::Compute(int64_t step, int64_t micro) {
   std::vector<Tensor> in, out;
   for (size_t i = 0; i < node.in.size(); ++i) in.push_back(InputTensor(i));
   for (size_t i = 0; i < out_.size(); ++i) out.push_back(rt_.Slot(out_[i].regst, out_[i].current));
-  CheckOnDevice(in);
-  CheckOnDevice(out);
   KernelCtx ctx{node, in, out, step, micro, plan_.micro_batches};
   return Kernel(node.op, task_.device.type)(ctx);
 }
@@ -217,17 +215,9 @@ Status Actor::Variable(int64_t k) {
   const ir::Node& node = plan_.nodes[static_cast<size_t>(task_.node)];
   std::vector<Tensor> in;
   for (size_t i = 0; i < node.in.size(); ++i) in.push_back(InputTensor(i));
-  CheckOnDevice(in);
   const std::vector<Tensor>& state = rt_.OptimizerState(task_.id);
   KernelCtx ctx{node, in, state, rt_.first_step() + k - 1, 0, plan_.micro_batches};
   return Kernel(node.op, task_.device.type)(ctx);
-}
-
-// Kernels reach only their own device's memory: a tensor from elsewhere means lowering missed a copy.
-void Actor::CheckOnDevice(const std::vector<Tensor>& ts) const {
-  for (const Tensor& t : ts)
-    FR_CHECK(!t.defined() || t.device() == task_.device,
-             task_.name + " on " + ToString(task_.device) + " was given a tensor on " + ToString(t.device()));
 }
 
 // Queued on the device's copy stream; the act ends when the copy has (the copy thread waits, the

@@ -71,7 +71,6 @@ class Actor {
   Tensor RegstTensor(int regst) const;
   Status Move();
   Status Copy();
-  void CheckOnDevice(const std::vector<Tensor>& ts) const;
   Port* InPort(int regst);
 
   Runtime& rt_;

@@ -37,6 +37,16 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
   // Constants read on a device are copied there once; copies run on a stream per device.
   for (const ir::TaskDesc& t : plan.tasks) {
     if (t.rank != rank_) continue;
+    // Kernels reach only their own device's memory (slots are allocated on their regst's device):
+    // a register elsewhere means lowering missed a copy. Checked once here, not at every act.
+    std::vector<int> reads = t.move.in;
+    for (const ir::TaskInput& in : t.in) reads.push_back(in.regst);
+    for (int r : reads) {
+      if (r < 0 || t.kind == ir::TaskKind::kCopy) continue;
+      const Device on = plan.regsts[static_cast<size_t>(r)].device;
+      FR_CHECK(on == t.device, t.name + " on " + ToString(t.device) + " reads regst " + std::to_string(r) + " on " + ToString(on) +
+                                   ": a copy between devices is missing");
+    }
     if (t.kind == ir::TaskKind::kCopy && !copy_streams_.count({t.device.type, t.device.index}))
       copy_streams_[{t.device.type, t.device.index}] = BackendOf(t.device.type)->NewStream(t.device.index);
     if (!compute_streams_.count({t.device.type, t.device.index}))

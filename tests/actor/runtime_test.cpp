@@ -326,8 +326,8 @@ TEST(Runtime, RunsInSpansAsInOne_1n1d) {
   }
 }
 
-// A kernel is only ever given its own device's tensors: a plan that forgot a copy stops at the
-// first act that would read across devices, naming the task.
+// A kernel is only ever given its own device's tensors: a plan that forgot a copy stops before
+// the run, naming the task.
 TEST(RuntimeDeathTest, ATensorFromAnotherDeviceIsCaught) {
   ir::TrainingGraph tg = TinyMlp(1);
   auto plan = boxing::LowerOneDevice(tg, 2, 1, DeviceType::kSim);
@@ -342,7 +342,7 @@ TEST(RuntimeDeathTest, ATensorFromAnotherDeviceIsCaught) {
         std::vector<Tensor> params;
         RunPlan(*plan, tg.graph, &params);
       },
-      "mm0 on cpu was given a tensor on sim:0");
+      "mm0 on cpu reads regst [0-9]+ on sim:0: a copy between devices is missing");
 }
 
 // A busy stream polls its hook at most every Hooks::poll_busy while more messages wait, and always
