@@ -238,7 +238,12 @@ Status Commit(const Config& cfg, int64_t step, uint64_t plan_hash, int ranks, co
   if (ec) return Status::Runtime(where + "cannot rename '" + tmp + "' to '" + final + "': " + ec.message());
   if (Status s = FsyncFolder(cfg.checkpoint.dir); !s.ok()) return s.With(where);
   fs::remove_all(old, ec);
-  // Older checkpoints beyond `keep`, now that this one is committed.
+  // Folders of earlier steps that runs killed mid-write left, and older checkpoints beyond `keep`,
+  // now that this one is committed.
+  for (const auto& e : fs::directory_iterator(cfg.checkpoint.dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(".tmp-step-", 0) == 0 && name < ".tmp-" + StepFolder(step)) fs::remove_all(e.path(), ec);
+  }
   if (cfg.checkpoint.keep > 0) {
     std::vector<std::string> steps;
     for (const auto& e : fs::directory_iterator(cfg.checkpoint.dir, ec))

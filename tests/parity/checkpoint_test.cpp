@@ -299,6 +299,8 @@ TEST(CheckpointStress, KillsDuringWritesLeaveACommittedCheckpoint_1n1d) {
     }
     const bool at_the_end = r.out.find("/step-00000060 (step 60 of 60)") != std::string::npos;  // killed after the last
     EXPECT_TRUE(lines > 0 || at_the_end) << "trial " << trial << "\n" << r.out;
+    for (const auto& e : fs::directory_iterator(root / "ck"))  // what killed writes left is gone
+      EXPECT_NE(e.path().filename().string().rfind(".tmp-", 0), 0u) << "trial " << trial << ": " << e.path();
     ++resumed;
   }
   EXPECT_GE(resumed, 25) << "too few kills landed after a first checkpoint to test anything";
