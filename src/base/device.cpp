@@ -39,9 +39,10 @@ class CpuStream final : public DeviceStream {
   }
 };
 
-class CpuBackend final : public Backend {
+// A device whose memory is the host's (the CPU, sim): counted aligned allocations, copies by memcpy,
+// the CPU's kernels. Each says what it is and how its streams run.
+class HostMemoryBackend : public Backend {
  public:
-  DeviceType type() const override { return DeviceType::kCpu; }
   DeviceType kernels() const override { return DeviceType::kCpu; }
   bool host_visible() const override { return true; }
   void* Allocate(size_t bytes, int) override {
@@ -53,10 +54,15 @@ class CpuBackend final : public Backend {
     std::free(p);
     Count(-static_cast<int64_t>(bytes));
   }
-  std::unique_ptr<DeviceStream> NewStream(int) override { return std::make_unique<CpuStream>(); }
   void CopyNow(void* dst, const void* src, size_t bytes, int) override {
     if (bytes) std::memcpy(dst, src, bytes);
   }
+};
+
+class CpuBackend final : public HostMemoryBackend {
+ public:
+  DeviceType type() const override { return DeviceType::kCpu; }
+  std::unique_ptr<DeviceStream> NewStream(int) override { return std::make_unique<CpuStream>(); }
 };
 
 // A stream whose copies a thread of its own runs, in order, while the queuing thread goes on.
@@ -130,24 +136,10 @@ class SimStream final : public DeviceStream {
   std::thread worker_;
 };
 
-class SimBackend final : public Backend {
+class SimBackend final : public HostMemoryBackend {
  public:
   DeviceType type() const override { return DeviceType::kSim; }
-  DeviceType kernels() const override { return DeviceType::kCpu; }
-  bool host_visible() const override { return true; }
-  void* Allocate(size_t bytes, int) override {
-    void* p = AlignedZeroed(bytes);
-    if (p) Count(static_cast<int64_t>(bytes));
-    return p;
-  }
-  void Free(void* p, size_t bytes, int) override {
-    std::free(p);
-    Count(-static_cast<int64_t>(bytes));
-  }
   std::unique_ptr<DeviceStream> NewStream(int) override { return std::make_unique<SimStream>(); }
-  void CopyNow(void* dst, const void* src, size_t bytes, int) override {
-    if (bytes) std::memcpy(dst, src, bytes);
-  }
 };
 
 std::array<std::unique_ptr<Backend>, kNumDeviceTypes>& Backends() {

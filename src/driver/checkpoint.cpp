@@ -108,32 +108,52 @@ std::string Safetensors(const std::vector<Piece>& pieces, int64_t step) {
   return out;
 }
 
-// This rank's pieces: each parameter piece it holds (unless a device before it in the placement
-// holds the same region) with its optimizer state; on rank 0, the running statistics.
-std::vector<Piece> PiecesOf(const ir::Plan& plan, const ir::Graph& g, const actor::Runtime& rt, const RunningStats& running,
-                            int rank) {
-  std::vector<Piece> out;
+// A parameter piece this rank holds: device d of placement pl, holding region `ranges`.
+struct Held {
+  ir::ValueId value;
+  const ir::Value* val;
+  const sbp::NdSbp* sbp;
+  const sbp::Placement* pl;
+  int d;
+  std::vector<sbp::Range> ranges;
+};
+std::vector<Held> HeldParams(const ir::Plan& plan, const ir::Graph& g, int rank) {
+  std::vector<Held> out;
   for (const ir::ValuePlacement& vp : plan.values) {
     const ir::Value& val = g.value(vp.value);
     if (val.kind != ir::ValueKind::kParam) continue;
     const sbp::Placement& pl = plan.stages[static_cast<size_t>(vp.stage)];
     const int d = pl.IndexOf(rank);
-    if (d < 0) continue;
-    const std::vector<sbp::Range> mine = sbp::PieceRanges(val.type.shape, vp.sbp, pl, d);
+    if (d >= 0) out.push_back({vp.value, &val, &vp.sbp, &pl, d, sbp::PieceRanges(val.type.shape, vp.sbp, pl, d)});
+  }
+  return out;
+}
+
+// The parameter piece, then its optimizer state, as the runtime holds them, with their names.
+std::vector<std::pair<std::string, Tensor>> StateOf(const actor::Runtime& rt, const Held& h) {
+  std::vector<std::pair<std::string, Tensor>> out = {{h.val->name, rt.Param(h.value)}};
+  const std::vector<Tensor> state = rt.OptimizerStateOf(h.value);
+  for (size_t i = 0; i < state.size(); ++i) out.emplace_back(h.val->name + ":state" + std::to_string(i), state[i]);
+  return out;
+}
+
+// This rank's pieces: each parameter piece it holds (unless a device before it in the placement
+// holds the same region) with its optimizer state; on rank 0, the running statistics.
+std::vector<Piece> PiecesOf(const ir::Plan& plan, const ir::Graph& g, const actor::Runtime& rt, const RunningStats& running,
+                            int rank) {
+  std::vector<Piece> out;
+  for (const Held& h : HeldParams(plan, g, rank)) {
     bool first = true;
-    for (int e = 0; e < d && first; ++e) first = sbp::PieceRanges(val.type.shape, vp.sbp, pl, e) != mine;
+    for (int e = 0; e < h.d && first; ++e) first = sbp::PieceRanges(h.val->type.shape, *h.sbp, *h.pl, e) != h.ranges;
     if (!first) continue;
-    std::vector<Tensor> tensors = {rt.Param(vp.value)};
-    const std::vector<Tensor> state = rt.OptimizerStateOf(vp.value);
-    tensors.insert(tensors.end(), state.begin(), state.end());
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const Tensor host = tensors[i].ToHost();
+    for (const auto& [name, tensor] : StateOf(rt, h)) {
+      const Tensor host = tensor.ToHost();
       Piece p;
-      p.name = i == 0 ? val.name : val.name + ":state" + std::to_string(i - 1);
-      p.role = i == 0 ? "parameter" : "optimizer_state";
+      p.name = name;
+      p.role = name == h.val->name ? "parameter" : "optimizer_state";
       p.dtype = SafetensorsType(host.dtype());
-      p.shape = val.type.shape.dims();
-      for (const sbp::Range& r : mine) {
+      p.shape = h.val->type.shape.dims();
+      for (const sbp::Range& r : h.ranges) {
         p.begin.push_back(r.begin);
         p.end.push_back(r.end);
       }
@@ -422,20 +442,11 @@ Status RestoreCheckpoint(const CheckpointInfo& c, const Config& cfg, const ir::P
     if (covered < wanted) return Status::Invalid(where + "the pieces of '" + name + "' do not cover the region this rank needs");
     return Status::Ok();
   };
-  for (const ir::ValuePlacement& vp : plan.values) {
-    const ir::Value& val = g.value(vp.value);
-    if (val.kind != ir::ValueKind::kParam) continue;
-    const sbp::Placement& pl = plan.stages[static_cast<size_t>(vp.stage)];
-    const int d = pl.IndexOf(rank);
-    if (d < 0) continue;
-    const std::vector<sbp::Range> want = sbp::PieceRanges(val.type.shape, vp.sbp, pl, d);
-    std::vector<Tensor> targets = {rt.Param(vp.value)};
-    const std::vector<Tensor> state = rt.OptimizerStateOf(vp.value);
-    targets.insert(targets.end(), state.begin(), state.end());
-    for (size_t i = 0; i < targets.size(); ++i) {
-      const Tensor host(targets[i].dtype(), targets[i].shape());
-      RETURN_IF_ERROR(fill(i == 0 ? val.name : val.name + ":state" + std::to_string(i - 1), val.type.dtype, val.type.shape, want, host));
-      targets[i].CopyFrom(host);
+  for (const Held& h : HeldParams(plan, g, rank)) {
+    for (const auto& [name, target] : StateOf(rt, h)) {
+      const Tensor host(target.dtype(), target.shape());
+      RETURN_IF_ERROR(fill(name, h.val->type.dtype, h.val->type.shape, h.ranges, host));
+      target.CopyFrom(host);
     }
   }
   if (rank == 0) {
