@@ -86,7 +86,7 @@ bool Actor::Ready() const {
     // A variable updates its parameter in place: every reader must have given it back.
     if (task_.kind == TaskKind::kVariable && p.pending[0] != 0) return false;
   }
-  return true;
+  return rt_.MayStart(NextStep());
 }
 
 bool Actor::Communicates() const { return MovesAcrossRanks(task_); }
@@ -107,6 +107,11 @@ std::pair<int64_t, int64_t> Actor::NextKey() const {
   if (task_.kind == TaskKind::kVariable) return {next_, -1};
   if (task_.per_step) return {next_, m};
   return {next_ / m, next_ % m};
+}
+
+int64_t Actor::NextStep() const {
+  if (task_.kind == TaskKind::kVariable) return next_ - 1;
+  return task_.per_step ? next_ : next_ / plan_.micro_batches;
 }
 
 void Actor::RunNext() {

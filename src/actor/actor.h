@@ -36,6 +36,9 @@ class Actor {
   void set_deferred(bool d) { deferred_ = d; }
   // The next act's (step, micro-batch): what the thread orders ready acts by.
   std::pair<int64_t, int64_t> NextKey() const;
+  // The step the next act belongs to, for Runtime::MayStart: a variable's act k updates with step
+  // k-1's gradient (act 0 only emits the parameter: step -1).
+  int64_t NextStep() const;
   // Whether what it writes is sent across ranks (a gradient accumulator in a bucket, the last
   // forward op of a pipeline stage): among ready acts of one micro-batch these go first, so that
   // the movement starts while the thread computes the rest.

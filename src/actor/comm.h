@@ -49,6 +49,13 @@ struct CommHandle {
   int id = -1;
 };
 
+// How a rank ends a run (Runtime::Run): the last step it runs, which no rank's last may be below,
+// and whether it stops the training there (RunOptions::wind_down).
+struct StepNotice {
+  int64_t last_step = -1;
+  bool stopping = false;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -113,6 +120,17 @@ class Communicator {
   virtual Result<std::vector<CommHandle>> Poll() = 0;
   // Movements started and not yet reported done.
   virtual int in_flight() const = 0;
+
+  // The notices that end a run, through which the ranks agree where it stops (Runtime::Run): in
+  // each run every rank calls BeginNotices(run) with the same `run`, then Notify once, then
+  // PollNotices until no rank is missing; the run's notices are then spent. Called with Start and
+  // Poll's one-thread-at-a-time rule. Never block.
+  virtual Status BeginNotices(int64_t run) = 0;
+  virtual Status Notify(const StepNotice& mine) = 0;
+  // Merges the notices that arrived (this rank's own, once Notify was called) into `merged`: the
+  // highest last_step, and stopping if any said so. Returns the ranks whose notice has not yet
+  // arrived, or whose own notice is still being sent; empty once it is all done.
+  virtual Result<std::vector<int>> PollNotices(StepNotice* merged) = 0;
 
   // Ends every rank of the job with exit code `code`. Does not return.
   [[noreturn]] virtual void Abort(int code) = 0;

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <climits>
 #include <new>
@@ -261,8 +262,8 @@ struct Pending {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(MPI_Comm data, MPI_Comm setup, bool owns_mpi, int tag_ub)
-      : data_(data), setup_(setup), owns_mpi_(owns_mpi), tag_ub_(tag_ub) {
+  MpiCommunicator(MPI_Comm data, MPI_Comm setup, MPI_Comm notices, bool owns_mpi, int tag_ub)
+      : data_(data), setup_(setup), notices_(notices), owns_mpi_(owns_mpi), tag_ub_(tag_ub) {
     MPI_Comm_rank(data_, &rank_);
     MPI_Comm_size(data_, &size_);
   }
@@ -278,6 +279,9 @@ class MpiCommunicator final : public Communicator {
   void Cancel() override { cancelled_.store(true, std::memory_order_release); }
   int in_flight() const override { return static_cast<int>(pending_.size()); }
   int64_t buffered_acts() const override { return buffered_acts_; }
+  Status BeginNotices(int64_t run) override;
+  Status Notify(const StepNotice& mine) override;
+  Result<std::vector<int>> PollNotices(StepNotice* merged) override;
   // Not MPI_Abort: where several ranks abort at once (a scheduler signals every rank, every rank
   // fails the same check), Open MPI 4.1's mpirun can crash relaying their abort messages and exit
   // 139 instead of the code. A rank that exits without MPI_Finalize makes mpirun stop the job all
@@ -313,6 +317,7 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm data_;   // sends and receives
   MPI_Comm setup_;  // parent of the group communicators
+  MPI_Comm notices_;  // the notices that end a run
   bool owns_mpi_;
   int tag_ub_;
   int rank_ = 0, size_ = 0;
@@ -331,6 +336,12 @@ class MpiCommunicator final : public Communicator {
   std::vector<int> poll_ids_, poll_index_;
   std::vector<MPI_Request> poll_reqs_;
   std::vector<MPI_Status> poll_status_;
+  // This run's notices: {last_step, stopping} from each rank and to each, by rank.
+  int notice_tag_ = 0;
+  std::vector<std::array<int64_t, 2>> notice_in_;
+  std::array<int64_t, 2> notice_out_{};
+  std::vector<MPI_Request> notice_recv_, notice_send_;
+  bool notified_ = false;
 };
 
 MpiCommunicator::~MpiCommunicator() {
@@ -345,9 +356,65 @@ MpiCommunicator::~MpiCommunicator() {
   }
   while (!shared_.empty()) FreeShared(shared_.begin()->first);
   for (auto& [id, gc] : comms_) MPI_Comm_free(&gc.second);
+  for (MPI_Request& r : notice_recv_) {  // a failed run's, whose peers never sent theirs
+    if (r == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&r);
+    MPI_Request_free(&r);
+  }
   MPI_Comm_free(&data_);
   MPI_Comm_free(&setup_);
+  MPI_Comm_free(&notices_);
   if (owns_mpi_) MPI_Finalize();
+}
+
+Status MpiCommunicator::BeginNotices(int64_t run) {
+  const std::string what = "the notices that end run " + std::to_string(run);
+  for (MPI_Request r : notice_recv_)
+    if (r != MPI_REQUEST_NULL) return Fail(what, "the last run's notices are still in flight");
+  notice_tag_ = static_cast<int>(run % (static_cast<int64_t>(tag_ub_) + 1));
+  notice_in_.assign(static_cast<size_t>(size_), {-1, 0});
+  notice_recv_.assign(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  notice_send_.assign(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  notified_ = false;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    RETURN_IF_ERROR(Mpi(MPI_Irecv(notice_in_[static_cast<size_t>(r)].data(), 2, MPI_INT64_T, r, notice_tag_, notices_,
+                                  &notice_recv_[static_cast<size_t>(r)]),
+                        "MPI_Irecv", what));
+  }
+  return Status::Ok();
+}
+
+Status MpiCommunicator::Notify(const StepNotice& mine) {
+  notice_out_ = {mine.last_step, mine.stopping ? 1 : 0};
+  notice_in_[static_cast<size_t>(rank_)] = notice_out_;
+  notified_ = true;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    RETURN_IF_ERROR(Mpi(MPI_Isend(notice_out_.data(), 2, MPI_INT64_T, r, notice_tag_, notices_, &notice_send_[static_cast<size_t>(r)]),
+                        "MPI_Isend", "the notice that ends this rank's run"));
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<int>> MpiCommunicator::PollNotices(StepNotice* merged) {
+  std::vector<int> missing;
+  for (int r = 0; r < size_; ++r) {
+    const auto i = static_cast<size_t>(r);
+    int done = 1;
+    if (notice_recv_[i] != MPI_REQUEST_NULL)
+      RETURN_IF_ERROR(Mpi(MPI_Test(&notice_recv_[i], &done, MPI_STATUS_IGNORE), "MPI_Test", "rank " + std::to_string(r) + "'s notice"));
+    if (done && notice_send_[i] != MPI_REQUEST_NULL)
+      RETURN_IF_ERROR(Mpi(MPI_Test(&notice_send_[i], &done, MPI_STATUS_IGNORE), "MPI_Test", "the notice to rank " + std::to_string(r)));
+    if (r == rank_ && !notified_) done = 0;
+    if (!done) {
+      missing.push_back(r);
+      continue;
+    }
+    merged->last_step = std::max(merged->last_step, notice_in_[i][0]);
+    merged->stopping = merged->stopping || notice_in_[i][1] != 0;
+  }
+  return missing;
 }
 
 Status MpiCommunicator::GlobalRanks(MPI_Comm c, std::vector<int>* ranks, const std::string& what) const {
@@ -923,16 +990,17 @@ Result<std::unique_ptr<Communicator>> MpiWorld(int* argc, char*** argv) {
   if (level < MPI_THREAD_MULTIPLE)
     return Status::Runtime("[actor] MPI runs at thread level " + std::to_string(level) +
                            "; flowrun needs MPI_THREAD_MULTIPLE (the runtime calls MPI from several threads)");
-  MPI_Comm data = MPI_COMM_NULL, setup = MPI_COMM_NULL;
+  MPI_Comm data = MPI_COMM_NULL, setup = MPI_COMM_NULL, notices = MPI_COMM_NULL;
   int rc = MPI_Comm_dup(MPI_COMM_WORLD, &data);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(MPI_COMM_WORLD, &setup);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(data, MPI_ERRORS_RETURN);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(setup, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(MPI_COMM_WORLD, &notices);
+  for (MPI_Comm c : {data, setup, notices})
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
   if (rc != MPI_SUCCESS) return Status::Runtime("[actor] duplicating MPI_COMM_WORLD: " + MpiError(rc));
   int* ub = nullptr;
   int found = 0;
   MPI_Comm_get_attr(data, MPI_TAG_UB, &ub, &found);
-  return std::unique_ptr<Communicator>(new MpiCommunicator(data, setup, owns, found && ub ? *ub : 32767));
+  return std::unique_ptr<Communicator>(new MpiCommunicator(data, setup, notices, owns, found && ub ? *ub : 32767));
 }
 
 }  // namespace fr::actor

@@ -281,6 +281,7 @@ std::string Runtime::StallReport() const {
       break;
     }
   }
+  if (notified_ && !notice_wait_.empty()) waiting.push_back("the end of the run with rank(s) " + notice_wait_);
   if (!waiting.empty()) {
     msg += "; waiting for other ranks, which may have died or hung:";
     for (const std::string& w : waiting) msg += "\n  " + w;
@@ -295,6 +296,93 @@ std::string Runtime::StallReport() const {
   return msg;
 }
 
+bool Runtime::MayStart(int64_t step) {
+  int64_t cur = started_.load(std::memory_order_acquire);
+  while (step >= (cur & ~kFrozen)) {
+    if ((cur & kFrozen) != 0 || step >= limit_.load(std::memory_order_acquire)) return false;
+    if (started_.compare_exchange_weak(cur, step + 1, std::memory_order_acq_rel)) return true;
+  }
+  return true;
+}
+
+bool Runtime::Reached(int64_t steps) const {
+  for (const auto& a : actors_)
+    if (a && a->acts_done() < plan_.Acts(a->task(), steps)) return false;
+  return true;
+}
+
+void Runtime::Freeze(bool stopping) {
+  const int64_t last = (started_.fetch_or(kFrozen, std::memory_order_acq_rel) & ~kFrozen) - 1;
+  notified_ = true;
+  agreed_.last_step = std::max(agreed_.last_step, last);
+  agreed_.stopping = agreed_.stopping || stopping;
+  if (!comm_) return;
+  std::lock_guard<std::mutex> lock(progress_mu_);
+  if (Status s = comm_->Notify(StepNotice{last, stopping}); !s.ok()) Fail(s);
+}
+
+void Runtime::Agree() {
+  limit_.store(agreed_.last_step + 1, std::memory_order_release);
+  started_.fetch_and(~kFrozen, std::memory_order_acq_rel);
+  for (const auto& a : actors_)  // the actors that waited for the agreement
+    if (a) Send(Msg{MsgKind::kStart, a->task().id, a->task().id, -1, -1});
+}
+
+void Runtime::Watch(int mine) {
+  const bool agree = opt_.wind_down != nullptr;
+  bool decided = !agree;
+  int64_t target = steps_;  // the steps the run ends after
+  int64_t last_progress = -1;
+  auto last_change = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!failed_ && !(decided && (target == steps_ ? finished_ == mine : Reached(target)))) {
+    // While the ranks agree, this rank's steps wait: ask often.
+    cv_.wait_for(lock, notified_ && !decided ? std::chrono::milliseconds(1) : std::chrono::milliseconds(200));
+    int64_t progress = 0;
+    for (const auto& a : actors_) progress += a ? a->acts_done() : 0;
+    auto now = std::chrono::steady_clock::now();
+    if (progress != last_progress) {
+      last_progress = progress;
+      last_change = now;
+    } else if (std::chrono::duration<double>(now - last_change).count() > opt_.stall_timeout) {
+      failed_ = true;
+      error_ = Status::Runtime(StallReport());
+    }
+    if (opt_.stop_signal && opt_.stop_signal->load() != 0 && !failed_) {
+      failed_ = true;
+      error_ = Status::Runtime("[actor] rank " + std::to_string(rank_) + ": stopped by signal " +
+                               std::to_string(opt_.stop_signal->load()));
+    }
+    if (decided || failed_) continue;
+    // Every rank sends its notice when it has done its acts or winds down, or another rank
+    // winds down; the run ends after the highest step any rank began, which every rank then runs.
+    const bool finished = finished_ == mine;
+    lock.unlock();
+    const bool stopping = opt_.wind_down->load();
+    if (!notified_ && (finished || stopping)) Freeze(stopping);
+    std::vector<int> missing;
+    if (comm_) {
+      std::lock_guard<std::mutex> g(progress_mu_);
+      Result<std::vector<int>> r = comm_->PollNotices(&agreed_);
+      if (r.ok()) missing = std::move(*r);
+      else Fail(r.status());
+    }
+    if (!notified_ && agreed_.stopping) Freeze(stopping);
+    lock.lock();
+    notice_wait_.clear();
+    for (int r : missing) notice_wait_ += (notice_wait_.empty() ? "" : ",") + std::to_string(r);
+    if (notified_ && missing.empty() && !failed_) {
+      decided = true;
+      target = agreed_.last_step + 1;
+      lock.unlock();
+      Agree();
+      lock.lock();
+    }
+  }
+  steps_done_ = target;
+  wound_down_ = agreed_.stopping;
+}
+
 Status Runtime::Run(const RunOptions& opt) {
   opt_ = opt;
   first_step_ = opt.first_step;
@@ -307,6 +395,17 @@ Status Runtime::Run(const RunOptions& opt) {
   ready_.clear();
   finished_ = 0;
   next_emit_ = first_step_;
+  // A run that begins winding down begins no step of its own (Watch).
+  started_.store(opt.wind_down && opt.wind_down->load() ? kFrozen : 0);
+  limit_.store(kFrozen);
+  notified_ = false;
+  agreed_ = StepNotice{};
+  notice_wait_.clear();
+  ++runs_;
+  if (opt.wind_down && comm_) {
+    std::lock_guard<std::mutex> lock(progress_mu_);
+    if (Status s = comm_->BeginNotices(runs_); !s.ok()) return s;
+  }
   if (!ran_) start_ = std::chrono::steady_clock::now();  // StepRecord::seconds count from the first run
   ran_ = true;
   // Threads (see runtime.h): the comm stream's actors run on the compute stream's thread.
@@ -362,28 +461,8 @@ Status Runtime::Run(const RunOptions& opt) {
   for (const auto& a : actors_)
     if (a) Send(Msg{MsgKind::kStart, a->task().id, a->task().id, -1, -1});
 
-  // Wait for completion, failure, or a stall.
-  int64_t last_progress = -1;
-  auto last_change = std::chrono::steady_clock::now();
+  Watch(mine);
   std::unique_lock<std::mutex> lock(mu_);
-  while (!failed_ && finished_ < mine) {
-    cv_.wait_for(lock, std::chrono::milliseconds(200));
-    int64_t progress = 0;
-    for (const auto& a : actors_) progress += a ? a->acts_done() : 0;
-    auto now = std::chrono::steady_clock::now();
-    if (progress != last_progress) {
-      last_progress = progress;
-      last_change = now;
-    } else if (std::chrono::duration<double>(now - last_change).count() > opt_.stall_timeout) {
-      failed_ = true;
-      error_ = Status::Runtime(StallReport());
-    }
-    if (opt_.stop_signal && opt_.stop_signal->load() != 0 && !failed_) {
-      failed_ = true;
-      error_ = Status::Runtime("[actor] rank " + std::to_string(rank_) + ": stopped by signal " +
-                               std::to_string(opt_.stop_signal->load()));
-    }
-  }
   Status result = failed_ ? error_ : Status::Ok();
   lock.unlock();
   // A stream thread may be waiting on a peer that will never answer: release it before joining.

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "actor/actor.h"
+#include "actor/comm.h"
 #include "actor/pool.h"
 #include "actor/stream.h"
 #include "plan/plan.h"
@@ -78,6 +79,11 @@ struct RunOptions {
   int64_t steps = -1;
   // Polled every 200 ms; when it holds a signal number the run stops with an error naming it.
   const std::atomic<int>* stop_signal = nullptr;
+  // Polled every 200 ms; once it is true on any rank, every rank runs the steps some rank has
+  // begun and the run ends there, early and in order (Runtime::steps_done, wound_down): a
+  // scheduler's SIGTERM, answered with a checkpoint. Either every rank passes one or none: the
+  // ranks agree through notices at the end of each run (Communicator::Notify).
+  const std::atomic<bool>* wind_down = nullptr;
   // Run first on every stream thread: per-thread settings such as the OpenMP team size, which a
   // thread does not inherit from the one that set it.
   std::function<void()> on_thread_start;
@@ -100,6 +106,10 @@ class Runtime {
   Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank = 0, Communicator* comm = nullptr);
   ~Runtime();
   Status Run(const RunOptions& opt);
+  // After a Run that succeeded: the steps it ran (RunOptions::steps, or fewer where it wound down)
+  // and whether some rank's wind_down was set, which every rank learns alike.
+  int64_t steps_done() const { return steps_done_; }
+  bool wound_down() const { return wound_down_; }
 
   // This rank's piece of a parameter (after Run: the trained value), on its device.
   Tensor Param(ir::ValueId v) const;
@@ -132,6 +142,10 @@ class Runtime {
   void ActorFinished();
   // A deferred actor's next act is ready (called on its stream's thread).
   void Announce(Actor* a);
+  // Whether an act of (this run's) step `step` may start: the ranks may be agreeing where the run
+  // stops, or have agreed on an earlier step. Any stream thread, at every act: one atomic load
+  // unless the act is the first of a step on this rank.
+  bool MayStart(int64_t step);
   const RunOptions& options() const { return opt_; }
   int64_t first_step() const { return first_step_; }
   int64_t steps() const { return steps_; }
@@ -155,6 +169,15 @@ class Runtime {
   // what finished.
   Stream::Poll Progress();
   std::string StallReport() const;
+  // Run's wait: until every actor has done its acts, a failure, a stall or a signal; with
+  // RunOptions::wind_down, the ranks agree on where the run ends on the way.
+  void Watch(int mine);
+  // Where RunOptions::wind_down asks: stops new steps here and says how far this rank had got;
+  // once the ranks agreed (Agree), lets them run to the agreed step.
+  void Freeze(bool stopping);
+  void Agree();
+  // Every actor here has done its acts of the run's first `steps` steps.
+  bool Reached(int64_t steps) const;
   // "all-reduce with rank(s) 1,2", "recv from rank 3": the other ranks a movement waits for.
   std::string GroupWaitString(const boxing::Task& t) const;
 
@@ -174,6 +197,17 @@ class Runtime {
   RegstPool pool_;
   std::vector<std::vector<Tensor>> state_;  // by task id: a variable's optimizer state
   int64_t first_step_ = 0, steps_ = 0;      // this run's (RunOptions)
+  int64_t steps_done_ = 0;                  // the last run's, where it ended
+  bool wound_down_ = false;
+  int64_t runs_ = 0;                        // Run calls: the notices' tag
+  // The highest step an act began on this rank plus one, with kFrozen set while the ranks agree
+  // where the run ends (no new step begins meanwhile); no act of a step at or past limit_ begins.
+  static constexpr int64_t kFrozen = int64_t{1} << 62;
+  std::atomic<int64_t> started_{0};
+  std::atomic<int64_t> limit_{kFrozen};
+  bool notified_ = false;                   // Watch's: this rank's notice was sent
+  StepNotice agreed_;                       // the notices merged so far
+  std::string notice_wait_;                 // the ranks whose notice is missing, for StallReport
   bool ran_failed_ = false;                 // a run failed: the state is not one to go on from
   bool ran_ = false;                        // Run was called before
   std::map<std::tuple<int, DeviceType, int>, Tensor> device_consts_;  // (konst, device): a constant there

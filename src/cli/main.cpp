@@ -51,18 +51,38 @@ struct Args {
   std::string resume_dir;  // empty: checkpoint.dir
 };
 
-// SIGINT / SIGTERM while the runtime runs: it polls this and stops every stream; the process exits
-// 128 + signal. Outside the run the default action ends the process, with the same exit status.
+// Signals during training. SIGINT, and SIGTERM without checkpoint.dir, stop the run within 200 ms
+// (the runtime polls g_stop_signal) and the process exits 128 + signal; outside a run the default
+// action ends the process with the same status. With checkpoint.dir the first SIGTERM (a
+// scheduler's preemption) instead winds the run down: every rank finishes the steps begun, a
+// checkpoint is written and the process exits 0; a second SIGTERM stops as SIGINT does. SIGUSR1
+// winds down alike, any number of times: Open MPI's mpirun passes it to the ranks as it is, while
+// it follows the SIGTERM it passes on with SIGKILL a second later.
 std::atomic<int> g_stop_signal{0};
+std::atomic<bool> g_wind_down{false};
+std::atomic<bool> g_preemptible{false};  // checkpoint.dir is set
+std::atomic<bool> g_running{false};      // the runtime polls the flags
 
-extern "C" void OnStopSignal(int sig) { g_stop_signal.store(sig); }
+extern "C" void OnStopSignal(int sig) {
+  if (sig == SIGUSR1) {
+    g_wind_down.store(true);
+    return;
+  }
+  if (sig == SIGTERM && g_preemptible.load() && !g_wind_down.exchange(true)) return;
+  g_stop_signal.store(sig);
+  if (g_running.load()) return;
+  signal(sig, SIG_DFL);  // async-signal-safe; the signal is delivered once this handler returns
+  raise(sig);
+}
 
-void CatchStopSignals(bool catching) {
+void CatchStopSignals(bool preemptible) {
+  g_preemptible.store(preemptible);
   struct sigaction sa {};
-  sa.sa_handler = catching ? OnStopSignal : SIG_DFL;
+  sa.sa_handler = OnStopSignal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  if (preemptible) sigaction(SIGUSR1, &sa, nullptr);
 }
 
 // Kernel threads per rank (oneDNN's OpenMP team): the cores divided among the ranks on this node,
@@ -115,6 +135,7 @@ actor::RunOptions RunOptionsOf(const Config& cfg, int kernel_threads) {
   actor::RunOptions ro;
   ro.stall_timeout = cfg.parallel.timeout;
   ro.stop_signal = &g_stop_signal;
+  if (!cfg.checkpoint.dir.empty()) ro.wind_down = &g_wind_down;
   if (kernel_threads > 0) ro.on_thread_start = [kernel_threads] { omp_set_num_threads(kernel_threads); };
   ro.poll_max = actor::Stream::PollMaxFor(RanksHere(), Cores());
   ro.poll_spin = actor::Stream::PollSpinFor(RanksHere(), Cores());
@@ -140,6 +161,7 @@ int Train(const Args& a) {
   if (!world.ok()) return Fail(world.status());
   comm = world->comm.get();
   rank = world->rank;
+  CatchStopSignals(false);
   if (world->rank == 0 && !pinned.empty()) std::cerr << "[train] " << pinned << "\n";
   const int kernel_threads = KernelThreads();
   if (kernel_threads > 0) omp_set_num_threads(kernel_threads);
@@ -153,6 +175,7 @@ int Train(const Args& a) {
   };
   auto cfg = LoadConfig(a.config, a.set);
   if (!cfg.ok()) return fail(cfg.status());
+  CatchStopSignals(!cfg->checkpoint.dir.empty());
   if (cfg->parallel.ranks > 0 && cfg->parallel.ranks != world->size) {
     return fail(Status::Invalid("[config] " + cfg->path + ": parallel.ranks is " + std::to_string(cfg->parallel.ranks) +
                                 " but the job has " + std::to_string(world->size) + " rank(s) (mpirun -n " +
@@ -204,26 +227,33 @@ int Train(const Args& a) {
     tracer = std::make_unique<actor::Tracer>(plan, world->rank);
     ro.on_act = [&](const ir::TaskDesc& t, int64_t act, bool begin) { tracer->Record(t, act, begin); };
   }
-  // Runs up to each checkpoint, writes it, and goes on; one run when there are none.
+  // Runs up to each checkpoint, writes it, and goes on; one run when there are none. A run that
+  // winds down (SIGTERM) ends early on every rank alike; its checkpoint ends the training.
   const CheckpointConfig& ck = cfg->checkpoint;
   Status run;
-  while (run.ok() && step < cfg->train.steps) {
+  int64_t checkpointed = a.resume ? step : -1;  // the step of the newest checkpoint there is
+  bool preempted = false;
+  while (run.ok() && step < cfg->train.steps && !preempted) {
     const int64_t until = ck.dir.empty() || ck.every == 0 ? cfg->train.steps : std::min(cfg->train.steps, (step / ck.every + 1) * ck.every);
     ro.first_step = step;
     ro.steps = until - step;
-    CatchStopSignals(true);
+    g_running.store(true);
     run = rt.Run(ro);
-    CatchStopSignals(false);
+    g_running.store(false);
     // A signal that came as the last step finished is still a stop, not a run to save.
     if (run.ok() && g_stop_signal.load() != 0)
       run = Status::Runtime("[actor] rank " + std::to_string(world->rank) + ": stopped by signal " + std::to_string(g_stop_signal.load()));
     if (!run.ok()) break;
-    step = until;
-    if (!ck.dir.empty()) {
+    step += rt.steps_done();
+    preempted = rt.wound_down();
+    if (!ck.dir.empty() && step != checkpointed) {
       run = WriteCheckpoint(*cfg, step, digest.plan, plan, c->training.graph, rt, running, *world);
-      if (run.ok() && lead) std::cout << "checkpoint: " << ck.dir << "/step-" << std::setw(8) << std::setfill('0') << step
-                                      << std::setfill(' ') << std::endl;
+      checkpointed = step;
+      if (run.ok() && lead) std::cout << "checkpoint: " << CheckpointPath(ck.dir, step) << std::endl;
     }
+    // A second SIGTERM or a SIGINT while the checkpoint was written stops as it does in a run.
+    if (run.ok() && g_stop_signal.load() != 0)
+      run = Status::Runtime("[actor] rank " + std::to_string(world->rank) + ": stopped by signal " + std::to_string(g_stop_signal.load()));
   }
   const Status logged = log.Close();  // a failed run's log too: it shows how it failed
   if (!run.ok() && !logged.ok()) Fail(logged);
@@ -231,6 +261,13 @@ int Train(const Args& a) {
   if (!logged.ok()) return fail(logged);
   if (tracer) {
     if (Status s = tracer->Write(actor::TracePath(a.trace, world->rank, world->size)); !s.ok()) return fail(s);
+  }
+  if (preempted) {  // the training goes on from the checkpoint: not done, nothing to save
+    if (lead)
+      std::cout << "preempted (SIGTERM or SIGUSR1): stopped after step " << step << " of " << cfg->train.steps << " on " << world->size
+                << " rank(s); checkpoint: " << CheckpointPath(ck.dir, step) << " (continue with flowrun train --resume)" << std::endl;
+    if (world->size > 1) dog.Arm("finishing with the other ranks (MPI_Finalize)", cfg->parallel.timeout);
+    return 0;
   }
   if (!cfg->save.onnx.empty()) {
     if (Status s = SaveTrained(plan, c->training, rt, world->comm.get(), world->rank, cfg->parallel.timeout, *c->model,

@@ -310,6 +310,8 @@ Result<StoredFile> ReadStored(const std::string& path, int64_t size, const std::
 
 }  // namespace
 
+std::string CheckpointPath(const std::string& dir, int64_t step) { return (fs::path(dir) / StepFolder(step)).string(); }
+
 Status WriteCheckpoint(const Config& cfg, int64_t step, uint64_t plan_hash, const ir::Plan& plan, const ir::Graph& g,
                        const actor::Runtime& rt, const RunningStats& running, const actor::World& world) {
   const std::string where = "[checkpoint] " + cfg.checkpoint.dir + ": ";

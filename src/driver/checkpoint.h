@@ -38,6 +38,9 @@ namespace fr {
 Status WriteCheckpoint(const Config& cfg, int64_t step, uint64_t plan_hash, const ir::Plan& plan, const ir::Graph& g,
                        const actor::Runtime& rt, const RunningStats& running, const actor::World& world);
 
+// DIR/step-NNNNNNNN: where the checkpoint after `step` steps lies.
+std::string CheckpointPath(const std::string& dir, int64_t step);
+
 struct CheckpointInfo {
   std::string path;  // DIR/step-NNNNNNNN
   int64_t step = 0;  // steps done
