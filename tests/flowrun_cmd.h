@@ -13,11 +13,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -195,6 +197,37 @@ class Job {
   std::string out_;
   std::chrono::steady_clock::time_point start_;
 };
+
+// The rank (OMPI_COMM_WORLD_RANK) of process `pid`, or -1.
+inline int RankOf(pid_t pid) {
+  std::ifstream env("/proc/" + std::to_string(pid) + "/environ");
+  std::string all((std::istreambuf_iterator<char>(env)), {});
+  const std::string key = std::string("OMPI_COMM_WORLD_RANK=");
+  for (size_t at = 0; at < all.size(); at = all.find('\0', at) + 1) {
+    if (all.compare(at, key.size(), key) == 0) return std::atoi(all.c_str() + at + key.size());
+    if (all.find('\0', at) == std::string::npos) break;
+  }
+  return -1;
+}
+
+// The pids of the job's `n` ranks, by rank, once all run (at most 20 s), or none. Taken once,
+// before the test acts: reading /proc of a busy rank can stall for seconds on a loaded machine, so
+// a test that timed its own scans would time the machine, not flowrun.
+inline std::vector<pid_t> WaitForRanks(Job& j, int n) {
+  for (int i = 0; i < 200; ++i) {
+    std::vector<pid_t> ranks = j.Ranks();
+    if (ranks.size() == static_cast<size_t>(n)) {
+      std::vector<pid_t> by_rank(static_cast<size_t>(n), -1);
+      for (pid_t p : ranks) {
+        const int r = RankOf(p);
+        if (r >= 0 && r < n) by_rank[static_cast<size_t>(r)] = p;
+      }
+      if (std::find(by_rank.begin(), by_rank.end(), -1) == by_rank.end()) return by_rank;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return {};
+}
 
 // Runs a shell command line as a Job, with a deadline.
 inline Output Shell(const std::string& cmd, double deadline_s = 300) {

@@ -245,6 +245,102 @@ TEST(Checkpoint, WhatDoesNotFitIsRefused_1n1d) {
   EXPECT_NE(older.out.find("resumed: " + dir + "/step-00000010"), std::string::npos) << older.out;
 }
 
+
+// Issue 31's preemption: a run with checkpoint.dir signalled mid-run finishes the steps begun on
+// every rank, writes a checkpoint, and exits 0; the resumed run trains the rest. Both logs
+// together must be the uninterrupted run's, bit for bit.
+enum class Preempt { kSigtermToEveryRank, kSigtermToRank1, kSigusr1ToMpirun };
+
+std::vector<double> Losses(const fs::path& jsonl) {
+  std::vector<double> v;
+  std::ifstream f(jsonl);
+  for (std::string line; std::getline(f, line);) v.push_back(std::strtod(line.c_str() + line.find("\"loss\":") + 7, nullptr));
+  return v;
+}
+
+void ExpectPreemptionResumes(const Layout& l, Preempt how) {
+  SCOPED_TRACE(std::string("preempted on ") + l.name + " by " +
+               (how == Preempt::kSigtermToEveryRank ? "SIGTERM to every rank" : how == Preempt::kSigtermToRank1 ? "SIGTERM to rank 1" : "SIGUSR1 to mpirun"));
+  TempDir tmp;
+  const fs::path root = tmp.path();
+  const int64_t steps = 20000;  // seconds of training, so that the signal lands mid-run
+  auto cmd = [&](const fs::path& jsonl, const std::string& extra) {
+    std::string c = "exec ";
+    if (l.ranks > 1) c += "mpirun --oversubscribe --allow-run-as-root -n " + std::to_string(l.ranks) + " ";
+    c += Bin() + " train " + kMlp + " --set train.steps=" + std::to_string(steps) + " --set log.every=1 --set log.jsonl=" +
+         Quote(jsonl.string()) + " --set data.order=shuffle";
+    for (const std::string& s : l.sets) c += " --set " + Quote(s);
+    return c + " " + extra;
+  };
+  const std::string ck = "--set 'checkpoint={dir: " + (root / "ck").string() + "}'";
+  const fr::testing::Output ref = fr::testing::Shell(cmd(root / "ref.jsonl", ""), kJobSeconds);
+  ASSERT_EQ(ref.code, 0) << ref.out.substr(0, 2000);
+  const std::vector<double> want = Losses(root / "ref.jsonl");
+  ASSERT_EQ(want.size(), static_cast<size_t>(steps));
+
+  fr::testing::Job j(cmd(root / "a.jsonl", ck));
+  const std::vector<pid_t> ranks = l.ranks > 1 ? fr::testing::WaitForRanks(j, l.ranks) : std::vector<pid_t>{j.pid()};
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(l.ranks)) << j.out();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // training
+  if (how == Preempt::kSigtermToEveryRank) {
+    for (pid_t p : ranks) ::kill(p, SIGTERM);
+  } else if (how == Preempt::kSigtermToRank1) {
+    ::kill(ranks[1], SIGTERM);
+  } else {
+    ::kill(j.pid(), SIGUSR1);
+  }
+  const fr::testing::Output a = j.Finish(60);
+  const std::string tail = a.out.size() > 3000 ? a.out.substr(a.out.size() - 3000) : a.out;
+  ASSERT_EQ(a.code, 0) << tail;
+  EXPECT_EQ(a.left, 0) << tail;
+  const size_t at = a.out.find("preempted (SIGTERM or SIGUSR1): stopped after step ");
+  ASSERT_NE(at, std::string::npos) << tail;
+  const int64_t stopped = std::strtoll(a.out.c_str() + at + 51, nullptr, 10);
+  ASSERT_GT(stopped, 0) << tail;
+  ASSERT_LT(stopped, steps) << "the signal came after the run: nothing was tested\n" << tail;
+  char folder[32];
+  std::snprintf(folder, sizeof folder, "step-%08lld", static_cast<long long>(stopped));
+  EXPECT_TRUE(fs::exists(root / "ck" / folder / "COMMIT")) << tail;
+  const std::vector<double> first = Losses(root / "a.jsonl");
+  ASSERT_EQ(first.size(), static_cast<size_t>(stopped)) << "the log holds every step run";
+  for (size_t i = 0; i < first.size(); ++i) ASSERT_EQ(first[i], want[i]) << "step " << i + 1;
+
+  const fr::testing::Output b = fr::testing::Shell(cmd(root / "b.jsonl", ck + " --resume"), kJobSeconds);
+  ASSERT_EQ(b.code, 0) << b.out.substr(0, 2000);
+  EXPECT_NE(b.out.find("resumed: " + (root / "ck" / folder).string()), std::string::npos) << b.out.substr(0, 2000);
+  const std::vector<double> rest = Losses(root / "b.jsonl");
+  ASSERT_EQ(rest.size(), static_cast<size_t>(steps - stopped));
+  for (size_t i = 0; i < rest.size(); ++i) ASSERT_EQ(rest[i], want[static_cast<size_t>(stopped) + i]) << "step " << stopped + 1 + static_cast<int64_t>(i);
+}
+
+TEST(Checkpoint, PreemptedRunCheckpointsAndResumes_1n1d) { ExpectPreemptionResumes(kOne, Preempt::kSigtermToEveryRank); }
+TEST(Checkpoint, PreemptedRunCheckpointsAndResumes_1n2d) {
+  ExpectPreemptionResumes(kDp2, Preempt::kSigtermToRank1);  // the other rank learns it from rank 1
+  ExpectPreemptionResumes(kPp2, Preempt::kSigtermToEveryRank);
+  ExpectPreemptionResumes(kZero, Preempt::kSigusr1ToMpirun);
+}
+
+// A second SIGTERM, or SIGINT, stops at once without writing: exit code 128 + signal.
+TEST(Checkpoint, SecondSigtermOrSigintStopsWithoutWriting_1n1d) {
+  for (const bool twice : {true, false}) {
+    SCOPED_TRACE(twice ? "SIGTERM twice" : "SIGINT");
+    TempDir tmp;
+    const fs::path root = tmp.path();
+    fr::testing::Job j("exec " + Bin() + " train " + kMlp + " --set train.steps=100000000 --set log.every=100000000 --set 'checkpoint={dir: " +
+                       (root / "ck").string() + "}'");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ::kill(j.pid(), twice ? SIGTERM : SIGINT);
+    if (twice) {  // a moment apart: two pending SIGTERMs are one
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ::kill(j.pid(), SIGTERM);
+    }
+    const fr::testing::Output r = j.Finish(30);
+    EXPECT_EQ(r.code, twice ? 143 : 130) << r.out;
+    EXPECT_NE(r.out.find(twice ? "stopped by signal 15" : "stopped by signal 2"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(root / "ck") && !fs::is_empty(root / "ck")) << r.out;
+  }
+}
+
 }  // namespace
 
 namespace {

@@ -26,6 +26,7 @@ using fr::testing::Job;
 using fr::testing::Output;
 using fr::testing::Quote;
 using fr::testing::TempDir;
+using fr::testing::WaitForRanks;
 
 constexpr int kTimeout = 2;  // parallel.timeout of the jobs here, seconds
 const char* kDataParallel = "--set 'parallel.sbp={x: [\"S(0)\"]}'";
@@ -38,36 +39,6 @@ std::string TrainCommand(const std::string& layout, const std::string& extra = "
          std::to_string(kTimeout) + " " + layout + " " + extra;
 }
 
-// The rank (OMPI_COMM_WORLD_RANK) of process `pid`, or -1.
-int RankOf(pid_t pid) {
-  std::ifstream env("/proc/" + std::to_string(pid) + "/environ");
-  std::string all((std::istreambuf_iterator<char>(env)), {});
-  const std::string key = std::string("OMPI_COMM_WORLD_RANK=");
-  for (size_t at = 0; at < all.size(); at = all.find('\0', at) + 1) {
-    if (all.compare(at, key.size(), key) == 0) return std::atoi(all.c_str() + at + key.size());
-    if (all.find('\0', at) == std::string::npos) break;
-  }
-  return -1;
-}
-
-// The pids of the job's two ranks, by rank, once both run (at most 20 s), or none. Taken once,
-// before the test acts: reading /proc of a busy rank can stall for seconds on a loaded machine, so
-// a test that timed its own scans would time the machine, not flowrun.
-std::vector<pid_t> WaitForRanks(Job& j) {
-  for (int i = 0; i < 200; ++i) {
-    std::vector<pid_t> ranks = j.Ranks();
-    if (ranks.size() == 2) {
-      std::vector<pid_t> by_rank(2, -1);
-      for (pid_t p : ranks) {
-        const int r = RankOf(p);
-        if (r == 0 || r == 1) by_rank[static_cast<size_t>(r)] = p;
-      }
-      if (by_rank[0] > 0 && by_rank[1] > 0) return by_rank;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return {};
-}
 
 // Whether the log says that rank `r` is the one missing: as the runtime names a peer it waits for,
 // as the start-up agreement names a rank that never came, or as mpirun names a rank that died.
@@ -89,7 +60,7 @@ TEST(Fault, WorldSizeMismatch_1n2d) {
 
 TEST(Fault, KilledRankStopsTheJob_1n2d) {
   Job j(TrainCommand(kDataParallel));
-  const std::vector<pid_t> ranks = WaitForRanks(j);
+  const std::vector<pid_t> ranks = WaitForRanks(j, 2);
   ASSERT_EQ(ranks.size(), 2u) << j.out();
   std::this_thread::sleep_for(std::chrono::seconds(1));  // training
   ::kill(ranks[1], SIGKILL);
@@ -103,7 +74,7 @@ TEST(Fault, KilledRankStopsTheJob_1n2d) {
 
 TEST(Fault, HungRankIsNamedWithinTheTimeout_1n2d) {
   Job j(TrainCommand(kDataParallel));
-  const std::vector<pid_t> ranks = WaitForRanks(j);
+  const std::vector<pid_t> ranks = WaitForRanks(j, 2);
   ASSERT_EQ(ranks.size(), 2u) << j.out();
   std::this_thread::sleep_for(std::chrono::seconds(1));
   ::kill(ranks[1], SIGSTOP);
@@ -120,7 +91,7 @@ TEST(Fault, HungRankIsNamedWithinTheTimeout_1n2d) {
 // 128 + signal, and mpirun passes that on.
 TEST(Fault, SigtermToTheRanksStopsTheJobWith143_1n2d) {
   Job j(TrainCommand(kDataParallel));
-  const std::vector<pid_t> ranks = WaitForRanks(j);
+  const std::vector<pid_t> ranks = WaitForRanks(j, 2);
   ASSERT_EQ(ranks.size(), 2u) << j.out();
   std::this_thread::sleep_for(std::chrono::seconds(1));
   for (pid_t p : ranks) ::kill(p, SIGTERM);
@@ -135,7 +106,7 @@ TEST(Fault, SigtermToTheRanksStopsTheJobWith143_1n2d) {
 // mpirun then exits 1 by its own rule (docs/runtime.md: signals).
 TEST(Fault, SigtermToMpirunStopsEveryRank_1n2d) {
   Job j(TrainCommand(kDataParallel));
-  ASSERT_EQ(WaitForRanks(j).size(), 2u) << j.out();
+  ASSERT_EQ(WaitForRanks(j, 2).size(), 2u) << j.out();
   std::this_thread::sleep_for(std::chrono::seconds(1));
   ::kill(j.pid(), SIGTERM);
   Output r = j.Finish(30);
@@ -241,7 +212,7 @@ struct Trial {
 
 std::string RunTrial(const Trial& t) {
   Job j(TrainCommand(t.pipeline ? kPipeline : kDataParallel));
-  const std::vector<pid_t> ranks = WaitForRanks(j);
+  const std::vector<pid_t> ranks = WaitForRanks(j, 2);
   if (ranks.size() != 2) return "the ranks never started: " + j.out();
   std::this_thread::sleep_for(std::chrono::milliseconds(t.delay_ms));
   ::kill(ranks[static_cast<size_t>(t.victim)], t.hang ? SIGSTOP : SIGKILL);
