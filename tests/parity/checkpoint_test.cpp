@@ -341,6 +341,33 @@ TEST(Checkpoint, SecondSigtermOrSigintStopsWithoutWriting_1n1d) {
   }
 }
 
+// A checkpoint its disk cannot hold: exit code 1 naming the file, and the checkpoint before it
+// stays whole and resumes. The disk is a 512 KiB tmpfs: one checkpoint of the MLP (parameters and
+// AdamW's moments, 0.3 MB) fits, the second does not. Mounting one needs root, as CI runs.
+TEST(Checkpoint, AFullDiskFailsAndKeepsThePreviousCheckpoint_1n1d) {
+  TempDir tmp;
+  const fs::path root = tmp.path();
+  const fs::path disk = root / "disk";
+  fs::create_directories(disk);
+  ASSERT_EQ(std::system(("mount -t tmpfs -o size=512k tmpfs " + Quote(disk.string())).c_str()), 0)
+      << "this test mounts a small tmpfs as the full disk, which needs root";
+  struct Unmount {
+    std::string at;
+    ~Unmount() { (void)std::system(("umount -l " + Quote(at)).c_str()); }
+  } unmount{disk.string()};
+  const std::string dir = (disk / "ck").string();
+  const Job full = Train(kMlp, 1, {"checkpoint={dir: " + dir + ", every: 10}"}, (root / "a.jsonl").string());
+  EXPECT_EQ(full.code, 1) << full.out;
+  EXPECT_NE(full.out.find("[checkpoint] " + dir + ": cannot write '" + dir + "/.tmp-step-00000020/rank-00000.safetensors': No space left on device"),
+            std::string::npos) << full.out;
+  EXPECT_TRUE(fs::exists(disk / "ck" / "step-00000010" / "COMMIT")) << full.out;
+  EXPECT_FALSE(fs::exists(disk / "ck" / "step-00000020")) << full.out;
+  const Job rest = Train(kMlp, 1, {"checkpoint={dir: " + (root / "ck2").string() + "}"}, (root / "b.jsonl").string(), "--resume " + dir);
+  EXPECT_EQ(rest.code, 0) << rest.out;
+  EXPECT_NE(rest.out.find("resumed: " + dir + "/step-00000010"), std::string::npos) << rest.out;
+  EXPECT_EQ(rest.loss.size(), 10u) << rest.out;
+}
+
 }  // namespace
 
 namespace {
