@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -247,9 +248,15 @@ int Train(const Args& a) {
     step += rt.steps_done();
     preempted = rt.wound_down();
     if (!ck.dir.empty() && step != checkpointed) {
+      const auto began = std::chrono::steady_clock::now();
       run = WriteCheckpoint(*cfg, step, digest.plan, plan, c->training.graph, rt, running, *world);
       checkpointed = step;
-      if (run.ok() && lead) std::cout << "checkpoint: " << CheckpointPath(ck.dir, step) << std::endl;
+      if (run.ok() && lead) {
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+        const std::string path = CheckpointPath(ck.dir, step);
+        std::cout << "checkpoint: " << path << " (" << HumanBytes(static_cast<double>(CheckpointBytes(path))) << " in " << std::fixed
+                  << std::setprecision(2) << secs << " s)" << std::defaultfloat << std::setprecision(6) << std::endl;
+      }
     }
     // A second SIGTERM or a SIGINT while the checkpoint was written stops as it does in a run.
     if (run.ok() && g_stop_signal.load() != 0)

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "base/file.h"
@@ -137,15 +138,47 @@ std::vector<std::pair<std::string, Tensor>> StateOf(const actor::Runtime& rt, co
   return out;
 }
 
-// This rank's pieces: each parameter piece it holds (unless a device before it in the placement
-// holds the same region) with its optimizer state; on rank 0, the running statistics.
+// Which parameter pieces this rank writes, by value and region. Of the ranks that hold the same
+// region (a broadcast parameter's, on every data-parallel rank) the one with the fewest values to
+// write so far does, in plan order: so replicas share the writing and it scales with the ranks.
+// Every rank computes the same assignment.
+using Region = std::vector<int64_t>;  // begin, end of each axis
+Region RegionOf(const std::vector<sbp::Range>& ranges) {
+  Region r;
+  for (const sbp::Range& x : ranges) r.insert(r.end(), {x.begin, x.end});
+  return r;
+}
+std::set<std::pair<ir::ValueId, Region>> WrittenBy(const ir::Plan& plan, const ir::Graph& g, int rank) {
+  std::set<std::pair<ir::ValueId, Region>> mine;
+  std::map<int, int64_t> load;  // rank -> values to write
+  for (const ir::ValuePlacement& vp : plan.values) {
+    const ir::Value& val = g.value(vp.value);
+    if (val.kind != ir::ValueKind::kParam) continue;
+    const sbp::Placement& pl = plan.stages[static_cast<size_t>(vp.stage)];
+    std::map<Region, int> writer;  // region -> its writer
+    for (int e = 0; e < pl.size(); ++e) {
+      const int r = pl.ranks()[static_cast<size_t>(e)];
+      auto [at, added] = writer.emplace(RegionOf(sbp::PieceRanges(val.type.shape, vp.sbp, pl, e)), r);
+      if (!added && load[r] < load[at->second]) at->second = r;
+    }
+    for (const auto& [region, r] : writer) {
+      int64_t n = 1;
+      for (size_t i = 0; i < region.size(); i += 2) n *= region[i + 1] - region[i];
+      load[r] += n;
+      if (r == rank) mine.emplace(vp.value, region);
+    }
+  }
+  return mine;
+}
+
+// This rank's pieces: the parameter pieces it writes (WrittenBy) with their optimizer state; on
+// rank 0, the running statistics.
 std::vector<Piece> PiecesOf(const ir::Plan& plan, const ir::Graph& g, const actor::Runtime& rt, const RunningStats& running,
                             int rank) {
   std::vector<Piece> out;
+  const auto writes = WrittenBy(plan, g, rank);
   for (const Held& h : HeldParams(plan, g, rank)) {
-    bool first = true;
-    for (int e = 0; e < h.d && first; ++e) first = sbp::PieceRanges(h.val->type.shape, *h.sbp, *h.pl, e) != h.ranges;
-    if (!first) continue;
+    if (!writes.count({h.value, RegionOf(h.ranges)})) continue;
     for (const auto& [name, tensor] : StateOf(rt, h)) {
       const Tensor host = tensor.ToHost();
       Piece p;
@@ -311,6 +344,14 @@ Result<StoredFile> ReadStored(const std::string& path, int64_t size, const std::
 }  // namespace
 
 std::string CheckpointPath(const std::string& dir, int64_t step) { return (fs::path(dir) / StepFolder(step)).string(); }
+
+int64_t CheckpointBytes(const std::string& path) {
+  std::error_code ec;
+  int64_t total = 0;
+  for (const auto& e : fs::directory_iterator(path, ec))
+    if (e.is_regular_file(ec)) total += static_cast<int64_t>(e.file_size(ec));
+  return total;
+}
 
 Status WriteCheckpoint(const Config& cfg, int64_t step, uint64_t plan_hash, const ir::Plan& plan, const ir::Graph& g,
                        const actor::Runtime& rt, const RunningStats& running, const actor::World& world) {

@@ -40,6 +40,8 @@ Status WriteCheckpoint(const Config& cfg, int64_t step, uint64_t plan_hash, cons
 
 // DIR/step-NNNNNNNN: where the checkpoint after `step` steps lies.
 std::string CheckpointPath(const std::string& dir, int64_t step);
+// The bytes of the files in checkpoint folder `path` (0 where it cannot be read).
+int64_t CheckpointBytes(const std::string& path);
 
 struct CheckpointInfo {
   std::string path;  // DIR/step-NNNNNNNN
