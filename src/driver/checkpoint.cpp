@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,7 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kFormat = "flowrun-checkpoint/1";
+constexpr const char* kFormat = "flowrun-checkpoint/2";
 
 std::string Numbered(const char* prefix, int64_t n, int width) {
   char buf[64];
@@ -84,29 +85,42 @@ struct Piece {
   std::string dtype; // safetensors' name
   std::vector<int64_t> shape;  // the logical tensor's
   std::vector<int64_t> begin, end;
-  std::string bytes;
+  Tensor data;        // the piece as the runtime holds it, on the host; or
+  std::string owned;  // its bytes (a running statistic, kept as float64)
+  std::string_view bytes() const {
+    return data.defined() ? std::string_view(static_cast<const char*>(data.raw()), data.bytes()) : std::string_view(owned);
+  }
 };
 
-// A safetensors file: an 8-byte little-endian header size, the JSON header (padded with spaces so
-// the data starts 8-byte aligned), then the tensors' bytes.
-std::string Safetensors(const std::vector<Piece>& pieces, int64_t step) {
+// A safetensors file's start: an 8-byte little-endian header size and the JSON header (padded
+// with spaces so that the data starts 8-byte aligned). The pieces' bytes follow, in order.
+std::string SafetensorsHeader(const std::vector<Piece>& pieces, int64_t step) {
   std::string header = "{\"__metadata__\": {\"format\": " + Json(kFormat) + ", \"step\": \"" + std::to_string(step) + "\"}";
   size_t at = 0;
   for (const Piece& p : pieces) {
     std::vector<int64_t> dims;
     for (size_t i = 0; i < p.begin.size(); ++i) dims.push_back(p.end[i] - p.begin[i]);
+    const size_t n = p.bytes().size();
     header += ", " + Json(p.name) + ": {\"dtype\": \"" + p.dtype + "\", \"shape\": " + JsonList(dims) +
-              ", \"data_offsets\": [" + std::to_string(at) + ", " + std::to_string(at + p.bytes.size()) + "]}";
-    at += p.bytes.size();
+              ", \"data_offsets\": [" + std::to_string(at) + ", " + std::to_string(at + n) + "]}";
+    at += n;
   }
   header += "}";
   while ((8 + header.size()) % 8) header += ' ';
   std::string out(8, '\0');
   uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
-  out += header;
-  for (const Piece& p : pieces) out += p.bytes;
-  return out;
+  return out + header;
+}
+
+// zlib's CRC-32 (Python's zlib.crc32) of `bytes`, continuing from `crc`.
+uint32_t Crc32(std::string_view bytes, uint32_t crc = 0) {
+  return static_cast<uint32_t>(crc32_z(crc, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
+}
+std::string Hex8(uint32_t v) {
+  char buf[12];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
 }
 
 // A parameter piece this rank holds: device d of placement pl, holding region `ranges`.
@@ -180,17 +194,16 @@ std::vector<Piece> PiecesOf(const ir::Plan& plan, const ir::Graph& g, const acto
   for (const Held& h : HeldParams(plan, g, rank)) {
     if (!writes.count({h.value, RegionOf(h.ranges)})) continue;
     for (const auto& [name, tensor] : StateOf(rt, h)) {
-      const Tensor host = tensor.ToHost();
       Piece p;
       p.name = name;
       p.role = name == h.val->name ? "parameter" : "optimizer_state";
-      p.dtype = SafetensorsType(host.dtype());
+      p.dtype = SafetensorsType(tensor.dtype());
       p.shape = h.val->type.shape.dims();
       for (const sbp::Range& r : h.ranges) {
         p.begin.push_back(r.begin);
         p.end.push_back(r.end);
       }
-      p.bytes.assign(static_cast<const char*>(host.raw()), host.bytes());
+      p.data = tensor.ToHost();  // the runtime's own memory on a CPU rank: nothing is copied
       out.push_back(std::move(p));
     }
   }
@@ -203,7 +216,7 @@ std::vector<Piece> PiecesOf(const ir::Plan& plan, const ir::Graph& g, const acto
       p.shape = stat.first.dims();
       p.begin.assign(p.shape.size(), 0);
       p.end = p.shape;
-      p.bytes.assign(reinterpret_cast<const char*>(stat.second.data()), stat.second.size() * sizeof(double));
+      p.owned.assign(reinterpret_cast<const char*>(stat.second.data()), stat.second.size() * sizeof(double));
       out.push_back(std::move(p));
     }
   }
@@ -267,7 +280,7 @@ Status Commit(const Config& cfg, int64_t step, uint64_t plan_hash, int ranks, co
   for (size_t i = 0; i < files.size(); ++i) {
     YAML::Node f = YAML::Load(files[i]);
     m += std::string(i ? ",\n   " : "\n   ") + "{\"name\": " + Json(f["name"].as<std::string>()) +
-         ", \"bytes\": " + f["bytes"].as<std::string>() + ", \"fnv1a64\": " + Json(f["fnv1a64"].as<std::string>()) + "}";
+         ", \"bytes\": " + f["bytes"].as<std::string>() + ", \"crc32\": " + Json(f["crc32"].as<std::string>()) + "}";
   }
   m += "],\n \"tensors\": [";
   bool first = true;
@@ -313,14 +326,14 @@ struct StoredFile {
   std::map<std::string, std::pair<size_t, size_t>> at;  // key -> [begin, end) in `bytes`
 };
 
-Result<StoredFile> ReadStored(const std::string& path, int64_t size, const std::string& fnv) {
+Result<StoredFile> ReadStored(const std::string& path, int64_t size, const std::string& crc32) {
   const std::string bad = "[checkpoint] " + path + ": ";
   StoredFile f;
   ASSIGN_OR_RETURN(f.bytes, ReadWholeFile(path));
   if (static_cast<int64_t>(f.bytes.size()) != size)
     return Status::Invalid(bad + std::to_string(f.bytes.size()) + " bytes where the manifest says " + std::to_string(size) +
                            " (truncated or replaced)");
-  if (Hex(Fnv1a64(f.bytes)) != fnv) return Status::Invalid(bad + "checksum mismatch (the file is corrupted)");
+  if (Hex8(Crc32(f.bytes)) != crc32) return Status::Invalid(bad + "checksum mismatch (the file is corrupted)");
   uint64_t n = 0;
   for (int i = 0; i < 8 && i < static_cast<int>(f.bytes.size()); ++i)
     n |= static_cast<uint64_t>(static_cast<unsigned char>(f.bytes[static_cast<size_t>(i)])) << (8 * i);
@@ -365,11 +378,25 @@ Status WriteCheckpoint(const Config& cfg, int64_t step, uint64_t plan_hash, cons
   }
   RETURN_IF_ERROR(actor::AgreeOnRun(world, actor::RunDigest{}, cfg.checkpoint.timeout, "checkpoint " + StepFolder(step)));
   const std::vector<Piece> pieces = PiecesOf(plan, g, rt, running, world.rank);
-  const std::string bytes = Safetensors(pieces, step);
+  // Streamed from the runtime's tensors into the file, checksummed on the way: no copy of the state.
   const std::string file = RankFile(world.rank, ".safetensors");
-  if (Status s = WriteFileAtomically(tmp + "/" + file, bytes); !s.ok()) return s.With(where);
-  std::string j = "{\"file\": {\"name\": " + Json(file) + ", \"bytes\": " + std::to_string(bytes.size()) + ", \"fnv1a64\": " +
-                  Json(Hex(Fnv1a64(bytes))) + "},\n \"pieces\": [";
+  const std::string header = SafetensorsHeader(pieces, step);
+  uint32_t crc = Crc32(header);
+  size_t size = header.size();
+  {
+    auto f = AtomicFile::Create(tmp + "/" + file);
+    if (!f.ok()) return f.status().With(where);
+    Status s = f->Append(header);
+    for (size_t i = 0; i < pieces.size() && s.ok(); ++i) {
+      s = f->Append(pieces[i].bytes());
+      crc = Crc32(pieces[i].bytes(), crc);
+      size += pieces[i].bytes().size();
+    }
+    if (s.ok()) s = f->Commit();
+    if (!s.ok()) return s.With(where);
+  }
+  std::string j = "{\"file\": {\"name\": " + Json(file) + ", \"bytes\": " + std::to_string(size) + ", \"crc32\": " +
+                  Json(Hex8(crc)) + "},\n \"pieces\": [";
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& p = pieces[i];
     j += std::string(i ? ",\n   " : "\n   ") + "{\"name\": " + Json(p.name) + ", \"role\": " + Json(p.role) + ", \"dtype\": " +
@@ -424,7 +451,7 @@ Status RestoreCheckpoint(const CheckpointInfo& c, const Config& cfg, const ir::P
     if (batch != cfg.train.global_batch)
       return Status::Invalid(where + "trained with train.global_batch " + std::to_string(batch) + ", the config has " +
                              std::to_string(cfg.train.global_batch) + " (the data order would change)");
-    for (const YAML::Node& f : m["files"]) files[f["name"].as<std::string>()] = {f["bytes"].as<int64_t>(), f["fnv1a64"].as<std::string>()};
+    for (const YAML::Node& f : m["files"]) files[f["name"].as<std::string>()] = {f["bytes"].as<int64_t>(), f["crc32"].as<std::string>()};
     for (const YAML::Node& t : m["tensors"]) {
       Stored s{t["role"].as<std::string>(), t["dtype"].as<std::string>(), t["shape"].as<std::vector<int64_t>>(), {}};
       for (const YAML::Node& p : t["pieces"])
@@ -555,8 +582,8 @@ int InspectCheckpoint(const std::string& path, const std::string& config, const 
                 static_cast<long long>(m["step"].as<int64_t>()), m["ranks"].as<int>(), m["plan_hash"].as<std::string>().c_str());
     std::printf("files:\n");
     for (const YAML::Node& f : m["files"])
-      std::printf("  %s  %lld bytes  fnv1a64 %s\n", f["name"].as<std::string>().c_str(), static_cast<long long>(f["bytes"].as<int64_t>()),
-                  f["fnv1a64"].as<std::string>().c_str());
+      std::printf("  %s  %lld bytes  crc32 %s\n", f["name"].as<std::string>().c_str(), static_cast<long long>(f["bytes"].as<int64_t>()),
+                  f["crc32"].as<std::string>().c_str());
     std::printf("tensors:\n");
     for (const YAML::Node& t : m["tensors"]) {
       const auto shape = t["shape"].as<std::vector<int64_t>>();

@@ -158,7 +158,12 @@ class Lowering {
       p_.tasks[static_cast<size_t>(tid)].param = pg.param;
       p_.tasks[static_cast<size_t>(tid)].logical = pg.update;
       p_.tasks[static_cast<size_t>(tid)].param_piece = static_cast<int>(p_.consts.size());
-      p_.consts.push_back(SliceOf(init, sbp::PieceRanges(init.shape(), nd, pl, d)));
+      // A whole piece (a replica) shares the initializer's memory: data parallelism over N ranks
+      // would otherwise hold N copies of the model in every rank's plan.
+      const std::vector<sbp::Range> ranges = sbp::PieceRanges(init.shape(), nd, pl, d);
+      bool whole = true;
+      for (size_t i = 0; i < ranges.size(); ++i) whole = whole && ranges[i].begin == 0 && ranges[i].end == init.shape().dims()[i];
+      p_.consts.push_back(whole ? init : SliceOf(init, ranges));
       int r = NewRegst(pg.param, Piece(pg.param, nd, pl, d), rank, tid, true, 1);
       p_.tasks[static_cast<size_t>(tid)].out.push_back(r);
       Placed(pg.param).regsts.push_back(r);

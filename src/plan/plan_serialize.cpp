@@ -162,7 +162,8 @@ template <typename Seq, typename Field> void PutAll(const Seq& in, Field* out) {
   for (const auto& x : in) Put(x, out->Add());
 }
 
-wire::Plan ToWire(const Plan& p) {
+// `const_data`: with the parameter pieces' bytes (else their types only).
+wire::Plan ToWire(const Plan& p, bool const_data) {
   wire::Plan w;
   w.set_ranks(p.ranks);
   w.set_steps(p.steps);
@@ -171,7 +172,15 @@ wire::Plan ToWire(const Plan& p) {
   PutAll(p.stages, w.mutable_stages());
   w.set_pipeline_stages(p.pipeline_stages);
   PutAll(p.nodes, w.mutable_nodes());
-  PutAll(p.consts, w.mutable_consts());
+  if (const_data) {
+    PutAll(p.consts, w.mutable_consts());
+  } else {
+    for (const Tensor& t : p.consts) {
+      wire::Tensor* c = w.add_consts();
+      c->set_dtype(E<wire::DType>(t.dtype()));
+      Append(c->mutable_dims(), t.shape().dims());
+    }
+  }
   std::vector<bool> grouped;  // collectives whose group is written
   for (const TaskDesc& t : p.tasks) {
     const int c = t.kind == TaskKind::kBoxing ? t.move.collective : -1;
@@ -193,8 +202,7 @@ wire::Plan ToWire(const Plan& p) {
 
 }  // namespace
 
-std::string SerializePlan(const Plan& p) {
-  wire::Plan w = ToWire(p);
+std::string Serialize(const wire::Plan& w) {
   std::string out;
   {
     google::protobuf::io::StringOutputStream raw(&out);
@@ -205,6 +213,12 @@ std::string SerializePlan(const Plan& p) {
   return out;
 }
 
-uint64_t PlanHash(const Plan& p) { return Fnv1a64(SerializePlan(p)); }
+std::string SerializePlan(const Plan& p) { return Serialize(ToWire(p, true)); }
+
+uint64_t PlanHash(const Plan& p) {
+  uint64_t h = Fnv1a64(Serialize(ToWire(p, false)));
+  for (const Tensor& t : p.consts) h = Fnv1a64Words(t.raw(), t.bytes(), h);
+  return h;
+}
 
 }  // namespace fr::ir
