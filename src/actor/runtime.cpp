@@ -25,6 +25,7 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
   }
   for (const ir::TaskDesc& t : plan.tasks)
     if (t.rank == rank_) LayOutBucket(t);
+  parts_per_step_ = std::any_of(plan.tasks.begin(), plan.tasks.end(), [](const ir::TaskDesc& t) { return t.kind == ir::TaskKind::kNormSink; }) ? 2 : 1;
   state_.resize(plan.tasks.size());
   for (const ir::TaskDesc& t : plan.tasks) {  // a variable's slot starts as its initial piece
     if (t.rank != rank_ || t.kind != ir::TaskKind::kVariable) continue;
@@ -136,6 +137,23 @@ Tensor Runtime::Param(ir::ValueId v) const {
   for (const ir::TaskDesc& t : plan_.tasks)
     if (t.kind == ir::TaskKind::kVariable && t.param == v && t.rank == rank_) return slots_[static_cast<size_t>(t.out[0])][0];
   return Tensor();
+}
+
+Status Runtime::ShareParams(const Runtime& from, const ir::Graph& from_graph) {
+  for (const ir::TaskDesc& t : plan_.tasks) {
+    if (t.kind != ir::TaskKind::kVariable || t.rank != rank_) continue;
+    const std::string& name = graph_.value(t.param).name;
+    const ir::ValueId v = from_graph.Find(name);
+    const Tensor p = v == ir::kNoValue ? Tensor() : from.Param(v);
+    if (!p.defined()) continue;  // held constant there: its initial value here too
+    Tensor& mine = Slot(t.out[0], 0);
+    if (!(p.shape() == mine.shape()) || p.dtype() != mine.dtype() || !(p.device() == mine.device()))
+      return Status::Runtime("[actor] rank " + std::to_string(rank_) + ": parameter '" + name + "' is " + p.shape().ToString() +
+                             " on " + ToString(p.device()) + " in training and " + mine.shape().ToString() + " on " +
+                             ToString(mine.device()) + " in evaluation: the two plans lay it out differently");
+    mine = p;
+  }
+  return Status::Ok();
 }
 
 std::vector<Tensor> Runtime::OptimizerStateOf(ir::ValueId v) const {
@@ -252,7 +270,7 @@ void Runtime::ReportStat(ir::ValueId stat, int64_t step, int64_t micro, const Te
 }
 
 void Runtime::MaybeEmit() {
-  while (parts_.count(next_emit_) && parts_[next_emit_] == 2) {
+  while (parts_.count(next_emit_) && parts_[next_emit_] == parts_per_step_) {
     StepRecord r = partial_[next_emit_];
     r.step = next_emit_;
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();

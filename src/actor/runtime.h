@@ -113,6 +113,11 @@ class Runtime {
 
   // This rank's piece of a parameter (after Run: the trained value), on its device.
   Tensor Param(ir::ValueId v) const;
+  // Evaluation: this runtime's variables hold `from`'s parameters of the same names, the same
+  // memory (`from_graph` is from's graph); a parameter `from` does not train keeps its initial
+  // value. Invalid where a piece differs in shape or device (the plans' layouts differ). Call
+  // between runs of both; this runtime must not update them.
+  Status ShareParams(const Runtime& from, const ir::Graph& from_graph);
   // This rank's optimizer state for parameter v (the update node's outputs, each the piece's
   // shape; none for a parameter this rank does not hold), on its device. Writing into the tensors
   // between runs sets it (a checkpoint's).
@@ -231,6 +236,7 @@ class Runtime {
   std::map<int64_t, StepRecord> partial_;  // guarded by mu_: steps with loss or norm pending
   std::map<int64_t, int> parts_;         // guarded by mu_
   int64_t next_emit_ = 0;                // guarded by mu_
+  int parts_per_step_ = 2;               // the loss and the gradient norm; the loss alone without a norm sink
   std::map<int, std::string> waiting_;   // guarded by mu_: in-flight movements by task, for stall reports
 };
 

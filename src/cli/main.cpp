@@ -28,6 +28,7 @@
 #include "config/config.h"
 #include "driver/checkpoint.h"
 #include "driver/env.h"
+#include "driver/evaluate.h"
 #include "driver/pipeline.h"
 #include "driver/run_files.h"
 #include "driver/running_stats.h"
@@ -194,10 +195,17 @@ int Train(const Args& a) {
     if (Status s = ir::CheckOnnxWeights(*c->model, SavedTypes(c->training)); !s.ok())
       return fail(Status::Invalid("[config] " + cfg->path + ": save.onnx: " + s.message()));
   }
-  const actor::RunDigest digest{Fnv1a64(ConfigToYaml(*cfg)), InputSizesHash(*cfg), ir::PlanHash(plan)};
+  std::unique_ptr<Evaluator> eval;
+  if (cfg->eval.given) {
+    auto e = Evaluator::Make(*cfg, *c, world->rank, world->comm.get(), static_cast<int>(actor::SetUpCollectives(plan).groups.size()));
+    if (!e.ok()) return fail(e.status());
+    eval = std::move(*e);
+  }
+  const uint64_t plan_hash = ir::PlanHash(plan) ^ (eval ? SplitMix64(ir::PlanHash(eval->plan())) : 0);
+  const actor::RunDigest digest{Fnv1a64(ConfigToYaml(*cfg)), InputSizesHash(*cfg), plan_hash};
   if (Status s = actor::AgreeOnRun(*world, digest, cfg->parallel.timeout); !s.ok()) return fail(s);
   if (world->comm) {
-    const actor::CollectiveSetup setup = actor::SetUpCollectives(plan);
+    const actor::CollectiveSetup setup = EvalCollectives(plan, eval ? &eval->plan() : nullptr);
     Watchdog::Phase phase(dog, "preparing the collectives with the other ranks", cfg->parallel.timeout);
     if (Status s = world->comm->Prepare(setup.groups, setup.input_bytes); !s.ok()) return fail(s);
   }
@@ -234,8 +242,13 @@ int Train(const Args& a) {
   Status run;
   int64_t checkpointed = a.resume ? step : -1;  // the step of the newest checkpoint there is
   bool preempted = false;
+  const EvalConfig& ev = cfg->eval;
+  auto due = [&](int64_t every, int64_t at) { return at == cfg->train.steps || (every > 0 && at % every == 0); };
   while (run.ok() && step < cfg->train.steps && !preempted) {
-    const int64_t until = ck.dir.empty() || ck.every == 0 ? cfg->train.steps : std::min(cfg->train.steps, (step / ck.every + 1) * ck.every);
+    // To the next checkpoint or evaluation, or the end.
+    int64_t until = cfg->train.steps;
+    if (!ck.dir.empty() && ck.every > 0) until = std::min(until, (step / ck.every + 1) * ck.every);
+    if (eval && ev.every > 0) until = std::min(until, (step / ev.every + 1) * ev.every);
     ro.first_step = step;
     ro.steps = until - step;
     g_running.store(true);
@@ -247,12 +260,25 @@ int Train(const Args& a) {
     if (!run.ok()) break;
     step += rt.steps_done();
     preempted = rt.wound_down();
-    if (!ck.dir.empty() && step != checkpointed) {
+    if (eval && !preempted && due(ev.every, step)) {
+      const auto began = std::chrono::steady_clock::now();
+      g_running.store(true);
+      Result<double> loss = eval->Evaluate(rt, c->training.graph, ro);
+      g_running.store(false);
+      if (!loss.ok()) {
+        run = loss.status();
+        break;
+      }
+      if (lead) run = log.OnEval(step, *loss, std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+      if (!run.ok()) break;
+    }
+    if (!ck.dir.empty() && step != checkpointed && (preempted || due(ck.every, step))) {
       const auto began = std::chrono::steady_clock::now();
       run = WriteCheckpoint(*cfg, step, digest.plan, plan, c->training.graph, rt, running, *world);
       checkpointed = step;
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+      log.Pause(secs);
       if (run.ok() && lead) {
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
         const std::string path = CheckpointPath(ck.dir, step);
         std::cout << "checkpoint: " << path << " (" << HumanBytes(static_cast<double>(CheckpointBytes(path))) << " in " << std::fixed
                   << std::setprecision(2) << secs << " s)" << std::defaultfloat << std::setprecision(6) << std::endl;

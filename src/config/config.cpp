@@ -428,11 +428,29 @@ Status ReadCheckpoint(const Val& v, CheckpointConfig* c) {
   return s.Check("timeout", c->timeout > 0, "seconds > 0");
 }
 
+Status ReadEval(const Val& v, const DataConfig& data, EvalConfig* e) {
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"every", "steps", "data", "split"}));
+  e->given = true;
+  RETURN_IF_ERROR(s.Read("every", &e->every, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("every", e->every >= 0, "an integer >= 0 (0: only at the end)"));
+  RETURN_IF_ERROR(s.Read("steps", &e->steps, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("steps", e->steps >= 1, "an integer >= 1 (batches of train.global_batch per evaluation)"));
+  RETURN_IF_ERROR(s.Read("data", &e->data, Need::kOptional));
+  RETURN_IF_ERROR(s.Read("split", &e->split, Need::kOptional));
+  const bool has_data = s.Find("data") != nullptr, has_split = s.Find("split") != nullptr;
+  RETURN_IF_ERROR(s.Check("split", has_data != has_split, "given where eval.data is not: one of them names the held-out data"));
+  if (has_split) RETURN_IF_ERROR(s.Check("split", e->split > 0 && e->split < 1, "a fraction of data.train's samples, in (0, 1)"));
+  if (has_data)
+    RETURN_IF_ERROR(s.Check("data", data.format == DataConfig::Format::kTokens,
+                            "a token file, for data.format tokens; other formats hold out eval.split of their samples"));
+  return Status::Ok();
+}
+
 Result<Config> Build(const Val& root, const std::string& path) {
   Config c;
   c.path = path;
   ASSIGN_OR_RETURN(Section top, Section::Open(root, {"model", "data", "train", "optimizer",
-                                                     "schedule", "parallel", "cluster", "log", "save", "checkpoint"}));
+                                                     "schedule", "parallel", "cluster", "log", "save", "checkpoint", "eval"}));
   ASSIGN_OR_RETURN(Val model, top.Get("model"));
   RETURN_IF_ERROR(ReadModel(model, &c.model));
   ASSIGN_OR_RETURN(Val data, top.Get("data"));
@@ -447,6 +465,7 @@ Result<Config> Build(const Val& root, const std::string& path) {
   if (const Val* v = top.Find("log")) RETURN_IF_ERROR(ReadLog(*v, &c.log));
   if (const Val* v = top.Find("save")) RETURN_IF_ERROR(ReadSave(*v, &c.save));
   if (const Val* v = top.Find("checkpoint")) RETURN_IF_ERROR(ReadCheckpoint(*v, &c.checkpoint));
+  if (const Val* v = top.Find("eval")) RETURN_IF_ERROR(ReadEval(*v, c.data, &c.eval));
   return c;
 }
 
@@ -636,6 +655,12 @@ std::string CheckpointYaml(const CheckpointConfig& k) {
          ", timeout: " + Exact(k.timeout) + "}\n";
 }
 
+std::string EvalYaml(const EvalConfig& e) {
+  if (!e.given) return "";
+  return "eval: {every: " + std::to_string(e.every) + ", steps: " + std::to_string(e.steps) +
+         (e.data.empty() ? ", split: " + Exact(e.split) : ", data: " + Quote(e.data)) + "}\n";
+}
+
 std::string OutputsYaml(const LogConfig& log, const SaveConfig& save) {
   std::string y;
   auto line = [&](const std::string& s) { y += s + "\n"; };
@@ -651,7 +676,7 @@ std::string OutputsYaml(const LogConfig& log, const SaveConfig& save) {
 std::string ConfigToYaml(const Config& c) {
   return ModelYaml(c.model) + DataYaml(c.data) + TrainYaml(c.train) + OptimizerYaml(c.optimizer, c.schedule) +
          ParallelYaml(c.parallel) + (c.cluster.given ? ClusterYaml(c.cluster) : "") + OutputsYaml(c.log, c.save) +
-         CheckpointYaml(c.checkpoint);
+         CheckpointYaml(c.checkpoint) + EvalYaml(c.eval);
 }
 
 namespace {

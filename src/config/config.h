@@ -154,6 +154,18 @@ struct CheckpointConfig {
   double timeout = 300;   // seconds a checkpoint may take to commit on every rank
 };
 
+// Evaluation on held-out data (the `eval:` section): the mean loss over `steps` batches of
+// train.global_batch, forward only, every `every` steps (0: only at the end) and at the end. The
+// batches are those of `data` (a token file, data.format tokens) or the last `split` of data.train's
+// samples, which training then leaves out; the same batches every time, in order.
+struct EvalConfig {
+  bool given = false;
+  int64_t every = 0;
+  int64_t steps = 1;
+  std::string data;  // path as written; empty: split
+  double split = 0;  // (0, 1): the held-out fraction of data.train
+};
+
 struct Config {
   std::string path;  // the file it came from
   ModelConfig model;
@@ -166,6 +178,7 @@ struct Config {
   LogConfig log;
   SaveConfig save;
   CheckpointConfig checkpoint;
+  EvalConfig eval;
 
   int64_t accumulation() const { return train.global_batch / train.micro_batch; }
 };

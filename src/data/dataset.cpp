@@ -196,8 +196,8 @@ class NpyDataset : public Dataset {
 
 class TokenDataset : public Dataset {
  public:
-  Status Open(const std::string& bytes, int64_t seq_len, const std::string& path) {
-    const std::string what = "[data] data.train: '" + path + "'";
+  Status Open(const std::string& bytes, int64_t seq_len, const std::string& path, const std::string& key) {
+    const std::string what = "[data] " + key + ": '" + path + "'";
     if (seq_len < 1) return Status::Invalid(what + ": seq_len must be at least 1");
     if (bytes.size() % 2) return Status::Invalid(what + " has an odd byte count; expected uint16 tokens");
     tokens_.resize(bytes.size() / 2);
@@ -275,7 +275,7 @@ Result<std::unique_ptr<Dataset>> Open(const DataConfig& cfg, int64_t seed) {
     }
     case DataConfig::Format::kTokens: {
       ASSIGN_OR_RETURN(std::string bytes, ReadAll("data.train", cfg.train));
-      return TokensFromBytes(bytes, cfg.seq_len, cfg.train);
+      return TokensFromBytes(bytes, cfg.seq_len, cfg.train, "data.train");
     }
     case DataConfig::Format::kSynthetic: {
       auto d = std::make_unique<SyntheticDataset>();
@@ -301,10 +301,49 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& cfg, int64_t seed
   return d;
 }
 
-Result<std::unique_ptr<Dataset>> TokensFromBytes(const std::string& bytes, int64_t seq_len, const std::string& path) {
+Result<std::unique_ptr<Dataset>> TokensFromBytes(const std::string& bytes, int64_t seq_len, const std::string& path,
+                                                 const std::string& key) {
   auto d = std::make_unique<TokenDataset>();
-  RETURN_IF_ERROR(d->Open(bytes, seq_len, path));
+  RETURN_IF_ERROR(d->Open(bytes, seq_len, path, key));
   return std::unique_ptr<Dataset>(std::move(d));
+}
+
+namespace {
+
+// Samples [begin, begin + n) of another dataset.
+class SubsetDataset : public Dataset {
+ public:
+  SubsetDataset(std::shared_ptr<const Dataset> base, int64_t begin, int64_t n) : base_(std::move(base)), begin_(begin) {
+    fields_ = base_->fields();
+    size_ = n;
+  }
+  void CopySample(const std::string& field, int64_t w, void* dst) const override { base_->CopySample(field, begin_ + w, dst); }
+  std::optional<std::pair<int64_t, int64_t>> KnownRange(const std::string& field) const override { return base_->KnownRange(field); }
+
+ private:
+  std::shared_ptr<const Dataset> base_;
+  int64_t begin_;
+};
+
+}  // namespace
+
+Status SplitForEval(const Config& cfg, std::unique_ptr<Dataset>* train, std::unique_ptr<Dataset>* eval) {
+  const EvalConfig& e = cfg.eval;
+  if (!e.data.empty()) {
+    ASSIGN_OR_RETURN(std::string bytes, ReadAll("eval.data", e.data));
+    ASSIGN_OR_RETURN(*eval, TokensFromBytes(bytes, cfg.data.seq_len, e.data, "eval.data"));
+    return Status::Ok();
+  }
+  const int64_t w = (*train)->size();
+  const auto held = static_cast<int64_t>(std::llround(e.split * static_cast<double>(w)));
+  if (held < 1 || held >= w) {
+    return Status::Invalid("[data] eval.split: " + std::to_string(e.split) + " of the training data's " + std::to_string(w) +
+                           " samples leaves " + (held < 1 ? "none to evaluate on" : "none to train on"));
+  }
+  std::shared_ptr<const Dataset> base(std::move(*train));
+  *train = std::make_unique<SubsetDataset>(base, 0, w - held);
+  *eval = std::make_unique<SubsetDataset>(base, w - held, held);
+  return Status::Ok();
 }
 
 Loader::Loader(const Dataset& ds, std::map<std::string, std::string> input_field, const DataConfig& cfg,

@@ -57,8 +57,15 @@ struct NpyArray {
 // Parses a whole .npy file's bytes; `key` and `path` name it in errors.
 Result<NpyArray> ParseNpy(const std::string& bytes, const std::string& key, const std::string& path);
 
-// The tokens dataset over a uint16 little-endian file's bytes (data.train), windows of seq_len.
-Result<std::unique_ptr<Dataset>> TokensFromBytes(const std::string& bytes, int64_t seq_len, const std::string& path);
+// The tokens dataset over a uint16 little-endian file's bytes (config key `key`: data.train,
+// eval.data), windows of seq_len.
+Result<std::unique_ptr<Dataset>> TokensFromBytes(const std::string& bytes, int64_t seq_len, const std::string& path,
+                                                 const std::string& key = "data.train");
+
+// The held-out data of an `eval:` section, and the training data without it: eval.data's windows
+// (the training data stays whole), or the last eval.split of the training samples, which
+// `*train` then no longer holds. Errors "[data] eval...." for a split that leaves either side empty.
+Status SplitForEval(const Config& cfg, std::unique_ptr<Dataset>* train, std::unique_ptr<Dataset>* eval);
 
 class Loader : public actor::Feeder {
  public:

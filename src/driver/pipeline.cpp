@@ -165,6 +165,7 @@ Status CheckTrainable(const Config& cfg) {
 Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel> model) {
   Compiled c;
   ASSIGN_OR_RETURN(c.dataset, data::OpenDataset(cfg.data, cfg.train.seed));
+  if (cfg.eval.given) RETURN_IF_ERROR(data::SplitForEval(cfg, &c.dataset, &c.eval_dataset));
   const auto& fields = c.dataset->fields();
   auto field_list = [&] {
     std::string s;
@@ -202,6 +203,14 @@ Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel>
   ir::Rewrite(forward, RewriteOptionsOf(cfg, forward));
   ASSIGN_OR_RETURN(c.training, ir::BuildTraining(std::move(forward), SpecOf(cfg, *c.dataset)));
   RETURN_IF_ERROR(CheckIntegerData(cfg, *c.dataset, c.training.graph));
+  if (c.eval_dataset) {
+    for (const auto& [name, f] : c.dataset->fields()) {
+      const data::Field& e = c.eval_dataset->fields().at(name);
+      if (e.dtype != f.dtype || !(e.sample == f.sample))
+        return Status::Invalid("[data] eval.data: field '" + name + "' is " + e.sample.ToString() + ", the training data's " + f.sample.ToString());
+    }
+    RETURN_IF_ERROR(CheckIntegerData(cfg, *c.eval_dataset, c.training.graph));
+  }
   c.flops_per_step = ProductFlops(c.training.graph, cfg.accumulation());
   c.tokens_per_step = cfg.train.global_batch * (cfg.data.format == DataConfig::Format::kTokens ? cfg.data.seq_len : 1);
   return c;
@@ -229,8 +238,61 @@ Result<Compiled> Compile(const Config& cfg, int ranks) {
     c.plan = std::move(plan).value();
     const sbp::StepTime t = sbp::ModelStep(c.training.graph, ao, a, ranks);
     c.plan.predicted = {t.step_s, t.compute_s, t.comm_s, t.bubble_s};
+    c.assignment = std::move(a);
+    c.lower = lo;
   }
   return c;
+}
+
+Result<ir::Plan> CompileEval(const Config& cfg, const Compiled& train, int first_collective, ir::TrainingGraph* graph) {
+  const std::string where = "[config] " + cfg.path + ": eval: ";
+  if (!train.training.graph.running.empty())
+    return Status::Invalid(where + "the model has BatchNormalization, whose evaluation uses its running statistics; flowrun does not evaluate such models yet");
+  std::map<std::string, ir::TensorType> bound;
+  for (const auto& [input, field] : cfg.model.inputs) {
+    const ir::ValueId v = train.training.graph.Find(input);
+    if (v != ir::kNoValue) bound[input] = train.training.graph.type(v);
+  }
+  const ir::ImportOptions rules{cfg.model.trainable, cfg.model.frozen, "[config] " + cfg.path + ": ", cfg.model.untie,
+                                cfg.model.tie, /*dropout=*/false, cfg.train.seed};
+  ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(train.model, bound, rules));
+  ir::Rewrite(forward, RewriteOptionsOf(cfg, forward));
+  ir::TrainingSpec spec = SpecOf(cfg, *train.eval_dataset);
+  spec.forward_only = true;
+  ASSIGN_OR_RETURN(*graph, ir::BuildTraining(std::move(forward), spec));
+  const ir::Graph& g = graph->graph;
+  ir::Plan plan;
+  if (!train.assignment) {
+    ASSIGN_OR_RETURN(plan, boxing::LowerOneDevice(*graph, cfg.eval.steps, cfg.accumulation(), cfg.parallel.device));
+  } else {
+    // Every value and op as training lays it out, found by name: the same model on the same layout.
+    const ir::Graph& tg = train.training.graph;
+    const sbp::Assignment& ta = *train.assignment;
+    std::map<std::string, ir::NodeId> train_node;
+    for (size_t n = 0; n < tg.nodes.size(); ++n) train_node[tg.nodes[n].name] = static_cast<ir::NodeId>(n);
+    sbp::Assignment a;
+    boxing::LowerOptions lo = train.lower;
+    lo.steps = cfg.eval.steps;
+    lo.node_stage.assign(g.nodes.size(), 0);
+    for (size_t v = 0; v < g.values.size(); ++v) {
+      const ir::ValueId t = tg.Find(g.values[v].name);
+      if (t == ir::kNoValue) return Status::Invalid(where + "internal: value '" + g.values[v].name + "' is not in the training graph");
+      a.value_stage.push_back(ta.value_stage[static_cast<size_t>(t)]);
+      a.value_sbp.push_back(g.values[v].kind == ir::ValueKind::kConst ? sbp::NdSbp() : ta.value_sbp[static_cast<size_t>(t)]);
+    }
+    for (size_t n = 0; n < g.nodes.size(); ++n) {
+      auto t = train_node.find(g.nodes[n].name);
+      if (t == train_node.end()) return Status::Invalid(where + "internal: node '" + g.nodes[n].name + "' is not in the training graph");
+      a.node_sig.push_back(ta.node_sig[static_cast<size_t>(t->second)]);
+      lo.node_stage[n] = train.lower.node_stage[static_cast<size_t>(t->second)];
+    }
+    auto lowered = boxing::Lower(*graph, a, lo);
+    if (!lowered.ok()) return lowered.status().With("[boxing] " + cfg.path + ": eval: ");
+    plan = std::move(lowered).value();
+  }
+  for (ir::TaskDesc& t : plan.tasks)
+    if (t.kind == ir::TaskKind::kBoxing && t.move.collective >= 0) t.move.collective += first_collective;
+  return plan;
 }
 
 }  // namespace fr

@@ -42,19 +42,23 @@ Status StepLog::Close() {
 
 double StepLog::MeanStepSeconds() const {
   const int64_t after_first = o_.steps - o_.first_step - 1;
-  return after_first > 0 ? (last_end_ - first_step_end_) / static_cast<double>(after_first) : last_end_;
+  return after_first > 0 ? (last_end_ - first_step_end_ - (paused_total_ - paused_at_first_)) / static_cast<double>(after_first) : last_end_;
 }
 
 Status StepLog::OnStep(const actor::StepRecord& r) {
-  if (r.step == o_.first_step) first_step_end_ = r.seconds;
+  if (r.step == o_.first_step) {
+    first_step_end_ = r.seconds;
+    paused_at_first_ = paused_total_;
+  }
   last_end_ = r.seconds;
   last_loss_ = r.loss;
   const int64_t n = r.step + 1;
   const bool diverged = !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);
   if (n % o_.every != 0 && n != o_.steps && !diverged) return Status::Ok();
   // Throughput over the steps since the last logged one.
-  const double dt = (r.seconds - logged_seconds_) / static_cast<double>(r.step - logged_step_);
+  const double dt = (r.seconds - logged_seconds_ - paused_) / static_cast<double>(r.step - logged_step_);
   logged_seconds_ = r.seconds;
+  paused_ = 0;
   logged_step_ = r.step;
   const double lr = o_.schedule.At(r.step);
   const double tps = static_cast<double>(o_.tokens_per_step) / dt;
@@ -86,6 +90,24 @@ Status StepLog::OnStep(const actor::StepRecord& r) {
                 static_cast<long long>(n), std::isfinite(r.loss) ? "gradient norm" : "loss",
                 std::isfinite(r.loss) ? r.grad_norm : r.loss, lr);
   return Status::Runtime("[train] " + std::string(why));
+}
+
+Status StepLog::OnEval(int64_t step, double loss, double seconds) {
+  Pause(seconds);
+  char line[160];
+  std::snprintf(line, sizeof line, "eval step %lld/%lld | eval_loss %.4f | %.0f ms", static_cast<long long>(step),
+                static_cast<long long>(o_.steps), loss, seconds * 1e3);
+  std::cout << line << std::endl;
+  if (!jsonl_) return Status::Ok();
+  char js[160];
+  std::snprintf(js, sizeof js, "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_ms\": %.3f}\n", static_cast<long long>(step), loss, seconds * 1e3);
+  Status s = jsonl_->Append(js);
+  if (s.ok()) s = jsonl_->Publish();
+  if (!s.ok()) {
+    jsonl_.reset();
+    return s.With("[train] log.jsonl: ");
+  }
+  return Status::Ok();
 }
 
 }  // namespace fr

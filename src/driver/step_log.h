@@ -39,6 +39,14 @@ class StepLog {
   // Logs the step; an error when its loss or gradient norm is not finite (the run diverged), or
   // when its record cannot be written ("[train] log.jsonl: cannot write 'PATH': REASON").
   Status OnStep(const actor::StepRecord& r);
+  // Logs an evaluation after `step` steps: a line (`eval step N/M | eval_loss X | T ms`) and a
+  // JSONL record {"step", "eval_loss", "eval_ms"}. Its time, and a checkpoint's (Pause), are left
+  // out of the step times.
+  Status OnEval(int64_t step, double loss, double seconds);
+  void Pause(double seconds) {
+    paused_ += seconds;
+    paused_total_ += seconds;
+  }
   // Flushes the JSONL file to disk and closes it (AtomicFile::Commit), whether the run succeeded or
   // not: a failed run's log says how it failed. Nothing to do after a failed write.
   Status Close();
@@ -50,6 +58,8 @@ class StepLog {
   StepLogOptions o_;
   std::optional<AtomicFile> jsonl_;  // empty: no log.jsonl, or a write to it failed
   double prev_seconds_ = 0, logged_seconds_ = 0, first_step_end_ = 0, last_end_ = 0, last_loss_ = 0;
+  double paused_ = 0;            // since the last logged step: evaluations and checkpoints
+  double paused_total_ = 0, paused_at_first_ = 0;
   int64_t logged_step_;
 };
 

@@ -89,6 +89,26 @@ Result<TrainingGraph> BuildTraining(Graph forward, const TrainingSpec& spec) {
     tg.loss = (*loss)[0];
   }
   tg.loss_sum = b.Op(OpKind::kAccumulate, {tg.loss}, {}, "loss/sum", Phase::kAccumulate);
+  if (spec.forward_only) {
+    RemoveDeadNodes(g, {tg.loss_sum}, {});
+    std::vector<bool> read(g.values.size(), false);
+    for (const Node& n : g.nodes)
+      for (ValueId v : n.in)
+        if (v != kNoValue) read[static_cast<size_t>(v)] = true;
+    std::vector<ValueId> params;
+    for (ValueId p : g.params) {
+      if (!read[static_cast<size_t>(p)]) {
+        g.value(p).kind = ValueKind::kConst;
+        tg.frozen.push_back(g.value(p).name);
+        continue;
+      }
+      params.push_back(p);
+      tg.params.push_back({p, kNoValue, -1});
+    }
+    g.params = params;
+    std::erase_if(g.running, [&](const Graph::Running& r) { return g.value(r.batch).producer < 0; });
+    return tg;
+  }
 
   Tensor seed_t = Tensor::Full(Shape{}, static_cast<float>(1.0 / static_cast<double>(spec.micro_batches)));
   ValueId seed = b.Const("loss/seed", seed_t);

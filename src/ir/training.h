@@ -35,6 +35,10 @@ struct TrainingSpec {
   int64_t micro_batches = 1;    // M
   std::optional<int64_t> ignore_index;  // cross-entropy labels of this value are left out
   OptimizerSpec optimizer;
+  // Evaluation: the loss and its per-step sum only, no backward, norm or updates (tg.params have
+  // no grad or update; grad_norm_sq stays kNoValue). Parameters the loss does not read become
+  // constants, as in training.
+  bool forward_only = false;
   std::string config_path;      // the config file, named in messages; may be empty
 };
 

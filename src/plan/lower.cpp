@@ -35,7 +35,8 @@ class Lowering {
     for (const sbp::NdSignature& s : a_.node_sig) p_.node_sig.push_back(s.ToString());
     value_index_.assign(g_.values.size(), -1);
     std::vector<bool> is_update(g_.nodes.size(), false);
-    for (const ir::ParamGrad& pg : tg_.params) is_update[static_cast<size_t>(pg.update)] = true;
+    for (const ir::ParamGrad& pg : tg_.params)
+      if (pg.update >= 0) is_update[static_cast<size_t>(pg.update)] = true;
 
     for (ValueId v : g_.inputs) AddDataPieces(v);
     for (const ir::ParamGrad& pg : tg_.params) AddVariable(pg);
@@ -59,7 +60,7 @@ class Lowering {
       RETURN_IF_ERROR(Wire(runs_[n] >= 0 ? runs_[n] : id, tasks));
     }
     RETURN_IF_ERROR(AddSink(TaskKind::kLossSink, "loss", tg_.loss_sum));  // may join a gradient bucket
-    RETURN_IF_ERROR(AddSink(TaskKind::kNormSink, "grad_norm", tg_.grad_norm_sq));
+    if (tg_.grad_norm_sq != ir::kNoValue) RETURN_IF_ERROR(AddSink(TaskKind::kNormSink, "grad_norm", tg_.grad_norm_sq));
     for (const ir::Graph::Running& r : g_.running) RETURN_IF_ERROR(AddSink(TaskKind::kStatSink, "stat", r.batch));
     EmitBuckets();
     for (const TaskDesc& t : p_.tasks) {
@@ -167,10 +168,11 @@ class Lowering {
       int r = NewRegst(pg.param, Piece(pg.param, nd, pl, d), rank, tid, true, 1);
       p_.tasks[static_cast<size_t>(tid)].out.push_back(r);
       Placed(pg.param).regsts.push_back(r);
-      variable_tasks_[pg.update].push_back(tid);
+      if (pg.update >= 0) variable_tasks_[pg.update].push_back(tid);
     }
-    // The update node runs inside the variable task, on the physical piece.
-    for (int d = 0; d < pl.size(); ++d) {
+    // The update node runs inside the variable task, on the physical piece (none in evaluation:
+    // the variable only holds the parameter).
+    for (int d = 0; d < pl.size() && pg.update >= 0; ++d) {
       TaskDesc& t = p_.tasks[static_cast<size_t>(variable_tasks_[pg.update][static_cast<size_t>(d)])];
       t.node = AddPhysicalNode(pg.update, pl, d);
     }
