@@ -396,6 +396,14 @@ int Plan(const Args& a) {
   }
   if (a.format == "text") {
     PrintModelSummary(g, c->training.frozen, a.dump);
+    if (cfg->eval.given) {  // checked here as train checks it: a config train would refuse is refused
+      ir::TrainingGraph eg;
+      auto ep = CompileEval(*cfg, *c, static_cast<int>(actor::SetUpCollectives(p).groups.size()), &eg);
+      if (!ep.ok()) return Fail(ep.status());
+      std::cout << "eval: a forward-only plan of " << ep->tasks.size() << " tasks and " << ep->regsts.size() << " registers, "
+                << cfg->eval.steps << " batch(es) of " << c->eval_dataset->size() << " held-out samples "
+                << (cfg->eval.every > 0 ? "every " + std::to_string(cfg->eval.every) + " steps and " : "") << "at the end" << std::endl;
+    }
   }
   return 0;
 }

@@ -437,8 +437,10 @@ Status ReadEval(const Val& v, const DataConfig& data, EvalConfig* e) {
   RETURN_IF_ERROR(s.Check("steps", e->steps >= 1, "an integer >= 1 (batches of train.global_batch per evaluation)"));
   RETURN_IF_ERROR(s.Read("data", &e->data, Need::kOptional));
   RETURN_IF_ERROR(s.Read("split", &e->split, Need::kOptional));
-  const bool has_data = s.Find("data") != nullptr, has_split = s.Find("split") != nullptr;
-  RETURN_IF_ERROR(s.Check("split", has_data != has_split, "given where eval.data is not: one of them names the held-out data"));
+  const bool has_data = s.Has("data"), has_split = s.Has("split");
+  if (has_data && has_split) return s.Fail("split", "give eval.data (a token file) or eval.split (a held-out fraction of data.train), not both");
+  if (!has_data && !has_split)
+    return s.Fail("data", "missing: eval needs eval.data (a token file) or eval.split (a held-out fraction of data.train)");
   if (has_split) RETURN_IF_ERROR(s.Check("split", e->split > 0 && e->split < 1, "a fraction of data.train's samples, in (0, 1)"));
   if (has_data)
     RETURN_IF_ERROR(s.Check("data", data.format == DataConfig::Format::kTokens,

@@ -26,6 +26,7 @@ std::vector<NamedFile> ModelAndData(const Config& cfg) {
     case DataConfig::Format::kSynthetic:
       break;
   }
+  if (!cfg.eval.data.empty()) in.push_back({"eval.data", cfg.eval.data});
   return in;
 }
 
