@@ -2,8 +2,8 @@
 # Checkpoint write speed (docs/checkpoints.md): GPT-2 small's sizes (tools/make_gpt2.py, 162M
 # parameters with its untied head, 124M if it were tied; block 64 so that the one training step
 # before each checkpoint is short on a CPU), AdamW, 3 steps with a checkpoint after each:
-# parameters and both moments, 1.9 GB. On 1 rank and on 4 data-parallel ranks (the replicas share
-# the writing), against the disk: the same bytes written with dd and fsynced, and torch.save of the
+# parameters and both moments, 1.9 GB. On 1 rank, on 4 data-parallel ranks (the replicas share
+# the writing) and on 4 with ZeRO (each holds a quarter), against the disk: the same bytes written with dd and fsynced, and torch.save of the
 # same tensors (PyTorch's own checkpoint, one process) when Debian's python3-torch is there. Each
 # figure is the median of 3, in one run of this script: a VM's disk varies by 2x from minute to
 # minute.
@@ -33,19 +33,20 @@ if n > 0:
 PY
 
 declare -A secs bytes
-for ranks in 1 4; do
+for ranks in 1 4 4z; do
   rm -rf "$dir"
   launch=()
   sets=()
-  if [ "$ranks" -gt 1 ]; then
-    launch=(mpirun --oversubscribe -n "$ranks")
+  if [ "$ranks" != 1 ]; then
+    launch=(mpirun --oversubscribe -n 4)
     sets=(--set 'parallel.sbp={idx: ["S(0)"]}')
+    [ "$ranks" = 4z ] && sets+=(--set parallel.zero=true)
   fi
   out=$("${launch[@]}" ./build/src/flowrun train configs/scale/gpt2_124m.yaml "${common[@]}" "${sets[@]}" 2>&1) || { echo "$out"; exit 1; }
   lines=$(grep '^checkpoint: ' <<<"$out")
   secs[$ranks]=$(sed -n 's/.* in \([0-9.]*\) s)$/\1/p' <<<"$lines" | median)
   bytes[$ranks]=$(du -sb "$(sed -n 's/^checkpoint: \([^ ]*\) .*/\1/p' <<<"$lines" | tail -1)" | cut -f1)
-  echo "flowrun, $ranks rank(s):"
+  echo "flowrun, $ranks:"
   echo "$lines"
 done
 rm -rf "$dir"
@@ -95,14 +96,16 @@ PY
 fi
 rm -rf "$dir"
 
-python3 - "${bytes[1]}" "${secs[1]}" "${bytes[4]}" "${secs[4]}" "$dd_secs" "$((n * (16 << 20)))" "${torch_secs% *}" <<'PY'
+python3 - "${bytes[1]}" "${secs[1]}" "${bytes[4]}" "${secs[4]}" "$dd_secs" "$((n * (16 << 20)))" "${bytes[4z]}" "${secs[4z]}" "${torch_secs% *}" <<'PY'
 import sys
 b1, s1, b4, s4, dds, ddb = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6])
-torch_s = float(sys.argv[7]) if len(sys.argv) > 7 and sys.argv[7] else None
+bz, sz = int(sys.argv[7]), float(sys.argv[8])
+torch_s = float(sys.argv[9]) if len(sys.argv) > 9 and sys.argv[9] else None
 disk = ddb / dds
 print(f"disk (dd, fsync, median of 3): {disk / 1e9:.2f} GB/s; the checkpoint's {b1 / 1e9:.2f} GB would take {b1 / disk:.2f} s")
 print(f"flowrun 1 rank : {s1:.2f} s (median of 3) = {b1 / s1 / 1e9:.2f} GB/s, {(b1 / disk) / s1:.2f}x the disk's speed")
 print(f"flowrun 4 ranks: {s4:.2f} s (median of 3) = {b4 / s4 / 1e9:.2f} GB/s, {(b4 / disk) / s4:.2f}x the disk's speed")
+print(f"flowrun 4 ZeRO : {sz:.2f} s (median of 3) = {bz / sz / 1e9:.2f} GB/s, {(bz / disk) / sz:.2f}x the disk's speed")
 if torch_s:
     print(f"torch.save     : {torch_s:.2f} s; flowrun 1 rank takes {s1 / torch_s:.2f}x its time")
 PY

@@ -42,7 +42,7 @@ Status StepLog::Close() {
 
 double StepLog::MeanStepSeconds() const {
   const int64_t after_first = o_.steps - o_.first_step - 1;
-  return after_first > 0 ? (last_end_ - first_step_end_ - (paused_total_ - paused_at_first_)) / static_cast<double>(after_first) : last_end_;
+  return after_first > 0 ? (last_end_ - first_step_end_ - (paused_at_last_ - paused_at_first_)) / static_cast<double>(after_first) : last_end_;
 }
 
 Status StepLog::OnStep(const actor::StepRecord& r) {
@@ -51,6 +51,7 @@ Status StepLog::OnStep(const actor::StepRecord& r) {
     paused_at_first_ = paused_total_;
   }
   last_end_ = r.seconds;
+  paused_at_last_ = paused_total_;
   last_loss_ = r.loss;
   const int64_t n = r.step + 1;
   const bool diverged = !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);

@@ -59,7 +59,7 @@ class StepLog {
   std::optional<AtomicFile> jsonl_;  // empty: no log.jsonl, or a write to it failed
   double prev_seconds_ = 0, logged_seconds_ = 0, first_step_end_ = 0, last_end_ = 0, last_loss_ = 0;
   double paused_ = 0;            // since the last logged step: evaluations and checkpoints
-  double paused_total_ = 0, paused_at_first_ = 0;
+  double paused_total_ = 0, paused_at_first_ = 0, paused_at_last_ = 0;  // at the first and last step's end
   int64_t logged_step_;
 };
 
