@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 packages=(
   g++ cmake meson ninja-build pkg-config       # toolchain
   libyaml-cpp-dev libcli11-dev                  # config, command line
+  zlib1g-dev                                    # checkpoint checksums (CRC-32)
   libonnx-dev libprotobuf-dev protobuf-compiler # ONNX import
   libopenmpi-dev openmpi-bin                    # ranks and CPU collectives
   libdnnl-dev ocl-icd-opencl-dev                # CPU GEMM (oneDNN; its CMake config looks for OpenCL)
