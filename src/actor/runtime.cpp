@@ -352,10 +352,13 @@ void Runtime::Watch(int mine) {
   int64_t target = steps_;  // the steps the run ends after
   int64_t last_progress = -1;
   auto last_change = std::chrono::steady_clock::now();
+  std::chrono::milliseconds ask(1);
   std::unique_lock<std::mutex> lock(mu_);
   while (!failed_ && !(decided && (target == steps_ ? finished_ == mine : Reached(target)))) {
-    // While the ranks agree, this rank's steps wait: ask often.
-    cv_.wait_for(lock, notified_ && !decided ? std::chrono::milliseconds(1) : std::chrono::milliseconds(200));
+    // While the ranks agree, this rank's steps wait: ask often, from 1 ms backing off to 32 ms for
+    // a rank still deep in a long step.
+    cv_.wait_for(lock, notified_ && !decided ? ask : std::chrono::milliseconds(200));
+    if (notified_ && !decided) ask = std::min(ask * 2, std::chrono::milliseconds(32));
     int64_t progress = 0;
     for (const auto& a : actors_) progress += a ? a->acts_done() : 0;
     auto now = std::chrono::steady_clock::now();
