@@ -424,7 +424,7 @@ int main(int argc, char** argv) {
   train->add_option("config", args.config, "the YAML config")->required();
   train->add_option("--set", args.set, "override a config key: key.path=value (repeatable)");
   auto* resume = train->add_option("--resume", args.resume_dir,
-                                   "continue from the newest committed checkpoint in DIR (default checkpoint.dir)")
+                                   "continue from the newest committed checkpoint in DIR (default checkpoint.dir), or DIR itself (a step-N folder)")
                      ->expected(0, 1);
   train->add_option("--trace", args.trace, "write a Chrome trace (Perfetto) of every act to FILE (several ranks: one file each, .rankN before FILE's extension)");
   auto* plan = app.add_subcommand("plan", "compile only and show the plan");

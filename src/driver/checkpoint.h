@@ -48,7 +48,8 @@ struct CheckpointInfo {
   int64_t step = 0;  // steps done
 };
 
-// The newest committed checkpoint in `dir`. Invalid "[checkpoint] ..." when there is none.
+// The newest committed checkpoint in `dir`, or `dir` itself where it is one (DIR/step-N with its
+// COMMIT). Invalid "[checkpoint] ..." when there is none.
 Result<CheckpointInfo> LatestCheckpoint(const std::string& dir);
 
 // Loads this rank's pieces of every parameter and its optimizer state into `rt` (before its first
