@@ -77,6 +77,11 @@ extern "C" void OnStopSignal(int sig) {
   raise(sig);
 }
 
+// What a run stopped by a signal (g_stop_signal) fails with.
+Status Stopped(int rank) {
+  return Status::Runtime("[actor] rank " + std::to_string(rank) + ": stopped by signal " + std::to_string(g_stop_signal.load()));
+}
+
 void CatchStopSignals(bool preemptible) {
   g_preemptible.store(preemptible);
   struct sigaction sa {};
@@ -256,7 +261,7 @@ int Train(const Args& a) {
     g_running.store(false);
     // A signal that came as the last step finished is still a stop, not a run to save.
     if (run.ok() && g_stop_signal.load() != 0)
-      run = Status::Runtime("[actor] rank " + std::to_string(world->rank) + ": stopped by signal " + std::to_string(g_stop_signal.load()));
+      run = Stopped(world->rank);
     if (!run.ok()) break;
     step += rt.steps_done();
     preempted = rt.wound_down();
@@ -286,7 +291,7 @@ int Train(const Args& a) {
     }
     // A second SIGTERM or a SIGINT while the checkpoint was written stops as it does in a run.
     if (run.ok() && g_stop_signal.load() != 0)
-      run = Status::Runtime("[actor] rank " + std::to_string(world->rank) + ": stopped by signal " + std::to_string(g_stop_signal.load()));
+      run = Stopped(world->rank);
   }
   const Status logged = log.Close();  // a failed run's log too: it shows how it failed
   if (!run.ok() && !logged.ok()) Fail(logged);

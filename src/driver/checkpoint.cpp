@@ -417,15 +417,12 @@ Status WriteCheckpoint(const Config& cfg, int64_t step, uint64_t plan_hash, cons
 Result<CheckpointInfo> LatestCheckpoint(const std::string& dir) {
   std::error_code ec;
   // A checkpoint folder itself (DIR/step-N): that one.
-  const fs::path given = fs::path(dir).lexically_normal();
-  const std::string base = (given.has_filename() ? given : given.parent_path()).filename().string();
+  fs::path given = fs::path(dir).lexically_normal();
+  if (!given.has_filename()) given = given.parent_path();  // "DIR/step-N/"
+  const std::string base = given.filename().string();
   if (base.rfind("step-", 0) == 0 && base.size() > 5 && base.find_first_not_of("0123456789", 5) == std::string::npos &&
-      fs::exists(given / "COMMIT", ec)) {
-    CheckpointInfo c;
-    c.path = (given.has_filename() ? given : given.parent_path()).string();
-    c.step = std::stoll(base.substr(5));
-    return c;
-  }
+      fs::exists(given / "COMMIT", ec))
+    return CheckpointInfo{given.string(), std::stoll(base.substr(5))};
   std::vector<std::string> steps;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();

@@ -78,12 +78,7 @@ Status StepLog::OnStep(const actor::StepRecord& r) {
                   "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"gnorm\": %.9g, \"step_ms\": %.4f, \"%s\": %.2f, \"gflops_per_dev\": %.3f}",
                   static_cast<long long>(n), r.loss, lr, r.grad_norm, dt * 1e3, o_.tokens ? "tok_per_s" : "samples_per_s", tps,
                   gflops);
-    Status s = jsonl_->Append(std::string(js) + "\n");
-    if (s.ok()) s = jsonl_->Publish();  // at the first record; nothing after
-    if (!s.ok()) {
-      jsonl_.reset();  // unpublished, the earlier log at the path stays as it was
-      return s.With("[train] log.jsonl: ");
-    }
+    RETURN_IF_ERROR(Record(std::string(js) + "\n"));
   }
   if (!diverged) return Status::Ok();
   char why[160];
@@ -102,10 +97,14 @@ Status StepLog::OnEval(int64_t step, double loss, double seconds) {
   if (!jsonl_) return Status::Ok();
   char js[160];
   std::snprintf(js, sizeof js, "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_ms\": %.3f}\n", static_cast<long long>(step), loss, seconds * 1e3);
-  Status s = jsonl_->Append(js);
-  if (s.ok()) s = jsonl_->Publish();
+  return Record(js);
+}
+
+Status StepLog::Record(const std::string& line) {
+  Status s = jsonl_->Append(line);
+  if (s.ok()) s = jsonl_->Publish();  // at the first record; nothing after
   if (!s.ok()) {
-    jsonl_.reset();
+    jsonl_.reset();  // unpublished, the earlier log at the path stays as it was
     return s.With("[train] log.jsonl: ");
   }
   return Status::Ok();

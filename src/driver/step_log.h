@@ -55,6 +55,9 @@ class StepLog {
   double last_loss() const { return last_loss_; }
 
  private:
+  // Appends one JSONL line to the open log (published at the first); a failed write closes it.
+  Status Record(const std::string& line);
+
   StepLogOptions o_;
   std::optional<AtomicFile> jsonl_;  // empty: no log.jsonl, or a write to it failed
   double prev_seconds_ = 0, logged_seconds_ = 0, first_step_end_ = 0, last_end_ = 0, last_loss_ = 0;
