@@ -211,7 +211,7 @@ Status Actor::Compute(int64_t step, int64_t micro) {
   std::vector<Tensor> in, out;
   for (size_t i = 0; i < node.in.size(); ++i) in.push_back(InputTensor(i));
   for (size_t i = 0; i < out_.size(); ++i) out.push_back(rt_.Slot(out_[i].regst, out_[i].current));
-  KernelCtx ctx{node, in, out, step, micro, plan_.micro_batches};
+  KernelCtx ctx{node, in, out, step, micro, plan_.micro_batches, &rt_.ComputeStream(task_.device)};
   return Kernel(node.op, task_.device.type)(ctx);
 }
 
@@ -221,7 +221,7 @@ Status Actor::Variable(int64_t k) {
   std::vector<Tensor> in;
   for (size_t i = 0; i < node.in.size(); ++i) in.push_back(InputTensor(i));
   const std::vector<Tensor>& state = rt_.OptimizerState(task_.id);
-  KernelCtx ctx{node, in, state, rt_.first_step() + k - 1, 0, plan_.micro_batches};
+  KernelCtx ctx{node, in, state, rt_.first_step() + k - 1, 0, plan_.micro_batches, &rt_.ComputeStream(task_.device)};
   return Kernel(node.op, task_.device.type)(ctx);
 }
 

@@ -70,6 +70,8 @@ const Tensor& Runtime::Const(int konst, Device dev) const {
 
 DeviceStream& Runtime::CopyStream(Device dev) { return *copy_streams_.at({dev.type, dev.index}); }
 
+DeviceStream& Runtime::ComputeStream(Device dev) { return *compute_streams_.at({dev.type, dev.index}); }
+
 void Runtime::LayOutBucket(const ir::TaskDesc& t) {
   const std::vector<int>& in = t.move.in;
   if (t.kind != ir::TaskKind::kBoxing || t.move.op != boxing::Op::kAllReduce || in.empty() || t.out.size() != in.size())

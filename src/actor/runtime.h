@@ -159,6 +159,8 @@ class Runtime {
   const Tensor& Const(int konst, Device dev) const;
   // The stream the copy tasks of device `dev` queue on (called on the copy stream's thread).
   DeviceStream& CopyStream(Device dev);
+  // The stream the kernels of device `dev` queue on.
+  DeviceStream& ComputeStream(Device dev);
 
  private:
   // A gradient bucket's inputs lie end to end in one allocation, and its outputs in another, for

@@ -51,6 +51,9 @@ struct KernelCtx {
   int64_t step = 0;             // optimizer step, from 0
   int64_t micro = 0;            // micro-batch within the step
   int64_t micros = 1;           // micro-batches per step
+  // The stream a device kernel queues its work on (the task's device's compute stream); null
+  // for CPU kernels, which run at once.
+  DeviceStream* stream = nullptr;
 };
 
 class GradCtx;

@@ -1,13 +1,49 @@
-// The CUDA backend's entry point into the op table. A build with CUDA links ops/cuda/*.cu; a build
-// without it links ops/cuda/none.cpp, whose kernels fail with a clear message.
+// The CUDA backend, as the rest of flowrun sees it. The backend itself (device memory, streams,
+// cuBLAS and the kernels) is a module of its own, libflowrun_cuda.so, that flowrun loads on
+// first use: a CPU run neither loads nor needs the CUDA libraries (cuBLAS alone would add 200 MB
+// to every rank's resident memory and 80 ms to every start). This is the loader.
+//
+// The module is found at $FLOWRUN_CUDA_MODULE, else beside the flowrun binary, else in
+// ../lib/flowrun/ from it (an install). flowrun exports its symbols (-rdynamic) for the module,
+// which resolves them all when it is loaded.
 #pragma once
 
 #include "ops/op.h"
 
 namespace fr::cuda {
 
+// Loads the module once; ok, or why it cannot be (not built, not found, a library missing).
+Status Load();
+// GPUs this process can see (CUDA_VISIBLE_DEVICES applies); 0 without the module, a driver or a
+// GPU.
+int VisibleDevices();
+// Picks this process's GPU, the `local_rank`-th visible one modulo their count (Open MPI's local
+// rank: ranks of a node spread over its GPUs, several share one where there are more ranks than
+// GPUs), and registers the CUDA backend with it as device cuda:0. Returns the CUDA ordinal, or an
+// error saying why there is none.
+Result<int> InitDevice(int local_rank);
+// TF32 tensor cores for float32 GEMMs (parallel.tf32); off by default.
+void AllowTf32(bool allow);
+// The first data error (an index out of range, a label outside the classes...) a kernel queued
+// on `s`, a CUDA stream, met; cleared by the read. Waits for what is queued on `s`.
+Status TakeDataError(DeviceStream& s);
+
+// Op k's CUDA kernel; a kernel that fails with a clear message where there is none.
 KernelFn KernelFor(OpKind k);
-// Whether op k has a CUDA kernel in this build (flowrun ops lists it).
+// Whether op k has a CUDA kernel (flowrun ops lists it); false without the module.
 bool HasKernel(OpKind k);
 
+// What the module exports, as one table (flowrun_cuda_api).
+struct Api {
+  int version;
+  int (*visible_devices)();
+  Result<int> (*init_device)(int local_rank);
+  void (*allow_tf32)(bool);
+  Status (*take_data_error)(DeviceStream& s);
+  KernelFn (*kernel_for)(OpKind k);  // null where op k has no CUDA kernel
+};
+inline constexpr int kApiVersion = 1;
+
 }  // namespace fr::cuda
+
+extern "C" const fr::cuda::Api* flowrun_cuda_api();

@@ -1,19 +1,32 @@
-// The CUDA op table, linked when the build has CUDA. The CUDA kernels themselves come with the
-// CUDA backend milestone; until then every op reports that it has no CUDA kernel, and configs
-// asking for parallel.device: cuda are refused before training starts.
+// The module's entry: the CUDA op table (FR_CUDA_OPS's kernels by OpKind) and the device
+// functions, as the one table flowrun's loader reads (ops/cuda/backend.h).
+#include <array>
+
 #include "ops/cuda/backend.h"
+#include "ops/cuda/device.h"
+#include "ops/cuda/kernels.h"
 
 namespace fr::cuda {
 namespace {
 
-Status NoKernel(const KernelCtx& ctx) {
-  return Status::Runtime("[ops] " + ctx.node.name + ": op " + Def(ctx.node.op).name + " has no CUDA kernel yet");
+const std::array<KernelFn, kNumOps>& Table() {
+  static const std::array<KernelFn, kNumOps> table = [] {
+    std::array<KernelFn, kNumOps> t{};
+#define FR_CUDA_ROW(name) t[static_cast<size_t>(OpKind::k##name)] = name;
+    FR_CUDA_OPS(FR_CUDA_ROW)
+#undef FR_CUDA_ROW
+    return t;
+  }();
+  return table;
 }
 
+KernelFn KernelOf(OpKind k) { return Table()[static_cast<size_t>(k)]; }
+
 }  // namespace
-
-KernelFn KernelFor(OpKind) { return NoKernel; }
-
-bool HasKernel(OpKind) { return false; }
-
 }  // namespace fr::cuda
+
+extern "C" __attribute__((visibility("default"))) const fr::cuda::Api* flowrun_cuda_api() {
+  static const fr::cuda::Api api{fr::cuda::kApiVersion, fr::cuda::CountDevices, fr::cuda::SelectDevice, fr::cuda::AllowTf32Gemm,
+                                 fr::cuda::ReadDataError, fr::cuda::KernelOf};
+  return &api;
+}

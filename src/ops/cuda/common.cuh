@@ -1,0 +1,183 @@
+// What the CUDA kernels share: the stream a kernel queues on, launch sizes, broadcasting strides,
+// deterministic block reductions, the data-error word, and the CPU's exp and erf polynomials
+// (ops/cpu/vmath.h) as device functions, so that the two devices agree to rounding.
+//
+// Every kernel entry (a KernelFn) queues its work on ctx.stream and returns; Launched() turns a
+// launch failure into a Status naming the node. Reductions are deterministic: each output has one
+// thread block (or one thread), whose partial sums combine in a fixed tree, never with atomics.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "ops/cuda/device.h"
+#include "ops/op.h"
+
+namespace fr::cuda {
+
+constexpr int kThreads = 256;
+constexpr int kMaxRank = 8;
+
+// The stream of a kernel's task; makes this rank's GPU current on the calling thread.
+inline cudaStream_t StreamOf(const KernelCtx& c) {
+  MakeCurrent();
+  return static_cast<CudaStream*>(c.stream)->handle();
+}
+
+// Blocks of kThreads for n elements, capped: kernels loop with a grid stride past the cap.
+inline unsigned Blocks(int64_t n, int threads = kThreads) {
+  return static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, int64_t{1} << 16));
+}
+
+inline Status Launched(const KernelCtx& c) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return Status::Ok();
+  return Status::Runtime("[cuda] " + c.node.name + ": " + ErrorString(e));
+}
+
+inline Status TooManyDims(const KernelCtx& c, int rank) {
+  return Status::Invalid("[cuda] " + c.node.name + ": a rank-" + std::to_string(rank) + " tensor; CUDA kernels take rank <= " +
+                         std::to_string(kMaxRank));
+}
+
+#define FR_GRID_LOOP(i, n) \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// An output shape and, per input, its strides broadcast onto it (0 along broadcast dims), passed
+// by value to kernels.
+template <int kInputs>
+struct Bcast {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t stride[kInputs][kMaxRank] = {};
+  // The flat offset into input k of output element i.
+  __device__ int64_t Offset(int k, int64_t i) const {
+    int64_t off = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+      const int64_t q = i / dims[d];
+      off += (i - q * dims[d]) * stride[k][d];
+      i = q;
+    }
+    return off;
+  }
+};
+
+// Strides of `in` broadcast onto `out` (numpy rules), as ops/cpu/broadcast.h's BroadcastStrides.
+template <int kInputs>
+bool MakeBcast(const fr::Shape& out, const fr::Shape* const ins[kInputs], Bcast<kInputs>* b) {
+  if (out.rank() > kMaxRank) return false;
+  b->rank = out.rank();
+  for (int d = 0; d < out.rank(); ++d) b->dims[d] = out[d];
+  for (int k = 0; k < kInputs; ++k) {
+    const fr::Shape& in = *ins[k];
+    int64_t s = 1;
+    for (int i = in.rank() - 1; i >= 0; --i) {
+      const int o = out.rank() - in.rank() + i;
+      b->stride[k][o] = in[i] == 1 ? 0 : s;
+      s *= in[i];
+    }
+  }
+  return true;
+}
+
+// The sum of every thread's v over the block, in a fixed order (warp shuffles, then the warps'
+// sums by warp 0): the same bits from run to run. All threads must call it; all get the sum.
+template <typename T>
+__device__ T BlockSum(T v) {
+  __shared__ T warp_sums[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // warp_sums may still be read by a previous call
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  T s = lane < warps ? warp_sums[lane] : T(0);
+  if (warp == 0)
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+  __shared__ T total;
+  if (threadIdx.x == 0) total = s;
+  __syncthreads();
+  return total;
+}
+
+__device__ inline float BlockMax(float v) {
+  __shared__ float warp_max[32];
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) warp_max[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  float m = lane < warps ? warp_max[lane] : -INFINITY;
+  if (warp == 0)
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, o));
+  __shared__ float total;
+  if (threadIdx.x == 0) total = m;
+  __syncthreads();
+  return total;
+}
+
+// The data-error word of the device (device.cu): the first bad index or label a kernel met.
+struct DataError {
+  int kind;       // 0: none; 1: an index out of range; 2: a label outside the classes
+  int64_t value;  // the bad index or label
+  int64_t bound;  // the dimension or the class count
+};
+DataError* DataErrorWord();  // device memory, valid on this rank's GPU
+
+__device__ inline void ReportDataError(DataError* e, int kind, int64_t value, int64_t bound) {
+  if (atomicCAS(&e->kind, 0, -1) == 0) {  // -1: being written
+    e->value = value;
+    e->bound = bound;
+    __threadfence();
+    atomicExch(&e->kind, kind);
+  }
+}
+
+// ops/cpu/vmath.h's Exp and ErfGivenExp, the same operations in the same order.
+__device__ inline float VExp(float x) {
+  constexpr float kLo = -87.33654f, kHi = 88.f;
+  const float xc = fminf(fmaxf(x, kLo), kHi);
+  const float t = __fadd_rn(__fmul_rn(xc, 1.44269504088896341f), 12582912.f);
+  const float n = __fsub_rn(t, 12582912.f);
+  const float r = __fadd_rn(__fsub_rn(xc, __fmul_rn(n, 0.693359375f)), __fmul_rn(n, 2.12194440e-4f));
+  float p = 1.f / 5040;
+  p = __fadd_rn(__fmul_rn(p, r), 1.f / 720);
+  p = __fadd_rn(__fmul_rn(p, r), 1.f / 120);
+  p = __fadd_rn(__fmul_rn(p, r), 1.f / 24);
+  p = __fadd_rn(__fmul_rn(p, r), 1.f / 6);
+  p = __fadd_rn(__fmul_rn(p, r), 0.5f);
+  const float e = __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(p, r), r), r), 1.f);
+  const int ni = __float_as_int(t) - __float_as_int(12582912.f);
+  const float scale = __int_as_float((ni + 127) << 23);
+  const float y = __fmul_rn(e, scale);
+  return x < kLo ? 0.f : x > kHi ? INFINITY : y;
+}
+
+__device__ inline float VErfGivenExp(float x, float e) {
+  const float z = __fmul_rn(x, x);
+  float s = 1.f / 9360;
+  s = __fsub_rn(__fmul_rn(s, z), 1.f / 1320);
+  s = __fadd_rn(__fmul_rn(s, z), 1.f / 216);
+  s = __fsub_rn(__fmul_rn(s, z), 1.f / 42);
+  s = __fadd_rn(__fmul_rn(s, z), 1.f / 10);
+  s = __fsub_rn(__fmul_rn(s, z), 1.f / 3);
+  s = __fadd_rn(__fmul_rn(s, z), 1.f);
+  const float small = __fmul_rn(__fmul_rn(1.1283791670955126f, x), s);
+  const float a = fabsf(x);
+  const float t = __fdiv_rn(1.f, __fadd_rn(1.f, __fmul_rn(0.3275911f, a)));
+  float q = 1.061405429f;
+  q = __fsub_rn(__fmul_rn(q, t), 1.453152027f);
+  q = __fadd_rn(__fmul_rn(q, t), 1.421413741f);
+  q = __fsub_rn(__fmul_rn(q, t), 0.284496736f);
+  q = __fadd_rn(__fmul_rn(q, t), 0.254829592f);
+  const float big = __fsub_rn(1.f, __fmul_rn(__fmul_rn(q, t), e));
+  return a < 0.5f ? small : (x < 0.f ? -big : big);
+}
+
+__device__ inline float VErf(float x) { return VErfGivenExp(x, VExp(-(x * x))); }
+
+}  // namespace fr::cuda

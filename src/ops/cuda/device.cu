@@ -1,0 +1,175 @@
+// The CUDA backend: device memory from cudaMalloc (the register pool above it keeps blocks for
+// reuse, so a training step allocates nothing after the first), non-blocking streams, events, and
+// copies by the driver's unified addressing (cudaMemcpyDefault finds each side's memory).
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+
+#include "ops/cuda/common.cuh"
+
+namespace fr::cuda {
+namespace {
+
+std::atomic<int> g_ordinal{-1};
+DataError* g_error = nullptr;  // set once by SelectDevice
+
+void Check(cudaError_t e, const char* what) { FR_CHECK(e == cudaSuccess, std::string(what) + ": " + ErrorString(e)); }
+
+class CudaEvent final : public Event {
+ public:
+  explicit CudaEvent(cudaStream_t s) {
+    MakeCurrent();
+    Check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
+    Check(cudaEventRecord(event_, s), "cudaEventRecord");
+  }
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  bool Done() const override {
+    const cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaErrorNotReady) return false;
+    Check(e, "cudaEventQuery");
+    return true;
+  }
+  void Wait() const override { Check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  DeviceType type() const override { return DeviceType::kCuda; }
+  DeviceType kernels() const override { return DeviceType::kCuda; }
+  bool host_visible() const override { return false; }
+  void* Allocate(size_t bytes, int) override {
+    MakeCurrent();
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+      cudaGetLastError();  // an allocation failure is not sticky: clear it, report null
+      return nullptr;
+    }
+    // Zero-filled, as every backend's memory; on a stream of its own, so it is done before the
+    // memory is handed out whatever stream uses it next.
+    Check(cudaMemsetAsync(p, 0, bytes, Zeroing()), "cudaMemsetAsync");
+    Check(cudaStreamSynchronize(Zeroing()), "cudaStreamSynchronize");
+    Count(static_cast<int64_t>(bytes));
+    return p;
+  }
+  void Free(void* p, size_t bytes, int) override {
+    MakeCurrent();
+    cudaFree(p);  // waits for the device's work that may still use it
+    Count(-static_cast<int64_t>(bytes));
+  }
+  std::unique_ptr<DeviceStream> NewStream(int) override { return std::make_unique<CudaStream>(); }
+  // Outside the actors (setup, save): everything queued on the device first, then the copy.
+  void CopyNow(void* dst, const void* src, size_t bytes, int) override {
+    MakeCurrent();
+    Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    Check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
+  }
+
+ private:
+  cudaStream_t Zeroing() {
+    std::call_once(once_, [this] { Check(cudaStreamCreateWithFlags(&zeroing_, cudaStreamNonBlocking), "cudaStreamCreate"); });
+    return zeroing_;
+  }
+  std::once_flag once_;
+  cudaStream_t zeroing_ = nullptr;
+};
+
+}  // namespace
+
+std::string ErrorString(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
+
+int Ordinal() { return g_ordinal.load(std::memory_order_relaxed); }
+
+void MakeCurrent() {
+  thread_local int current = -1;
+  const int want = Ordinal();
+  if (current == want) return;
+  FR_CHECK(want >= 0, "the CUDA backend is used before its device was selected");
+  Check(cudaSetDevice(want), "cudaSetDevice");
+  current = want;
+}
+
+CudaStream::CudaStream() {
+  MakeCurrent();
+  Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+}
+
+CudaStream::~CudaStream() {
+  MakeCurrent();
+  cudaStreamSynchronize(stream_);
+  cudaStreamDestroy(stream_);
+}
+
+void CudaStream::Copy(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  MakeCurrent();
+  Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
+}
+
+std::shared_ptr<Event> CudaStream::Record() { return std::make_shared<CudaEvent>(stream_); }
+
+DataError* DataErrorWord() { return g_error; }
+
+Status ReadDataError(DeviceStream& stream) {
+  MakeCurrent();
+  CudaStream& s = static_cast<CudaStream&>(stream);
+  DataError e{};
+  Check(cudaMemcpyAsync(&e, g_error, sizeof e, cudaMemcpyDeviceToHost, s.handle()), "cudaMemcpyAsync");
+  Check(cudaStreamSynchronize(s.handle()), "cudaStreamSynchronize");
+  if (e.kind == 0) return Status::Ok();
+  Check(cudaMemsetAsync(g_error, 0, sizeof e, s.handle()), "cudaMemsetAsync");
+  Check(cudaStreamSynchronize(s.handle()), "cudaStreamSynchronize");
+  switch (e.kind) {
+    case 2: return Status::Invalid("[data] label " + std::to_string(e.value) + " is outside [0, " + std::to_string(e.bound) + ")");
+    case 3: return Status::Invalid("[ops] integer division by zero");
+    case 4: return Status::Invalid("[ops] a Cast met a float outside its integer type's range");
+    case 5: return Status::Invalid("[ops] a ScatterND index tuple repeats, which leaves its result undefined without reduction");
+    default:
+      return Status::Invalid("[ops] index " + std::to_string(e.value) + " is out of range [" + std::to_string(-e.bound) + ", " +
+                             std::to_string(e.bound) + ")");
+  }
+}
+
+int CountDevices() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+Result<int> SelectDevice(int local_rank) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  if (Ordinal() >= 0) return Ordinal();
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    return Status::Runtime(std::string("[cuda] no GPU is visible to this process") +
+                           (visible ? std::string(" (CUDA_VISIBLE_DEVICES=") + visible + ")" : std::string()) +
+                           (e != cudaSuccess ? ": " + ErrorString(e) : std::string()));
+  }
+  const int ordinal = (local_rank < 0 ? 0 : local_rank) % n;
+  const cudaError_t set = cudaSetDevice(ordinal);
+  if (set != cudaSuccess) return Status::Runtime("[cuda] cannot use GPU " + std::to_string(ordinal) + ": " + ErrorString(set));
+  g_ordinal.store(ordinal, std::memory_order_relaxed);
+  void* word = nullptr;
+  const cudaError_t alloc = cudaMalloc(&word, sizeof(DataError));
+  if (alloc != cudaSuccess) return Status::Runtime("[cuda] GPU " + std::to_string(ordinal) + ": " + ErrorString(alloc));
+  Check(cudaMemset(word, 0, sizeof(DataError)), "cudaMemset");
+  Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  g_error = static_cast<DataError*>(word);
+  RegisterBackend(std::make_unique<CudaBackend>());
+  return ordinal;
+}
+
+}  // namespace fr::cuda

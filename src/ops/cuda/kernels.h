@@ -1,0 +1,33 @@
+// CUDA kernels, one per op kind that has one (FR_CUDA_OPS; ops/cuda/registry.cu builds the table
+// from it). Each reads ctx.in and writes ctx.out as the op's definition in src/ops/ describes, the
+// same as its CPU kernel, and queues its work on ctx.stream.
+//
+// Not here, and refused before training with a clear message: the ops import folds (Shape,
+// ConstantOfShape, Range), and the convolutional ops, which wait for cuDNN.
+#pragma once
+
+#include "ops/op.h"
+
+#define FR_CUDA_OPS(X)                                                                              \
+  X(Gemm) X(MatMul) X(Add) X(Sub) X(Mul) X(Div) X(Relu) X(Tanh) X(Sigmoid) X(Erf) X(Softmax)         \
+  X(LogSoftmax) X(LayerNormalization) X(Reshape) X(Transpose) X(Gather) X(GatherND) X(ScatterND)     \
+  X(GatherElements) X(Tile) X(Pad) X(Concat) X(Split) X(Slice) X(Expand) X(Where) X(Cast) X(Trilu)   \
+  X(Sqrt) X(Reciprocal) X(Neg) X(Exp) X(Log) X(Abs) X(Sign) X(Sin) X(Cos) X(Pow) X(Clip) X(IsNaN)    \
+  X(ReduceSum) X(ReduceMean) X(ReduceMax) X(Dropout) X(Equal) X(Less) X(LessOrEqual) X(Greater)      \
+  X(GreaterOrEqual) X(And) X(Or) X(Not) X(ReluGrad) X(TanhGrad) X(SigmoidGrad) X(ErfGrad)            \
+  X(SoftmaxGrad) X(LogSoftmaxGrad) X(LayerNormGrad) X(SumTo) X(Scale) X(GatherGrad) X(SliceGrad)     \
+  X(ClipGrad) X(ReduceMaxGrad) X(GatherNDGrad) X(GatherElementsGrad) X(PadGrad) X(Gelu) X(GeluGrad)  \
+  X(MaskedSoftmax) X(MaskedSoftmaxGrad) X(RMSNorm) X(RMSNormGrad) X(CrossEntropy)                    \
+  X(CrossEntropyGrad) X(Mse) X(MseGrad) X(Accumulate) X(SquareSum) X(AddN) X(ClipCoef) X(SgdUpdate)  \
+  X(AdamWUpdate)
+
+namespace fr::cuda {
+
+#define FR_CUDA_KERNEL_DECL(name) Status name(const KernelCtx& ctx);
+FR_CUDA_OPS(FR_CUDA_KERNEL_DECL)
+#undef FR_CUDA_KERNEL_DECL
+
+// TF32 tensor cores for the float32 GEMMs (matmul.cu).
+void AllowTf32Gemm(bool allow);
+
+}  // namespace fr::cuda

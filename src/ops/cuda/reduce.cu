@@ -1,0 +1,454 @@
+// CUDA kernels of the reductions, the losses and the optimizer: SumTo and the Reduce ops, cross
+// entropy and MSE with their gradients, the gradient norm (SquareSum, AddN, ClipCoef), and the
+// SGD and AdamW updates. Sums accumulate in double, as on the CPU, and always combine in the same
+// order: a whole-tensor sum is a fixed number of blocks (a function of the size alone) whose
+// partial sums one block then adds in order; an output of a reduction is one column of threads.
+#include <cmath>
+#include <limits>
+
+#include "base/schedule.h"
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/kernels.h"
+
+namespace fr::cuda {
+namespace {
+
+// Stream-ordered scratch memory, freed on the stream when it goes out of scope.
+class Scratch {
+ public:
+  Scratch(size_t bytes, cudaStream_t s) : s_(s) {
+    if (cudaMallocAsync(&p_, bytes ? bytes : 1, s) != cudaSuccess) p_ = nullptr;
+  }
+  ~Scratch() {
+    if (p_) cudaFreeAsync(p_, s_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <typename T> T* as() const { return static_cast<T*>(p_); }
+  bool ok() const { return p_ != nullptr; }
+
+ private:
+  void* p_ = nullptr;
+  cudaStream_t s_;
+};
+
+Status NoScratch(const KernelCtx& c) {
+  cudaGetLastError();
+  return Status::Runtime("[cuda] " + c.node.name + ": out of device memory for a reduction's scratch");
+}
+
+// Blocks of a whole-tensor sum: enough to fill the GPU, fixed by n so that the order is too.
+unsigned SumBlocks(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>((n + 4095) / 4096, 1, 1024)); }
+
+template <typename F>
+__global__ void PartialSums(int64_t n, F term, double* partial) {
+  double s = 0;
+  FR_GRID_LOOP(i, n) s += term(i);
+  s = BlockSum(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// out[0] = float(sum / divisor), or out[0] + float(sum) with `add`.
+__global__ void FinishSum(const double* partial, int blocks, float* out, double divisor) {
+  double s = 0;
+  for (int b = threadIdx.x; b < blocks; b += blockDim.x) s += partial[b];
+  s = BlockSum(s);
+  if (threadIdx.x == 0) out[0] = static_cast<float>(s / divisor);
+}
+
+// out[0] = float(sum of term(i) for i < n / divisor), deterministic.
+template <typename F>
+Status SumAll(const KernelCtx& c, int64_t n, F term, float* out, double divisor) {
+  cudaStream_t s = StreamOf(c);
+  const unsigned blocks = SumBlocks(n);
+  Scratch partial(blocks * sizeof(double), s);
+  if (!partial.ok()) return NoScratch(c);
+  PartialSums<<<blocks, kThreads, 0, s>>>(n, term, partial.as<double>());
+  FinishSum<<<1, kThreads, 0, s>>>(partial.as<double>(), static_cast<int>(blocks), out, divisor);
+  return Launched(c);
+}
+
+// A reduction of x onto `kept` (x's shape with 1 on the reduced axes): the output's axes and the
+// reduced ones, each with its stride in x.
+struct Reduction {
+  int out_rank = 0, red_rank = 0;
+  int64_t out_dims[kMaxRank] = {}, out_stride[kMaxRank] = {};
+  int64_t red_dims[kMaxRank] = {}, red_stride[kMaxRank] = {};
+  int64_t outputs = 1, reduced = 1;
+  __device__ static int64_t Walk(int64_t i, int rank, const int64_t* dims, const int64_t* stride) {
+    int64_t off = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+      const int64_t q = i / dims[d];
+      off += (i - q * dims[d]) * stride[d];
+      i = q;
+    }
+    return off;
+  }
+  __device__ int64_t Out(int64_t o) const { return Walk(o, out_rank, out_dims, out_stride); }
+  __device__ int64_t Red(int64_t t) const { return Walk(t, red_rank, red_dims, red_stride); }
+};
+
+bool MakeReduction(const fr::Shape& x, const fr::Shape& kept, Reduction* r) {
+  if (x.rank() > kMaxRank) return false;
+  const std::vector<int64_t> st = Strides(x);
+  for (int d = 0; d < x.rank(); ++d) {
+    if (kept[d] == 1 && x[d] != 1) {
+      r->red_dims[r->red_rank] = x[d];
+      r->red_stride[r->red_rank++] = st[static_cast<size_t>(d)];
+      r->reduced *= x[d];
+    } else {
+      r->out_dims[r->out_rank] = x[d];
+      r->out_stride[r->out_rank++] = st[static_cast<size_t>(d)];
+      r->outputs *= x[d];
+    }
+  }
+  return true;
+}
+
+// A block is 32 outputs by kLanes lanes; lane l folds reduced elements l, l + kLanes, ... in
+// order, then lane 0 folds the lanes' results in order.
+constexpr int kLanes = 8;
+enum class Fold { kSum, kMax, kIntSum };
+
+template <Fold kFold, typename T, typename Acc>
+__global__ void ReduceK(const T* x, Reduction r, T* y, bool adds, double divisor) {
+  __shared__ Acc part[kLanes][32];
+  const int64_t o = blockIdx.x * 32 + static_cast<int64_t>(threadIdx.x);
+  Acc acc = kFold == Fold::kMax ? Acc(-INFINITY) : Acc(0);
+  if (o < r.outputs) {
+    const int64_t base = r.Out(o);
+    for (int64_t t = threadIdx.y; t < r.reduced; t += kLanes) {
+      const T v = x[base + r.Red(t)];
+      if constexpr (kFold == Fold::kSum) acc += static_cast<Acc>(v);
+      else if constexpr (kFold == Fold::kIntSum) acc = static_cast<Acc>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(v));
+      else acc = (v > acc || isnan(v)) ? v : acc;
+    }
+  }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || o >= r.outputs) return;
+  Acc total = part[0][threadIdx.x];
+  for (int l = 1; l < kLanes; ++l) {
+    const Acc v = part[l][threadIdx.x];
+    if constexpr (kFold == Fold::kSum) total += v;
+    else if constexpr (kFold == Fold::kIntSum) total = static_cast<Acc>(static_cast<uint64_t>(total) + static_cast<uint64_t>(v));
+    else total = (v > total || isnan(v)) ? v : total;
+  }
+  if constexpr (kFold == Fold::kSum) {
+    const float f = static_cast<float>(total / divisor);
+    y[o] = adds ? y[o] + f : f;
+  } else {
+    y[o] = static_cast<T>(total);
+  }
+}
+
+// Integer max, where -inf is not an int64.
+__global__ void ReduceMaxI64(const int64_t* x, Reduction r, int64_t* y) {
+  FR_GRID_LOOP(o, r.outputs) {
+    const int64_t base = r.Out(o);
+    int64_t m = std::numeric_limits<int64_t>::min();
+    for (int64_t t = 0; t < r.reduced; ++t) m = max(m, x[base + r.Red(t)]);
+    y[o] = m;
+  }
+}
+
+template <Fold kFold, typename T, typename Acc>
+Status Reduce(const KernelCtx& c, const fr::Shape& kept, bool adds, double divisor) {
+  const Tensor &X = c.in[0], &Y = c.out[0];
+  Reduction r;
+  if (!MakeReduction(X.shape(), kept, &r)) return TooManyDims(c, X.shape().rank());
+  if (r.outputs == 0) return Status::Ok();
+  ReduceK<kFold, T, Acc><<<static_cast<unsigned>((r.outputs + 31) / 32), dim3(32, kLanes), 0, StreamOf(c)>>>(
+      static_cast<const T*>(X.raw()), r, static_cast<T*>(Y.raw()), adds, divisor);
+  return Launched(c);
+}
+
+fr::Shape Kept(const KernelCtx& c, const fr::Shape& x) {
+  std::vector<int64_t> d = x.dims();
+  for (int64_t a : c.node.attrs.Ints("axes")) d[static_cast<size_t>(a)] = 1;
+  return fr::Shape(d);
+}
+
+// `s` viewed at rank r (leading 1s), as a broadcast onto a tensor of rank r sees it.
+fr::Shape AtRank(const fr::Shape& s, int r) {
+  std::vector<int64_t> d(static_cast<size_t>(r - s.rank()), 1);
+  d.insert(d.end(), s.dims().begin(), s.dims().end());
+  return fr::Shape(d);
+}
+
+bool AddsInto(const KernelCtx& c) { return c.micro > 0 && c.node.attrs.Int("accumulate") != 0; }
+
+__global__ void ReduceMaxGradK(const float* dy, const float* x, const float* y, float* dx, Reduction r) {
+  FR_GRID_LOOP(o, r.outputs) {
+    const int64_t base = r.Out(o);
+    float ties = 0.f;
+    for (int64_t t = 0; t < r.reduced; ++t) ties += x[base + r.Red(t)] == y[o] ? 1.f : 0.f;
+    for (int64_t t = 0; t < r.reduced; ++t) {
+      const int64_t i = base + r.Red(t);
+      dx[i] = x[i] == y[o] ? dy[o] / ties : 0.f;
+    }
+  }
+}
+
+__global__ void DivideBy(float* y, int64_t n, double d) { FR_GRID_LOOP(i, n) y[i] = static_cast<float>(y[i] / d); }
+
+int64_t CountOf(const KernelCtx& c, int64_t local) { return c.node.attrs.Int("count", local); }
+
+// Each row's loss m + log(sum e^(x - m)) - x[label], 0 for an ignored label.
+__global__ void CrossEntropyRows(const float* x, const int64_t* y, int64_t classes, bool has_ignore, int64_t ignore,
+                                 float* row_loss, DataError* err) {
+  const int64_t r = blockIdx.x;
+  const float* row = x + r * classes;
+  const int64_t label = y[r];
+  const bool ignored = has_ignore && label == ignore;
+  const bool bad = !ignored && (label < 0 || label >= classes);
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) m = fmaxf(m, row[j]);
+  m = BlockMax(m);
+  float s = 0.f;
+  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) s += VExp(row[j] - m);
+  s = BlockSum(s);
+  if (threadIdx.x != 0) return;
+  if (bad) ReportDataError(err, 2, label, classes);
+  row_loss[r] = ignored || bad ? 0.f : m + logf(s) - row[label];
+}
+
+__global__ void CrossEntropyGradRows(const float* dl, const float* x, const int64_t* y, int64_t classes, bool has_ignore,
+                                     int64_t ignore, float count, bool sum, float* dx, DataError* err) {
+  const int64_t r = blockIdx.x;
+  const float* row = x + r * classes;
+  float* d = dx + r * classes;
+  const int64_t label = y[r];
+  const bool ignored = has_ignore && label == ignore;
+  const bool bad = !ignored && (label < 0 || label >= classes);
+  if (ignored || bad) {
+    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) d[j] = 0.f;
+    if (bad && threadIdx.x == 0) ReportDataError(err, 2, label, classes);
+    return;
+  }
+  const float scale = sum ? dl[0] : dl[0] / count;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) m = fmaxf(m, row[j]);
+  m = BlockMax(m);
+  float s = 0.f;
+  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) {
+    const float e = VExp(row[j] - m);
+    d[j] = e;
+    s += e;
+  }
+  const float inv = scale / BlockSum(s);
+  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) d[j] = d[j] * inv - (j == label ? scale : 0.f);
+}
+
+int RowThreads(int64_t n) {
+  int t = 32;
+  while (t < 1024 && t < n) t *= 2;
+  return t;
+}
+
+__global__ void MseGradK(const float* dl, const float* p, const float* t, float* d, int64_t n, float count) {
+  const float scale = 2.f * dl[0] / count;
+  FR_GRID_LOOP(i, n) d[i] = scale * (p[i] - t[i]);
+}
+
+// Up to kAddN scalars a launch; the running double sum carries over in `acc`.
+constexpr int kAddN = 32;
+struct Scalars {
+  const float* p[kAddN];
+  int n;
+};
+
+__global__ void AddNK(Scalars s, double* acc, bool first, bool last, float* out) {
+  double total = first ? 0.0 : *acc;
+  for (int i = 0; i < s.n; ++i) total += s.p[i][0];
+  *acc = total;
+  if (last) out[0] = static_cast<float>(total);
+}
+
+__global__ void ClipCoefK(const float* sq, double max_norm, float* out) {
+  const double norm = sqrt(static_cast<double>(sq[0]));
+  out[0] = static_cast<float>(fmin(1.0, max_norm / (norm + 1e-6)));
+}
+
+__global__ void SgdK(float* w, const float* g, float* buf, const float* coef_p, int64_t n, float lr, float mu, float wd,
+                     bool nesterov, bool first) {
+  const float coef = coef_p ? coef_p[0] : 1.f;
+  FR_GRID_LOOP(i, n) {
+    float d = g[i] * coef + wd * w[i];
+    if (buf) {
+      buf[i] = first ? d : mu * buf[i] + d;
+      d = nesterov ? d + mu * buf[i] : buf[i];
+    }
+    w[i] -= lr * d;
+  }
+}
+
+struct AdamConsts {
+  float decay, b1, b2, eps, step_size, bc2_sqrt;
+};
+
+__global__ void AdamWK(float* w, const float* g, float* m, float* v, const float* coef_p, int64_t n, AdamConsts k) {
+  const float coef = coef_p ? coef_p[0] : 1.f;
+  FR_GRID_LOOP(i, n) {
+    const float gi = g[i] * coef;
+    w[i] *= k.decay;
+    m[i] = m[i] * k.b1 + gi * (1.f - k.b1);
+    v[i] = v[i] * k.b2 + gi * gi * (1.f - k.b2);
+    const float denom = sqrtf(v[i]) / k.bc2_sqrt + k.eps;
+    w[i] -= k.step_size * (m[i] / denom);
+  }
+}
+
+Schedule ScheduleOf(const ir::Attrs& a) {
+  return Schedule{a.Float("lr"), a.Float("min_lr"), static_cast<int>(a.Int("schedule")), a.Int("warmup"), a.Int("steps", 1)};
+}
+
+const float* CoefOf(const KernelCtx& c) { return c.in.size() > 2 && c.in[2].defined() ? c.in[2].data<float>() : nullptr; }
+
+}  // namespace
+
+Status SumTo(const KernelCtx& c) {
+  const fr::Shape& x = c.in[0].shape();
+  return Reduce<Fold::kSum, float, double>(c, AtRank(c.out[0].shape(), x.rank()), AddsInto(c), 1.0);
+}
+
+Status ReduceSum(const KernelCtx& c) {
+  const fr::Shape kept = Kept(c, c.in[0].shape());
+  if (c.out[0].dtype() == DType::kI64) return Reduce<Fold::kIntSum, int64_t, int64_t>(c, kept, false, 1.0);
+  return Reduce<Fold::kSum, float, double>(c, kept, false, 1.0);
+}
+
+Status ReduceMean(const KernelCtx& c) {
+  int64_t count = 1;
+  for (int64_t a : c.node.attrs.Ints("axes")) count *= c.in[0].shape()[static_cast<int>(a)];
+  count = c.node.attrs.Int("count", count);
+  // The CPU rounds the double sum to float, then divides in double: the same here.
+  const fr::Shape kept = Kept(c, c.in[0].shape());
+  RETURN_IF_ERROR((Reduce<Fold::kSum, float, double>(c, kept, false, 1.0)));
+  const int64_t n = c.out[0].numel();
+  if (n == 0) return Status::Ok();
+  DivideBy<<<Blocks(n), kThreads, 0, StreamOf(c)>>>(c.out[0].data<float>(), n, static_cast<double>(count));
+  return Launched(c);
+}
+
+Status ReduceMax(const KernelCtx& c) {
+  const fr::Shape kept = Kept(c, c.in[0].shape());
+  if (c.out[0].dtype() == DType::kI64) {
+    Reduction r;
+    if (!MakeReduction(c.in[0].shape(), kept, &r)) return TooManyDims(c, c.in[0].shape().rank());
+    if (r.outputs == 0) return Status::Ok();
+    ReduceMaxI64<<<Blocks(r.outputs), kThreads, 0, StreamOf(c)>>>(c.in[0].data<int64_t>(), r, c.out[0].data<int64_t>());
+    return Launched(c);
+  }
+  return Reduce<Fold::kMax, float, float>(c, kept, false, 1.0);
+}
+
+Status ReduceMaxGrad(const KernelCtx& c) {
+  Reduction r;
+  if (!MakeReduction(c.in[1].shape(), Kept(c, c.in[1].shape()), &r)) return TooManyDims(c, c.in[1].shape().rank());
+  if (r.outputs == 0) return Status::Ok();
+  ReduceMaxGradK<<<Blocks(r.outputs), kThreads, 0, StreamOf(c)>>>(c.in[0].data<float>(), c.in[1].data<float>(),
+                                                                  c.in[2].data<float>(), c.out[0].data<float>(), r);
+  return Launched(c);
+}
+
+Status CrossEntropy(const KernelCtx& c) {
+  const Tensor& L = c.in[0];
+  const int64_t classes = L.shape()[L.shape().rank() - 1], rows = classes ? L.numel() / classes : 0;
+  const bool sum = c.node.attrs.Int("sum") != 0;
+  cudaStream_t s = StreamOf(c);
+  Scratch loss(static_cast<size_t>(rows) * sizeof(float), s);
+  if (!loss.ok()) return NoScratch(c);
+  if (rows > 0) {
+    CrossEntropyRows<<<static_cast<unsigned>(rows), RowThreads(classes), 0, s>>>(
+        L.data<float>(), c.in[1].data<int64_t>(), classes, c.node.attrs.Has("ignore_index"), c.node.attrs.Int("ignore_index", 0),
+        loss.as<float>(), DataErrorWord());
+  }
+  const float* per_row = loss.as<float>();
+  return SumAll(c, rows, [per_row] __device__(int64_t i) { return static_cast<double>(per_row[i]); }, c.out[0].data<float>(),
+                sum ? 1.0 : static_cast<double>(CountOf(c, rows)));
+}
+
+Status CrossEntropyGrad(const KernelCtx& c) {
+  const Tensor& L = c.in[1];
+  const int64_t classes = L.shape()[L.shape().rank() - 1], rows = classes ? L.numel() / classes : 0;
+  if (rows == 0) return Status::Ok();
+  CrossEntropyGradRows<<<static_cast<unsigned>(rows), RowThreads(classes), 0, StreamOf(c)>>>(
+      c.in[0].data<float>(), L.data<float>(), c.in[2].data<int64_t>(), classes, c.node.attrs.Has("ignore_index"),
+      c.node.attrs.Int("ignore_index", 0), static_cast<float>(CountOf(c, rows)), c.node.attrs.Int("sum") != 0,
+      c.out[0].data<float>(), DataErrorWord());
+  return Launched(c);
+}
+
+Status Mse(const KernelCtx& c) {
+  const float *p = c.in[0].data<float>(), *t = c.in[1].data<float>();
+  const int64_t n = c.in[0].numel();
+  return SumAll(
+      c, n, [p, t] __device__(int64_t i) { return static_cast<double>((p[i] - t[i]) * (p[i] - t[i])); }, c.out[0].data<float>(),
+      static_cast<double>(CountOf(c, n)));
+}
+
+Status MseGrad(const KernelCtx& c) {
+  const int64_t n = c.in[1].numel();
+  if (n == 0) return Status::Ok();
+  MseGradK<<<Blocks(n), kThreads, 0, StreamOf(c)>>>(c.in[0].data<float>(), c.in[1].data<float>(), c.in[2].data<float>(),
+                                                    c.out[0].data<float>(), n, static_cast<float>(CountOf(c, n)));
+  return Launched(c);
+}
+
+Status SquareSum(const KernelCtx& c) {
+  const float* x = c.in[0].data<float>();
+  return SumAll(c, c.in[0].numel(), [x] __device__(int64_t i) { return static_cast<double>(x[i]) * x[i]; },
+                c.out[0].data<float>(), 1.0);
+}
+
+Status AddN(const KernelCtx& c) {
+  cudaStream_t s = StreamOf(c);
+  Scratch acc(sizeof(double), s);
+  if (!acc.ok()) return NoScratch(c);
+  const size_t total = c.in.size();
+  for (size_t at = 0; at < total || at == 0; at += kAddN) {
+    Scalars sc{};
+    sc.n = static_cast<int>(std::min<size_t>(kAddN, total - at));
+    for (int i = 0; i < sc.n; ++i) sc.p[i] = c.in[at + static_cast<size_t>(i)].data<float>();
+    AddNK<<<1, 1, 0, s>>>(sc, acc.as<double>(), at == 0, at + kAddN >= total, c.out[0].data<float>());
+    if (total == 0) break;
+  }
+  return Launched(c);
+}
+
+Status ClipCoef(const KernelCtx& c) {
+  ClipCoefK<<<1, 1, 0, StreamOf(c)>>>(c.in[0].data<float>(), c.node.attrs.Float("max_norm"), c.out[0].data<float>());
+  return Launched(c);
+}
+
+Status SgdUpdate(const KernelCtx& c) {
+  const ir::Attrs& a = c.node.attrs;
+  const int64_t n = c.in[0].numel();
+  if (n == 0) return Status::Ok();
+  const float mu = static_cast<float>(a.Float("momentum"));
+  SgdK<<<Blocks(n), kThreads, 0, StreamOf(c)>>>(c.in[0].data<float>(), c.in[1].data<float>(),
+                                                mu > 0 ? c.out[0].data<float>() : nullptr, CoefOf(c), n,
+                                                static_cast<float>(ScheduleOf(a).At(c.step)), mu,
+                                                static_cast<float>(a.Float("weight_decay")), a.Int("nesterov") != 0, c.step == 0);
+  return Launched(c);
+}
+
+Status AdamWUpdate(const KernelCtx& c) {
+  const ir::Attrs& a = c.node.attrs;
+  const int64_t n = c.in[0].numel();
+  if (n == 0) return Status::Ok();
+  const double lr = ScheduleOf(a).At(c.step);
+  const double b1 = a.Float("beta1"), b2 = a.Float("beta2"), t = static_cast<double>(c.step + 1);
+  const AdamConsts k{static_cast<float>(1.0 - lr * a.Float("weight_decay")),
+                     static_cast<float>(b1),
+                     static_cast<float>(b2),
+                     static_cast<float>(a.Float("eps")),
+                     static_cast<float>(lr / (1.0 - std::pow(b1, t))),
+                     static_cast<float>(std::sqrt(1.0 - std::pow(b2, t)))};
+  AdamWK<<<Blocks(n), kThreads, 0, StreamOf(c)>>>(c.in[0].data<float>(), c.in[1].data<float>(), c.out[0].data<float>(),
+                                                  c.out[1].data<float>(), CoefOf(c), n, k);
+  return Launched(c);
+}
+
+}  // namespace fr::cuda
