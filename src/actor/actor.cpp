@@ -226,14 +226,20 @@ Status Actor::Variable(int64_t k) {
 }
 
 // Queued on the device's copy stream; the act ends when the copy has (the copy thread waits, the
-// compute thread does not).
+// compute thread does not). The copy first waits for the kernels queued on the device's compute
+// stream: off the device, the source's producer is among them; onto it, kernels that read the
+// slot's memory before (a consumer acknowledges a slot when its kernels are queued, not run).
+// A host-side wait on the copy thread; then the data errors those kernels met are reported.
 Status Actor::Copy() {
   const Tensor src = RegstTensor(task_.in[0].regst);
   const Tensor dst = rt_.Slot(out_[0].regst, out_[0].current);
   FR_CHECK(src.bytes() == dst.bytes() && !(src.device() == dst.device()), task_.name + ": not a copy between devices");
+  const Device from = src.device().type != DeviceType::kCpu ? src.device() : dst.device();
+  if (from.type != DeviceType::kCpu) rt_.ComputeStream(from).Synchronize();
   DeviceStream& s = rt_.CopyStream(task_.device);
   s.Copy(dst.raw(), src.raw(), src.bytes());
   s.Synchronize();
+  if (from.type != DeviceType::kCpu) return BackendOf(from.type)->TakeDataError(s);
   return Status::Ok();
 }
 

@@ -497,6 +497,9 @@ Status Runtime::Run(const RunOptions& opt) {
     progress_->Join();
   }
   ran_failed_ = failed_;
+  // Kernels queued on a device may still run (the last step's updates): a run ends when they have,
+  // so that what reads the parameters next (evaluation on its own streams, a checkpoint) sees them.
+  for (auto& [dev, stream] : compute_streams_) stream->Synchronize();
   // Every act is done, but the acks of the last ones may still have been queued when the streams
   // stopped: the slots they free are free, for the next run.
   if (!failed_)

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "base/dtype.h"
+#include "base/status.h"
 
 namespace fr {
 
@@ -58,6 +59,13 @@ class Backend {
   virtual std::unique_ptr<DeviceStream> NewStream(int index) = 0;
   // A copy that has finished when this returns (host code outside the actors: setup, save).
   virtual void CopyNow(void* dst, const void* src, size_t bytes, int index) = 0;
+  // Free memory of device `index` now, in bytes; negative for host memory (the caller measures
+  // the machine's itself).
+  virtual double FreeBytes(int) const { return -1; }
+  // The first data error (an index out of range, a label outside the classes) a kernel queued on
+  // `s` met, cleared by the read; waits for what is queued on `s`. Kernels that run on the host
+  // return theirs at once, so host backends have none here.
+  virtual Status TakeDataError(DeviceStream&) { return Status::Ok(); }
 
   // Bytes allocated and not yet freed, and allocations made, over the process's life.
   int64_t live_bytes() const { return live_.load(std::memory_order_relaxed); }

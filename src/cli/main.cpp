@@ -103,19 +103,25 @@ int RanksHere() {
 }
 int Cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
-// A plan that needs more memory on one rank than its share of the machine (the node's memory over
-// the ranks on it) would only get as far as a failed allocation (an abort) or the OOM killer; say
-// so before running. The plan's figure is an estimate, so this catches the hopeless cases, not
-// every tight one.
-Status CheckMemory(const ir::Plan& plan, int rank) {
+// A plan that needs more memory on one rank than it has (on a GPU, the device's free memory; on
+// the CPU, the node's memory over the ranks on it) would only get as far as a failed allocation
+// (an abort) or the OOM killer; say so before running. The plan's figure is an estimate, so this
+// catches the hopeless cases, not every tight one.
+Status CheckMemory(const ir::Plan& plan, int rank, DeviceType device) {
   const ir::Plan::Memory m = plan.MemoryOf(rank);
-  const double need = static_cast<double>(m.params + m.state + m.regsts), have = PhysicalMemoryBytes() / RanksHere();
+  const Backend* backend = BackendOf(device);
+  const double free_on_device = backend ? backend->FreeBytes(0) : -1;
+  const bool on_device = free_on_device >= 0;
+  const double need = static_cast<double>(m.params + m.state + m.regsts);
+  const double have = on_device ? free_on_device : PhysicalMemoryBytes() / RanksHere();
   if (have <= 0 || need <= have) return Status::Ok();
+  const std::string where = on_device ? "its " + std::string(Name(device)) + " device has " + HumanBytes(have) + " free"
+                                      : "its share of this machine is " + HumanBytes(have) + " of memory (over " +
+                                            std::to_string(RanksHere()) + " rank(s) here)";
   return Status::Runtime("[train] rank " + std::to_string(rank) + " needs " + HumanBytes(need) + " (parameters " +
                          HumanBytes(static_cast<double>(m.params)) + ", optimizer state " + HumanBytes(static_cast<double>(m.state)) +
-                         ", registers " + HumanBytes(static_cast<double>(m.regsts)) + "; `flowrun plan --dump` lists them) but its share of this machine is " +
-                         HumanBytes(have) + " of memory (over " + std::to_string(RanksHere()) +
-                         " rank(s) here): lower train.micro_batch or spread the model over more ranks");
+                         ", registers " + HumanBytes(static_cast<double>(m.regsts)) + "; `flowrun plan --dump` lists them) but " + where +
+                         ": lower train.micro_batch or spread the model over more ranks");
 }
 int KernelThreads() {
   if (std::getenv("OMP_NUM_THREADS")) return 0;
@@ -188,14 +194,16 @@ int Train(const Args& a) {
                                 " but the job has " + std::to_string(world->size) + " rank(s) (mpirun -n " +
                                 std::to_string(cfg->parallel.ranks) + ")"));
   }
-  if (Status s = CheckTrainable(*cfg); !s.ok()) return fail(s);
+  auto device = PrepareDevice(*cfg, world->size);
+  if (!device.ok()) return fail(device.status());
+  if (lead && !device->empty()) std::cerr << "[train] " << *device << "\n";
   // Before anything is compiled or written: no output replaces an input or a device, and no run is
   // lost to an output it cannot write.
   if (Status s = CheckRunOutputs(*cfg, a.trace, world->rank, world->size); !s.ok()) return fail(s);
   auto c = Compile(*cfg, world->size);
   if (!c.ok()) return fail(c.status());
   const ir::Plan& plan = c->plan;
-  if (Status s = CheckMemory(plan, world->rank); !s.ok()) return fail(s);
+  if (Status s = CheckMemory(plan, world->rank, cfg->parallel.device); !s.ok()) return fail(s);
   if (!cfg->save.onnx.empty()) {  // before training: a run is not lost to a model it cannot save
     if (Status s = ir::CheckOnnxWeights(*c->model, SavedTypes(c->training)); !s.ok())
       return fail(Status::Invalid("[config] " + cfg->path + ": save.onnx: " + s.message()));

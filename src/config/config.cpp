@@ -293,9 +293,12 @@ Status ReadSbp(const Val& v, std::vector<std::pair<std::string, std::vector<std:
 }
 
 Status ReadParallel(const Val& v, ParallelConfig* p) {
-  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"device", "ranks", "mesh", "stages", "sbp", "zero",
+  ASSIGN_OR_RETURN(Section s, Section::Open(v, {"device", "tf32", "ranks", "mesh", "stages", "sbp", "zero",
                                                 "timeout", "bucket_kib"}));
   RETURN_IF_ERROR(s.ReadEnum("device", &p->device, Need::kOptional, kDevices));
+  RETURN_IF_ERROR(s.Read("tf32", &p->tf32, Need::kOptional));
+  RETURN_IF_ERROR(s.Check("tf32", !p->tf32 || p->device == DeviceType::kCuda,
+                          "false unless parallel.device is cuda (TF32 is a format of NVIDIA GPUs' tensor cores)"));
   RETURN_IF_ERROR(s.Read("ranks", &p->ranks, Need::kOptional));
   RETURN_IF_ERROR(s.Check("ranks", p->ranks >= 0 && p->ranks <= kMaxRanks,
                           "an integer in [1, " + std::to_string(kMaxRanks) + "] (or 0 = the world size)"));
@@ -599,6 +602,7 @@ std::string ParallelYaml(const ParallelConfig& p) {
   auto line = [&](const std::string& s) { y += s + "\n"; };
   line("parallel:");
   line("  device: " + NameOf(kDevices, p.device));
+  if (p.tf32) line("  tf32: true");
   line("  ranks: " + std::to_string(p.ranks));
   if (!p.mesh.empty()) {
     std::vector<std::string> m;

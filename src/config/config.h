@@ -92,9 +92,10 @@ struct ScheduleConfig {
 inline constexpr int64_t kMaxRanks = int64_t{1} << 20;
 
 struct ParallelConfig {
-  // cpu; sim, a simulated second device in host memory with the CPU's kernels, which runs the
-  // device path (copies between host and device as tasks) without a GPU; cuda, refused for now.
+  // cpu; cuda, a GPU per rank; sim, a simulated second device in host memory with the CPU's
+  // kernels, which runs the device path (copies between host and device as tasks) without a GPU.
   DeviceType device = DeviceType::kCpu;
+  bool tf32 = false;                    // float32 GEMMs on CUDA may use TF32 tensor cores
   int64_t ranks = 0;                    // 0 = the world size
   std::vector<int64_t> mesh;            // empty = [ranks]
   std::vector<std::vector<std::string>> stages;

@@ -1,6 +1,7 @@
 #include "driver/pipeline.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 
 #include "assign/step.h"
@@ -8,6 +9,7 @@
 #include "driver/layout.h"
 #include "ir/onnx_import.h"
 #include "ir/rewrite.h"
+#include "ops/cuda/backend.h"
 #include "ops/op.h"
 #include "plan/lower.h"
 
@@ -154,12 +156,18 @@ ir::RewriteOptions RewriteOptionsOf(const Config& cfg, const ir::Graph& g) {
 
 }  // namespace
 
-Status CheckTrainable(const Config& cfg) {
-  if (cfg.parallel.device == DeviceType::kCuda) {
+Result<std::string> PrepareDevice(const Config& cfg, int ranks) {
+  if (cfg.parallel.device != DeviceType::kCuda) return std::string();
+  if (ranks > 1) {
     return Status::Invalid("[config] " + cfg.path +
-                           ": parallel.device: training on CUDA is not implemented in this version of flowrun");
+                           ": parallel.device: cuda runs one rank per job in this version of flowrun (the collectives between "
+                           "GPUs, on NCCL, are not there yet): run it without mpirun, or use parallel.device: cpu");
   }
-  return Status::Ok();
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  ASSIGN_OR_RETURN(int gpu, cuda::InitDevice(local ? std::atoi(local) : 0));
+  cuda::AllowTf32(cfg.parallel.tf32);
+  return "CUDA GPU " + std::to_string(gpu) + (cfg.parallel.tf32 ? ", TF32 allowed" : ", FP32") +
+         "; the CUDA backend is new and not yet verified on a GPU (issue 30)";
 }
 
 Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel> model) {

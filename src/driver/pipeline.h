@@ -47,7 +47,9 @@ Result<Compiled> Compile(const Config& cfg, int ranks);
 // from one `model` read once (cfg.model.onnx's; null: read it here).
 Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel> model = nullptr);
 
-// Training supports what this version runs: CPU tensors.
-Status CheckTrainable(const Config& cfg);
+// The device of a training run of `ranks` ranks, made ready: on CUDA, this rank's GPU selected
+// (its local rank among the node's ranks picks it) and the CUDA module loaded. What it returns
+// is the line the run prints about its device; empty on the CPU.
+Result<std::string> PrepareDevice(const Config& cfg, int ranks);
 
 }  // namespace fr

@@ -114,6 +114,29 @@ TEST(Cli, Ops) {
     EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
 }
 
+// parallel.device: cuda. Planning needs no GPU: the tasks go to cuda:0, with copy tasks for the
+// host's data and for the loss and norm the host reads. Training without a visible GPU stops at
+// once, exit 1, saying why (no GPU, or no CUDA module in a build without nvcc).
+TEST(Cli, CudaPlansWithoutAGpuAndTrainsOnlyWithOne) {
+  Output p = Flowrun({"plan", "configs/mlp.yaml", "--set", "parallel.device=cuda", "--dump"});
+  EXPECT_EQ(p.code, 0) << p.out;
+  for (const char* want : {"[compute] compute /fc1/Gemm on cuda:0", "[copy] copy x->cuda:0 on cuda:0",
+                           "[copy] copy loss/sum:0->cpu on cuda:0, per step", "[data] data data on cpu"})
+    EXPECT_NE(p.out.find(want), std::string::npos) << want << "\n" << p.out;
+  Output t = Flowrun({"train", "configs/mlp.yaml", "--set", "parallel.device=cuda"}, "CUDA_VISIBLE_DEVICES= ");
+  EXPECT_EQ(t.code, 1) << t.out;
+  EXPECT_NE(t.out.find("flowrun: [cuda] "), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("internal error"), std::string::npos) << t.out;
+  // Two ranks need the collectives between GPUs, which are not there yet: refused, exit 2.
+  Output two = Flowrun({"train", "configs/mlp.yaml", "--set", "parallel.device=cuda"},
+                       "mpirun --oversubscribe --allow-run-as-root -n 2 ", 120);
+  EXPECT_EQ(two.code, 2) << two.out;
+  EXPECT_NE(two.out.find("parallel.device: cuda runs one rank per job"), std::string::npos) << two.out;
+  Output tf32 = Flowrun({"plan", "configs/mlp.yaml", "--set", "parallel.tf32=true"});
+  EXPECT_EQ(tf32.code, 2) << tf32.out;
+  EXPECT_NE(tf32.out.find("parallel.tf32: expected false unless parallel.device is cuda"), std::string::npos) << tf32.out;
+}
+
 // Stage globs see the ONNX file's node names: the Erf and the attention's Where are fused into Gelu
 // and MaskedSoftmax at import, and still answer to their names (they matched no node before).
 TEST(Cli, StageGlobsMatchFusedNodesByTheirOnnxNames) {

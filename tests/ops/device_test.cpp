@@ -350,8 +350,7 @@ class DeviceRun {
       RETURN_IF_ERROR(Kernel(node.op, dev_.type)(ctx));
     }
     stream_->Synchronize();
-    if (dev_.type == DeviceType::kCuda) return cuda::TakeDataError(*stream_);
-    return Status::Ok();
+    return BackendOf(dev_.type)->TakeDataError(*stream_);
   }
   Tensor Host(ValueId v) const { return env_[static_cast<size_t>(v)].ToHost(); }
 

@@ -24,10 +24,6 @@ int VisibleDevices();
 Result<int> InitDevice(int local_rank);
 // TF32 tensor cores for float32 GEMMs (parallel.tf32); off by default.
 void AllowTf32(bool allow);
-// The first data error (an index out of range, a label outside the classes...) a kernel queued
-// on `s`, a CUDA stream, met; cleared by the read. Waits for what is queued on `s`.
-Status TakeDataError(DeviceStream& s);
-
 // Op k's CUDA kernel; a kernel that fails with a clear message where there is none.
 KernelFn KernelFor(OpKind k);
 // Whether op k has a CUDA kernel (flowrun ops lists it); false without the module.
@@ -39,7 +35,6 @@ struct Api {
   int (*visible_devices)();
   Result<int> (*init_device)(int local_rank);
   void (*allow_tf32)(bool);
-  Status (*take_data_error)(DeviceStream& s);
   KernelFn (*kernel_for)(OpKind k);  // null where op k has no CUDA kernel
 };
 inline constexpr int kApiVersion = 1;

@@ -64,6 +64,16 @@ class CudaBackend final : public Backend {
     Count(-static_cast<int64_t>(bytes));
   }
   std::unique_ptr<DeviceStream> NewStream(int) override { return std::make_unique<CudaStream>(); }
+  double FreeBytes(int) const override {
+    MakeCurrent();
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      cudaGetLastError();
+      return -1;
+    }
+    return static_cast<double>(free);
+  }
+  Status TakeDataError(DeviceStream& s) override { return ReadDataError(s); }
   // Outside the actors (setup, save): everything queued on the device first, then the copy.
   void CopyNow(void* dst, const void* src, size_t bytes, int) override {
     MakeCurrent();

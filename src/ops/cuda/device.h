@@ -38,7 +38,8 @@ class CudaStream final : public DeviceStream {
   cudaStream_t stream_ = nullptr;
 };
 
-// The module's side of ops/cuda/backend.h's VisibleDevices, InitDevice and TakeDataError.
+// The module's side of ops/cuda/backend.h's VisibleDevices and InitDevice, and the backend's
+// TakeDataError.
 int CountDevices();
 Result<int> SelectDevice(int local_rank);
 Status ReadDataError(DeviceStream& s);

@@ -88,11 +88,6 @@ void AllowTf32(bool allow) {
   if (Module().api) Module().api->allow_tf32(allow);
 }
 
-Status TakeDataError(DeviceStream& s) {
-  if (!Module().api) return Module().why;
-  return Module().api->take_data_error(s);
-}
-
 KernelFn KernelFor(OpKind k) {
   if (!Module().api) return NotLoaded;
   const KernelFn f = Module().api->kernel_for(k);

@@ -27,6 +27,6 @@ KernelFn KernelOf(OpKind k) { return Table()[static_cast<size_t>(k)]; }
 
 extern "C" __attribute__((visibility("default"))) const fr::cuda::Api* flowrun_cuda_api() {
   static const fr::cuda::Api api{fr::cuda::kApiVersion, fr::cuda::CountDevices, fr::cuda::SelectDevice, fr::cuda::AllowTf32Gemm,
-                                 fr::cuda::ReadDataError, fr::cuda::KernelOf};
+                                 fr::cuda::KernelOf};
   return &api;
 }
