@@ -69,6 +69,11 @@ is_base() {
   esac
   return 1
 }
+# CUDA's libraries stay the GPU machine's (cuBLAS alone is 600 MB): env.sh finds them there.
+is_cuda() {
+  case "$1" in libcudart.so*|libcublas.so*|libcublasLt.so*|libnccl.so*|libcudnn*|libcuda.so*|libnvJitLink.so*) return 0 ;; esac
+  return 1
+}
 is_compat() { case "$1" in libstdc++.so*|libgcc_s.so*) return 0 ;; esac; return 1; }
 # Fabric libraries: a plugin that needs one is left out (a one-node run uses shared memory).
 is_fabric() {
@@ -96,7 +101,7 @@ add_deps() {
   local name path
   while read -r name path; do
     [ "$name" = MISSING ] && { echo "gpu_bundle: $1 needs $path, which ldd cannot find here" >&2; exit 1; }
-    is_base "$name" || copy_lib "$name" "$path"
+    is_base "$name" || is_cuda "$name" || copy_lib "$name" "$path"
   done < <(needs "$1")
 }
 
@@ -112,6 +117,16 @@ plugin_ok() {
 
 cp -L "$bin" "$root/bin/flowrun"
 add_deps "$bin"
+# The CUDA module beside flowrun (where its loader looks), and the tests the GPU check runs: each
+# op's CUDA kernel against the CPU's (device_ops_test) and the golden runs (parity_test).
+bindir=$(dirname "$bin")
+if [ -f "$bindir/libflowrun_cuda.so" ]; then
+  cp -L "$bindir/libflowrun_cuda.so" "$root/bin/"
+  add_deps "$bindir/libflowrun_cuda.so"
+fi
+for t in device_ops_test parity_test; do
+  if [ -x "$bindir/../tests/$t" ]; then cp -L "$bindir/../tests/$t" "$root/bin/"; add_deps "$bindir/../tests/$t"; fi
+done
 
 cp -L "$orterun" "$root/ompi/bin/orterun"
 ln -s orterun "$root/ompi/bin/mpirun"
@@ -188,6 +203,11 @@ fi
 _r=$FLOWRUN_BUNDLE_ROOT
 export PATH=$_r/bin:$_r/ompi/bin:$PATH
 export LD_LIBRARY_PATH=$_r/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# CUDA's libraries for the CUDA module: the machine's toolkit's, else PyTorch's wheels'.
+for _d in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /opt/*/.venv/lib/python3*/site-packages/nvidia/cu13/lib; do
+  if [ -e "$_d/libcublas.so.13" ] && [ -e "$_d/libcudart.so.13" ]; then export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$_d; break; fi
+done
+unset _d
 # libstdc++/libgcc_s from the bundle only where the machine's own do not serve flowrun.
 if env LD_LIBRARY_PATH="$LD_LIBRARY_PATH" ldd "$_r/bin/flowrun" 2>&1 | grep -qE 'not found'; then
   export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$_r/lib/compat
@@ -258,15 +278,22 @@ set -uo pipefail
 source .bundle/env.sh || exit 1
 r=$FLOWRUN_BUNDLE_ROOT
 bad=0
-for f in "$r"/bin/flowrun "$r"/ompi/bin/orterun "$r"/ompi/bin/ompi_info "$r"/ompi/pkglib/*.so "$r"/pmix/lib/pmix/*.so "$r"/lib/*.so*; do
+for f in "$r"/bin/* "$r"/ompi/bin/orterun "$r"/ompi/bin/ompi_info "$r"/ompi/pkglib/*.so "$r"/pmix/lib/pmix/*.so "$r"/lib/*.so*; do
   while read -r name arrow path _; do
     case "$name" in linux-vdso*|ld-linux*|libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libutil.so*|libresolv.so*|libstdc++.so*|libgcc_s.so*) continue ;; esac
+    case "$name" in libcudart.so*|libcublas.so*|libcublasLt.so*) continue ;; esac  # the GPU machine's own
     if [ "$arrow" = "=>" ] && [ "${path#"$r"/}" = "$path" ]; then echo "  outside the bundle: $f needs $name => $path"; bad=1; fi
   done < <(ldd "$f" 2>&1 | grep '=>')
   ldd "$f" 2>&1 | grep -q 'not found' && { echo "  not found: $f"; ldd "$f" | grep 'not found'; bad=1; }
 done
 [ $bad = 0 ] && echo "check: every library resolves inside the bundle or to glibc/libstdc++"
 flowrun --version || bad=1
+# The CUDA module loads (every symbol it needs from flowrun resolves), and says there is no GPU.
+if [ -f "$r/bin/libflowrun_cuda.so" ]; then
+  out=$(flowrun train configs/mlp.yaml --set parallel.device=cuda 2>&1)
+  echo "check: parallel.device=cuda here: $out"
+  grep -q "no GPU is visible" <<<"$out" || bad=1
+fi
 ompi_info --path all | grep -E 'Prefix|Pkglibdir|Sysconfdir' | sed 's/^ */  ompi_info: /'
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 timeout 120 mpirun -n 2 --oversubscribe flowrun train configs/mlp.yaml --set train.steps=20 --set log.jsonl=/tmp/flowrun-bundle-check.jsonl </dev/null >"$r/mpirun.log" 2>&1

@@ -15,6 +15,7 @@
 #include <iostream>
 #include <iterator>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,12 @@ int RunFlowrun(const std::string& config, const std::string& jsonl, std::string&
   std::string cmd = std::string(bin && *bin ? bin : "build/src/flowrun") + " train '" + config + "' --set 'log.jsonl=" +
                     jsonl + "'";
   if (!save.empty()) cmd += " --set 'save.onnx=" + save + "'";
+  // FLOWRUN_PARITY_SET="parallel.device=cuda ...": the same golden runs with settings of the
+  // caller's (tools/gpu_check.sh runs them on a GPU).
+  if (const char* extra = std::getenv("FLOWRUN_PARITY_SET")) {
+    std::istringstream items(extra);
+    for (std::string item; items >> item;) cmd += " --set '" + item + "'";
+  }
   const fr::testing::Output r = fr::testing::Shell(cmd, 120);
   output += r.out;
   return r.code;
