@@ -28,5 +28,15 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-[ -f build/build.ninja ] || meson setup build
+# The CUDA backend builds wherever nvcc is (the CUDA toolkit's usual place counts too): CUDA's
+# libraries are needed only when a run asks for parallel.device: cuda (ops/cuda/backend.h).
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=$PATH:/usr/local/cuda/bin; fi
+if [ ! -f build/build.ninja ]; then
+  if command -v nvcc >/dev/null; then
+    meson setup build -Dcuda=enabled
+  else
+    echo "bootstrap: no nvcc (the CUDA toolkit): building flowrun without its CUDA backend"
+    meson setup build -Dcuda=disabled
+  fi
+fi
 ninja -C build
