@@ -5,7 +5,7 @@
 #     bash tools/gpu_check.sh            # writes check.log, summary.txt, baseline.jsonl, nvidia-smi.txt to $OUT
 #
 # Each step runs under its own `timeout`, a failed step is reported and the next one runs, the
-# whole within GPU_CHECK_BUDGET seconds (default 360; later steps get what is left):
+# whole within GPU_CHECK_BUDGET seconds (default 420; later steps get what is left):
 #   1. the machine: nvidia-smi, CPU, glibc, compilers, Python;
 #   2. the bundle: unpack it, `ldd` of flowrun, its CUDA module, mpirun and Open MPI's plugins with
 #      nothing missing (CUDA's own libraries are the machine's);
@@ -14,7 +14,8 @@
 #   4. the CUDA backend: every op's CUDA kernel against its CPU kernel, forward and gradient
 #      (device_ops_test, rtol 1e-5, TF32 off); the golden runs on the GPU against PyTorch's
 #      losses (parity_test with parallel.device=cuda, rtol 1e-4); gpt_mini 200 steps on the GPU
-#      against the CPU; a GPT-2-small-sized GPT (made here with the machine's PyTorch) trained on
+#      against the CPU; 2 ranks on the one GPU, data and tensor parallel, against 1 (rtol 1e-5);
+#      a GPT-2-small-sized GPT (made here with the machine's PyTorch) trained on
 #      the GPU, its tokens/s;
 #   5. PyTorch's figures on the same GPU (bench/gpu_baseline.py): libraries, GEMM TFLOP/s, the same
 #      GPT's training tokens/s in eager and (in its own process and timeout) under torch.compile,
@@ -28,7 +29,7 @@ mkdir -p "$OUT"
 export FLOWRUN_BUNDLE_ROOT=${FLOWRUN_BUNDLE_ROOT:-/tmp/flowrun-bundle}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PYTHONUNBUFFERED=1
-BUDGET=${GPU_CHECK_BUDGET:-360}
+BUDGET=${GPU_CHECK_BUDGET:-420}
 export SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 
@@ -148,6 +149,28 @@ print(f"gpt_mini 200 steps: CPU {a} ({ta:.2f} ms/step), CUDA {b} ({tb:.2f} ms/st
 sys.exit(0 if r < 1e-4 else 1)
 PY
 }
+# 2 ranks on the one GPU (collectives through host memory), data parallel and tensor parallel,
+# against 1 rank on it, gpt_mini 50 steps.
+s_cuda_2ranks() {
+  local base=(--set train.steps=50 --set log.every=50 --set parallel.device=cuda --set schedule.warmup=2)
+  local tp=(--set 'parallel.sbp={"/blocks.*/attn/qkv/MatMul:1": ["S(1)"], "/blocks.*/mlp/fc/MatMul:1": ["S(1)"]}'
+            --set cluster.flops=1.0e+13 --set 'cluster.bandwidth={intra: 1.0e+11, inter: 1.0e+11}')
+  bundled flowrun train configs/gpt.yaml "${base[@]}" 2>&1 | tail -1 | tee /tmp/gc_1.txt
+  bundled mpirun -n 2 --oversubscribe flowrun train configs/gpt.yaml "${base[@]}" --set 'parallel.sbp={idx: ["S(0)"]}' 2>&1 | tail -1 | tee /tmp/gc_dp.txt
+  bundled mpirun -n 2 --oversubscribe flowrun train configs/gpt.yaml "${base[@]}" "${tp[@]}" 2>&1 | tail -1 | tee /tmp/gc_tp.txt
+  python3 - <<'PY'
+import re, sys
+def loss(p):
+    m = re.search(r"final loss ([0-9.e+-]+)", open(p).read())
+    return float(m.group(1)) if m else None
+one, dp, tp = loss("/tmp/gc_1.txt"), loss("/tmp/gc_dp.txt"), loss("/tmp/gc_tp.txt")
+if None in (one, dp, tp):
+    sys.exit("a run has no final loss")
+rd, rt = abs(dp - one) / abs(one), abs(tp - one) / abs(one)
+print(f"gpt_mini 50 steps on one GPU: 1 rank {one}; 2 ranks data parallel {dp} ({rd:.2e}); tensor parallel {tp} ({rt:.2e})")
+sys.exit(0 if max(rd, rt) < 1e-5 else 1)
+PY
+}
 # A GPT-2-small-sized GPT (d=768, 12 layers, T=1024, untied head) on the GPU, FP32 with TF32
 # allowed, batch 8: tokens/s to set beside PyTorch's (torch-baseline: the same model and batch).
 s_cuda_speed() {
@@ -171,7 +194,7 @@ s_torch() {
 s_torch_compile() {
   python3 bench/gpu_baseline.py --parts compile --jsonl "$OUT/baseline.jsonl"
 }
-export -f bundled s_machine s_nvidia_smi s_unpack s_ldd s_flowrun_1 s_mpirun_mlp s_cuda_ops s_cuda_golden s_cuda_gpt s_cuda_speed s_torch s_torch_compile
+export -f bundled s_machine s_nvidia_smi s_unpack s_ldd s_flowrun_1 s_mpirun_mlp s_cuda_ops s_cuda_golden s_cuda_gpt s_cuda_2ranks s_cuda_speed s_torch s_torch_compile
 
 main() {
   echo "gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET}s, OUT=$OUT"
@@ -185,6 +208,7 @@ main() {
   step cuda-ops 120 s_cuda_ops
   step cuda-golden 90 s_cuda_golden
   step cuda-gpt 90 s_cuda_gpt
+  step cuda-2ranks 90 s_cuda_2ranks
   step cuda-speed 150 s_cuda_speed
   step torch-baseline 150 s_torch
   step torch-compile 240 s_torch_compile

@@ -243,26 +243,50 @@ Status Actor::Copy() {
   return Status::Ok();
 }
 
-// Local data movement runs here; collectives and send/recv need the multi-rank runtime.
-Status Actor::Move() {
-  const boxing::Task& m = task_.move;
-  Tensor out = m.out >= 0 ? rt_.Slot(m.out, out_[0].current) : Tensor();
+namespace {
+
+// A local movement of `m` from `in` (by m.in) into `out`, on host-addressable memory.
+Status MoveLocally(const boxing::Task& m, const std::vector<Tensor>& in, const Tensor& out, const std::string& task) {
   switch (m.op) {
-    case boxing::Op::kCopy: out.CopyFrom(RegstTensor(m.in[0])); return Status::Ok();
-    case boxing::Op::kSlice: out.CopyFrom(boxing::SliceOf(RegstTensor(m.in[0]), m.regions[0])); return Status::Ok();
+    case boxing::Op::kCopy: out.CopyFrom(in[0]); return Status::Ok();
+    case boxing::Op::kSlice: out.CopyFrom(boxing::SliceOf(in[0], m.regions[0])); return Status::Ok();
     case boxing::Op::kZero: out.Zero(); return Status::Ok();
     case boxing::Op::kAssemble:
       out.Zero();
-      for (size_t i = 0; i < m.in.size(); ++i) boxing::WriteRegion(out, m.regions[i], RegstTensor(m.in[i]));
+      for (size_t i = 0; i < in.size(); ++i) boxing::WriteRegion(out, m.regions[i], in[i]);
       return Status::Ok();
     case boxing::Op::kReduce:
-      out.CopyFrom(RegstTensor(m.in[0]));
-      for (size_t i = 1; i < m.in.size(); ++i) boxing::ReduceInto(out, RegstTensor(m.in[i]), m.reduce);
+      out.CopyFrom(in[0]);
+      for (size_t i = 1; i < in.size(); ++i) boxing::ReduceInto(out, in[i], m.reduce);
       return Status::Ok();
     default:
-      return Status::Runtime("[actor] " + task_.name + ": " + boxing::Name(m.op) +
+      return Status::Runtime("[actor] " + task + ": " + boxing::Name(m.op) +
                              " needs the multi-rank runtime, which this version of flowrun does not have");
   }
+}
+
+bool HostVisible(const Tensor& t) { return !t.defined() || BackendOf(t.device().type)->host_visible(); }
+
+}  // namespace
+
+// Local data movement runs here; collectives and send/recv need the multi-rank runtime. On a
+// device the host cannot address (a GPU's memory), it runs on host copies: after the device's
+// kernels (the inputs' producers, the slot's last readers), the inputs are copied to the host
+// and the result back. Local movements are rare (layouts that change within a rank).
+Status Actor::Move() {
+  const boxing::Task& m = task_.move;
+  const Tensor out = m.out >= 0 ? rt_.Slot(m.out, out_[0].current) : Tensor();
+  std::vector<Tensor> in;
+  for (int r : m.in) in.push_back(RegstTensor(r));
+  bool staged = !HostVisible(out);
+  for (const Tensor& x : in) staged = staged || !HostVisible(x);
+  if (!staged) return MoveLocally(m, in, out, task_.name);
+  rt_.ComputeStream(task_.device).Synchronize();
+  for (Tensor& x : in) x = x.ToHost();
+  const Tensor host = out.defined() ? Tensor(out.dtype(), out.shape()) : Tensor();
+  RETURN_IF_ERROR(MoveLocally(m, in, host, task_.name));
+  if (out.defined()) out.CopyFrom(host);
+  return Status::Ok();
 }
 
 Status Actor::Body(int64_t k) {

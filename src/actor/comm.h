@@ -136,6 +136,13 @@ class Communicator {
   [[noreturn]] virtual void Abort(int code) = 0;
 };
 
+// `inner`, for tensors on devices the host cannot address (a GPU's memory) too: their movement
+// runs on host copies. Start waits on the host for the inputs' stream and copies the inputs to the
+// host (it blocks, unlike `inner`'s), `inner` moves the copies, and Poll copies the outputs to the
+// device once they are done. Movements of host-visible tensors pass through untouched. The path
+// for device ranks without a device communicator (NCCL), and for ranks that share one GPU.
+std::unique_ptr<Communicator> WithHostStaging(std::unique_ptr<Communicator> inner);
+
 // The MPI communicator over all ranks of MPI_COMM_WORLD; every rank calls it (it duplicates the
 // world communicator, so its traffic never meets the caller's). If MPI is not initialised yet,
 // it initialises it with MPI_THREAD_MULTIPLE (argc and argv may be null) and the returned object

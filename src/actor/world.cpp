@@ -17,7 +17,8 @@ namespace fr::actor {
 Result<World> JoinWorld(int* argc, char*** argv) {
   World w;
   if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return w;
-  ASSIGN_OR_RETURN(w.comm, MpiWorld(argc, argv));
+  ASSIGN_OR_RETURN(std::unique_ptr<Communicator> mpi, MpiWorld(argc, argv));
+  w.comm = WithHostStaging(std::move(mpi));
   w.rank = w.comm->rank();
   w.size = w.comm->size();
   return w;

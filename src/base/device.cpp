@@ -57,6 +57,9 @@ class HostMemoryBackend : public Backend {
   void CopyNow(void* dst, const void* src, size_t bytes, int) override {
     if (bytes) std::memcpy(dst, src, bytes);
   }
+  void ZeroNow(void* p, size_t bytes, int) override {
+    if (bytes) std::memset(p, 0, bytes);
+  }
 };
 
 class CpuBackend final : public HostMemoryBackend {
@@ -139,7 +142,14 @@ class SimStream final : public DeviceStream {
 class SimBackend final : public HostMemoryBackend {
  public:
   DeviceType type() const override { return DeviceType::kSim; }
+  bool host_visible() const override { return !opaque_; }
   std::unique_ptr<DeviceStream> NewStream(int) override { return std::make_unique<SimStream>(); }
+
+ private:
+  const bool opaque_ = [] {
+    const char* e = std::getenv("FLOWRUN_SIM_OPAQUE");
+    return e != nullptr && std::string(e) == "1";
+  }();
 };
 
 std::array<std::unique_ptr<Backend>, kNumDeviceTypes>& Backends() {

@@ -11,7 +11,10 @@
 // The CPU backend does everything at once: its events are done when recorded. The "sim" backend is
 // a second device for tests and for trying the device path without a GPU: host memory from its own
 // counted allocator, and a thread per stream that runs its copies, so that they really run
-// asynchronously to the actors that queue them. Its kernels are the CPU's.
+// asynchronously to the actors that queue them. Its kernels are the CPU's. With
+// FLOWRUN_SIM_OPAQUE=1 in the environment it says the host cannot address its memory, as a GPU's:
+// everything but its kernels then takes the paths it takes for CUDA (copies through the backend,
+// movements between ranks and within one through host copies). A testing aid.
 //
 // Thread-safety: backends may be used from any thread; one DeviceStream from one thread at a time.
 #pragma once
@@ -59,6 +62,8 @@ class Backend {
   virtual std::unique_ptr<DeviceStream> NewStream(int index) = 0;
   // A copy that has finished when this returns (host code outside the actors: setup, save).
   virtual void CopyNow(void* dst, const void* src, size_t bytes, int index) = 0;
+  // Zeroes `bytes` at `p` in device `index`'s memory, done when this returns.
+  virtual void ZeroNow(void* p, size_t bytes, int index) = 0;
   // Free memory of device `index` now, in bytes; negative for host memory (the caller measures
   // the machine's itself).
   virtual double FreeBytes(int) const { return -1; }

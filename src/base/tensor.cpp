@@ -55,18 +55,22 @@ void Tensor::CopyFrom(const Tensor& src) const {
   FR_CHECK(src.dtype_ == dtype_ && src.numel() == numel(), "copy between mismatched tensors");
   if (!bytes()) return;
   const Device to = device(), from = src.device();
-  if (to == from || (BackendOf(to.type)->host_visible() && BackendOf(from.type)->host_visible())) {
+  if (BackendOf(to.type)->host_visible() && BackendOf(from.type)->host_visible()) {
     std::memcpy(raw(), src.raw(), bytes());
     return;
   }
-  const Device dev = to.type == DeviceType::kCpu ? from : to;  // the device side's backend copies
+  const Device dev = to.type == DeviceType::kCpu ? from : to;  // the device side's backend copies (within a device too)
   BackendOf(dev.type)->CopyNow(raw(), src.raw(), bytes(), dev.index);
 }
 
 void Tensor::Zero() const {
   if (!bytes()) return;
-  FR_CHECK(BackendOf(device().type)->host_visible(), "Zero on " + fr::ToString(device()) + " memory");
-  std::memset(raw(), 0, bytes());
+  Backend* b = BackendOf(device().type);
+  if (b->host_visible()) {
+    std::memset(raw(), 0, bytes());
+  } else {
+    b->ZeroNow(raw(), bytes(), device().index);
+  }
 }
 
 Tensor Tensor::ToHost() const {

@@ -49,7 +49,7 @@ Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel>
 
 // The device of a training run of `ranks` ranks, made ready: on CUDA, this rank's GPU selected
 // (its local rank among the node's ranks picks it) and the CUDA module loaded. What it returns
-// is the line the run prints about its device; empty on the CPU.
+// is the line the run prints about its device and its collectives; empty on the CPU.
 Result<std::string> PrepareDevice(const Config& cfg, int ranks);
 
 }  // namespace fr

@@ -37,6 +37,7 @@ struct Case {
   int ranks;
   std::vector<std::string> sets;  // the strategy: hints, mesh, stages, zero
   std::vector<std::string> both;  // settings for the reference run and the strategy run alike
+  std::string env = "";           // environment assignments for the command line
 };
 
 struct Run {
@@ -57,8 +58,8 @@ Run Train(const Case& c, int ranks, bool strategy) {
   fs::path dir = fs::temp_directory_path() / ("flowrun_dist_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::string jsonl = (dir / (std::string(c.name) + (strategy ? "_n.jsonl" : "_1.jsonl"))).string();
-  std::string cmd;
-  if (ranks > 1) cmd = "mpirun --oversubscribe --allow-run-as-root -n " + std::to_string(ranks) + " ";
+  std::string cmd = c.env;
+  if (ranks > 1) cmd += "mpirun --oversubscribe --allow-run-as-root -n " + std::to_string(ranks) + " ";
   cmd += std::string(bin ? bin : "build/src/flowrun") + " train " + c.config + " --set train.steps=20 --set log.every=1";
   cmd += " --set log.jsonl=" + Quote(jsonl);
   for (const std::string& s : c.both) cmd += " --set " + Quote(s);
@@ -196,13 +197,17 @@ TEST(Distributed, Gpt_Hybrid2D_2x2) {
 // CPU. On sim every task but the loader and the sinks runs on the device, the plan copies data in
 // and the loss and norm out as tasks, and the runtime allocates through the sim backend and runs
 // those copies on its own stream: the losses and norms must be the CPU's bit for bit.
-void ExpectSameOnSim(const char* name, const char* config, int ranks, const std::vector<std::string>& sets) {
+// `opaque`: with FLOWRUN_SIM_OPAQUE=1 the sim device's memory is, to everything but its kernels,
+// memory the host cannot address, as a GPU's: movements between ranks go through host copies
+// (actor::WithHostStaging), local ones too (Actor::Move), as they do for CUDA ranks without NCCL.
+void ExpectSameOnSim(const char* name, const char* config, int ranks, const std::vector<std::string>& sets,
+                     bool opaque = false) {
   std::vector<std::string> cpu = sets, sim = sets;
   cpu.push_back("parallel.device=cpu");
   sim.push_back("parallel.device=sim");
-  const std::string sim_name = std::string(name) + "_sim";
+  const std::string sim_name = std::string(name) + (opaque ? "_opaque" : "_sim");
   const Run ref = Train(Case{name, config, ranks, {}, cpu}, ranks, false);
-  const Run got = Train(Case{sim_name.c_str(), config, ranks, {}, sim}, ranks, false);
+  const Run got = Train(Case{sim_name.c_str(), config, ranks, {}, sim, opaque ? "FLOWRUN_SIM_OPAQUE=1 " : ""}, ranks, false);
   ASSERT_EQ(ref.code, 0) << ref.out;
   ASSERT_EQ(got.code, 0) << got.out;
   ASSERT_EQ(ref.loss.size(), 20u) << ref.out;
@@ -219,6 +224,26 @@ TEST(Distributed, SimDevice_PipelineTimesZero_2x2) {
   ExpectSameOnSim("sim_pp_zero", kMlp, 4,
                   {"parallel.stages=[[\"/fc1/*\", \"/Relu\"], [\"*\"]]", "parallel.sbp={x: [\"S(0)\"]}", "parallel.zero=true",
                    "train.micro_batch=16"});
+}
+TEST(Distributed, OpaqueSimDevice_OneRank_1n1d) { ExpectSameOnSim("opaque1", kMlp, 1, {"train.micro_batch=16"}, true); }
+TEST(Distributed, OpaqueSimDevice_Gpt_DataParallel_1n2d) {
+  std::vector<std::string> sets = kGptShort;
+  sets.push_back("parallel.sbp={idx: [\"S(0)\"]}");
+  ExpectSameOnSim("opaque_gpt_dp2", kGpt, 2, sets, true);
+}
+TEST(Distributed, OpaqueSimDevice_Gpt_TensorParallel_1n2d) {
+  ExpectSameOnSim("opaque_gpt_tp2", kGpt, 2,
+                  {"parallel.sbp={\"/blocks.*/attn/qkv/MatMul:1\": [\"S(1)\"], \"/blocks.*/mlp/fc/MatMul:1\": [\"S(1)\"]}",
+                   "cluster.flops=1.0e+13", "cluster.latency={intra: 5.0e-6, inter: 5.0e-6}",
+                   "cluster.bandwidth={intra: 1.0e+11, inter: 1.0e+11}", "cluster.p2p_latency=5.0e-6", "cluster.op_overhead=0",
+                   "schedule.warmup=2", "train.global_batch=2", "train.micro_batch=1"},
+                  true);
+}
+TEST(Distributed, OpaqueSimDevice_PipelineTimesZero_2x2) {
+  ExpectSameOnSim("opaque_pp_zero", kMlp, 4,
+                  {"parallel.stages=[[\"/fc1/*\", \"/Relu\"], [\"*\"]]", "parallel.sbp={x: [\"S(0)\"]}", "parallel.zero=true",
+                   "train.micro_batch=16"},
+                  true);
 }
 
 // Ranks that oversubscribe the cores are left unbound by mpirun; flowrun pins them round-robin so

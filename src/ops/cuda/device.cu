@@ -64,6 +64,12 @@ class CudaBackend final : public Backend {
     Count(-static_cast<int64_t>(bytes));
   }
   std::unique_ptr<DeviceStream> NewStream(int) override { return std::make_unique<CudaStream>(); }
+  void ZeroNow(void* p, size_t bytes, int) override {
+    MakeCurrent();
+    Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    Check(cudaMemset(p, 0, bytes), "cudaMemset");
+    Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
   double FreeBytes(int) const override {
     MakeCurrent();
     size_t free = 0, total = 0;

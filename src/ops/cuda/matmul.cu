@@ -19,17 +19,25 @@ std::atomic<bool> g_tf32{false};
 
 const char* CublasName(cublasStatus_t s) { return cublasGetStatusName(s); }
 
-// This thread's handle, made on its first GEMM.
+// This thread's handle, made on its first GEMM and destroyed when the thread ends (the runtime's
+// stream threads end with every run).
+struct ThreadHandle {
+  cublasHandle_t h = nullptr;
+  ~ThreadHandle() {
+    if (h) cublasDestroy(h);
+  }
+};
+
 Result<cublasHandle_t> Handle() {
-  thread_local cublasHandle_t h = nullptr;
-  if (h) return h;
+  thread_local ThreadHandle mine;
+  if (mine.h) return mine.h;
   MakeCurrent();
-  const cublasStatus_t s = cublasCreate(&h);
+  const cublasStatus_t s = cublasCreate(&mine.h);
   if (s != CUBLAS_STATUS_SUCCESS) {
-    h = nullptr;
+    mine.h = nullptr;
     return Status::Runtime(std::string("[cuda] cublasCreate: ") + CublasName(s));
   }
-  return h;
+  return mine.h;
 }
 
 Status Cublas(const KernelCtx& c, cublasStatus_t s) {
