@@ -1,5 +1,6 @@
 // Movements of tensors in device memory the host cannot address, through host copies and the
 // communicator underneath (comm.h: WithHostStaging).
+#include <cstdlib>
 #include <map>
 #include <utility>
 
@@ -64,7 +65,10 @@ class StagingCommunicator final : public Communicator {
   Status BeginNotices(int64_t run) override { return inner_->BeginNotices(run); }
   Status Notify(const StepNotice& mine) override { return inner_->Notify(mine); }
   Result<std::vector<int>> PollNotices(StepNotice* merged) override { return inner_->PollNotices(merged); }
-  [[noreturn]] void Abort(int code) override { inner_->Abort(code); }
+  [[noreturn]] void Abort(int code) override {
+    inner_->Abort(code);
+    std::abort();  // not reached: inner_'s Abort does not return either
+  }
 
  private:
   struct Staged {
