@@ -127,7 +127,8 @@ class SortedKeys {
     size_t temp = 0;
     cub::DeviceRadixSort::SortPairs(nullptr, temp, static_cast<int64_t*>(nullptr), static_cast<int64_t*>(nullptr),
                                     static_cast<int64_t*>(nullptr), static_cast<int64_t*>(nullptr), n, 0, bits, s_);
-    const size_t words = static_cast<size_t>(n) * 4 * sizeof(int64_t);
+    // CUB's scratch after the four arrays, on a 256-byte boundary as CUB allocates.
+    const size_t words = (static_cast<size_t>(n) * 4 * sizeof(int64_t) + 255) / 256 * 256;
     if (cudaMallocAsync(reinterpret_cast<void**>(&mem_), words + temp, s_) != cudaSuccess) {
       cudaGetLastError();
       mem_ = nullptr;
