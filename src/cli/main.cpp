@@ -107,7 +107,25 @@ int Cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurr
 // the CPU, the node's memory over the ranks on it) would only get as far as a failed allocation
 // (an abort) or the OOM killer; say so before running. The plan's figure is an estimate, so this
 // catches the hopeless cases, not every tight one.
-Status CheckMemory(const ir::Plan& plan, int rank, DeviceType device) {
+// The `k` largest registers of `rank` (a slot's bytes times its slots), named by the tensor they
+// hold: "logits f32[8, 64, 256] x2 (1 MiB), ...".
+std::string LargestRegisters(const ir::Plan& plan, const ir::Graph& g, int rank, size_t k) {
+  std::vector<const ir::RegstDesc*> mine;
+  for (const ir::RegstDesc& r : plan.regsts)
+    if (r.rank == rank) mine.push_back(&r);
+  auto total = [](const ir::RegstDesc* r) { return r->bytes() * r->regst_num; };
+  std::sort(mine.begin(), mine.end(), [&](auto* a, auto* b) { return total(a) > total(b); });
+  std::string s;
+  for (size_t i = 0; i < mine.size() && i < k; ++i) {
+    const ir::RegstDesc& r = *mine[i];
+    const std::string name = r.value != ir::kNoValue ? g.value(r.value).name : "register " + std::to_string(r.id);
+    s += (s.empty() ? "" : ", ") + name + " " + std::string(Name(r.type.dtype)) + r.type.shape.ToString() + " x" +
+         std::to_string(r.regst_num) + " (" + HumanBytes(static_cast<double>(total(&r))) + ")";
+  }
+  return s;
+}
+
+Status CheckMemory(const ir::Plan& plan, const ir::Graph& g, int rank, DeviceType device) {
   const ir::Plan::Memory m = plan.MemoryOf(rank);
   const Backend* backend = BackendOf(device);
   const double free_on_device = backend ? backend->FreeBytes(0) : -1;
@@ -120,7 +138,8 @@ Status CheckMemory(const ir::Plan& plan, int rank, DeviceType device) {
                                             std::to_string(RanksHere()) + " rank(s) here)";
   return Status::Runtime("[train] rank " + std::to_string(rank) + " needs " + HumanBytes(need) + " (parameters " +
                          HumanBytes(static_cast<double>(m.params)) + ", optimizer state " + HumanBytes(static_cast<double>(m.state)) +
-                         ", registers " + HumanBytes(static_cast<double>(m.regsts)) + "; `flowrun plan --dump` lists them) but " + where +
+                         ", registers " + HumanBytes(static_cast<double>(m.regsts)) + "; the largest registers: " +
+                         LargestRegisters(plan, g, rank, 3) + "; `flowrun plan --dump` lists them all) but " + where +
                          ": lower train.micro_batch or spread the model over more ranks");
 }
 int KernelThreads() {
@@ -203,7 +222,7 @@ int Train(const Args& a) {
   auto c = Compile(*cfg, world->size);
   if (!c.ok()) return fail(c.status());
   const ir::Plan& plan = c->plan;
-  if (Status s = CheckMemory(plan, world->rank, cfg->parallel.device); !s.ok()) return fail(s);
+  if (Status s = CheckMemory(plan, c->training.graph, world->rank, cfg->parallel.device); !s.ok()) return fail(s);
   if (!cfg->save.onnx.empty()) {  // before training: a run is not lost to a model it cannot save
     if (Status s = ir::CheckOnnxWeights(*c->model, SavedTypes(c->training)); !s.ok())
       return fail(Status::Invalid("[config] " + cfg->path + ": save.onnx: " + s.message()));

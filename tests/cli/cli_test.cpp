@@ -393,7 +393,7 @@ const std::vector<BadRun>& BadRuns() {
        [](const TempDir& t) {
          return TrainYaml(t, Replace(DefaultYaml(), "global_batch: 8, micro_batch: 4", "global_batch: 4294967296, micro_batch: 4294967296"));
        },
-       1, {"[train] rank 0 needs", "GiB of memory", "lower train.micro_batch"}},
+       1, {"[train] rank 0 needs", "the largest registers: ", "[4294967296, ", "GiB of memory", "lower train.micro_batch"}},
       // A learning rate that blows the weights up: the run stops at the first non-finite loss or
       // gradient norm, after logging that step, instead of training on NaN to a clean exit.
       {"diverged",
