@@ -32,6 +32,24 @@ inline unsigned Blocks(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, int64_t{1} << 16));
 }
 
+// Threads per row block: a power of two, at least a warp, at most 1024.
+inline int RowThreads(int64_t n) {
+  int t = 32;
+  while (t < 1024 && t < n) t *= 2;
+  return t;
+}
+
+// Calls f(T{}) with T the unsigned integer type of the element size (1, 4 or 8 bytes): moves are
+// type-blind.
+template <typename F>
+void BySize(DType t, F f) {
+  switch (SizeOf(t)) {
+    case 1: f(uint8_t{}); break;
+    case 4: f(uint32_t{}); break;
+    default: f(uint64_t{}); break;
+  }
+}
+
 inline Status Launched(const KernelCtx& c) {
   const cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return Status::Ok();

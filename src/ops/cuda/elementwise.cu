@@ -93,15 +93,6 @@ __global__ void WhereK(const uint8_t* cond, const T* x, const T* y, T* out, int6
   FR_GRID_LOOP(i, n) out[i] = cond[s.Offset(0, i)] ? x[s.Offset(1, i)] : y[s.Offset(2, i)];
 }
 
-template <typename F>
-void BySize(DType t, F f) {
-  switch (SizeOf(t)) {
-    case 1: f(uint8_t{}); break;
-    case 4: f(uint32_t{}); break;
-    default: f(uint64_t{}); break;
-  }
-}
-
 // f(T{}) with T the C++ type of dtype t; returns what f returns.
 template <typename F>
 auto ByType(DType t, F f) {

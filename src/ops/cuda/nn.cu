@@ -28,13 +28,6 @@ RowView ViewAround(const fr::Shape& s, int axis) {
 
 int AxisOf(const KernelCtx& c, const fr::Shape& s) { return *s.Axis(c.node.attrs.Int("axis", -1)); }
 
-// Threads per row block: a power of two, at least a warp, at most 1024.
-int RowThreads(int64_t n) {
-  int t = 32;
-  while (t < 1024 && t < n) t *= 2;
-  return t;
-}
-
 // kind: 0 softmax, 1 log-softmax.
 template <int kKind>
 __global__ void SoftmaxRows(const float* x, float* y, int64_t n) {

@@ -240,12 +240,6 @@ __global__ void CrossEntropyGradRows(const float* dl, const float* x, const int6
   for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) d[j] = d[j] * inv - (j == label ? scale : 0.f);
 }
 
-int RowThreads(int64_t n) {
-  int t = 32;
-  while (t < 1024 && t < n) t *= 2;
-  return t;
-}
-
 __global__ void MseGradK(const float* dl, const float* p, const float* t, float* d, int64_t n, float count) {
   const float scale = 2.f * dl[0] / count;
   FR_GRID_LOOP(i, n) d[i] = scale * (p[i] - t[i]);

@@ -15,15 +15,6 @@
 namespace fr::cuda {
 namespace {
 
-template <typename F>
-void BySize(DType t, F f) {
-  switch (SizeOf(t)) {
-    case 1: f(uint8_t{}); break;
-    case 4: f(uint32_t{}); break;
-    default: f(uint64_t{}); break;
-  }
-}
-
 int64_t Prod(const fr::Shape& s, int from, int to) {
   int64_t p = 1;
   for (int i = from; i < to; ++i) p *= s[i];
