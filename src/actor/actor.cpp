@@ -19,7 +19,8 @@ bool MovesAcrossRanks(const ir::TaskDesc& t) {
   }
 }
 
-Actor::Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task) : rt_(rt), plan_(plan), task_(task) {
+Actor::Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task)
+    : rt_(rt), plan_(plan), task_(task), stream_(&rt.ComputeStream(task.device)) {
   total_ = plan.Acts(task, rt.steps());
   const int64_t m = plan.micro_batches;
   const bool variable = task.kind == TaskKind::kVariable;
@@ -211,7 +212,7 @@ Status Actor::Compute(int64_t step, int64_t micro) {
   std::vector<Tensor> in, out;
   for (size_t i = 0; i < node.in.size(); ++i) in.push_back(InputTensor(i));
   for (size_t i = 0; i < out_.size(); ++i) out.push_back(rt_.Slot(out_[i].regst, out_[i].current));
-  KernelCtx ctx{node, in, out, step, micro, plan_.micro_batches, &rt_.ComputeStream(task_.device)};
+  KernelCtx ctx{node, in, out, step, micro, plan_.micro_batches, stream_};
   return Kernel(node.op, task_.device.type)(ctx);
 }
 
@@ -221,7 +222,7 @@ Status Actor::Variable(int64_t k) {
   std::vector<Tensor> in;
   for (size_t i = 0; i < node.in.size(); ++i) in.push_back(InputTensor(i));
   const std::vector<Tensor>& state = rt_.OptimizerState(task_.id);
-  KernelCtx ctx{node, in, state, rt_.first_step() + k - 1, 0, plan_.micro_batches, &rt_.ComputeStream(task_.device)};
+  KernelCtx ctx{node, in, state, rt_.first_step() + k - 1, 0, plan_.micro_batches, stream_};
   return Kernel(node.op, task_.device.type)(ctx);
 }
 

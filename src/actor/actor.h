@@ -79,6 +79,7 @@ class Actor {
   Runtime& rt_;
   const ir::Plan& plan_;
   const ir::TaskDesc& task_;
+  DeviceStream* stream_;       // its device's compute stream, which its kernels queue on
   std::vector<Port> in_, out_;
   int64_t total_ = 0;
   int64_t next_ = 0;           // the next act

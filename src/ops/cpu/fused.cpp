@@ -11,15 +11,6 @@
 namespace fr::cpu {
 namespace {
 
-struct GeluConsts {
-  float div, one, half;
-};
-
-GeluConsts GeluOf(const ir::Node& n) {
-  return {static_cast<float>(n.attrs.Float("div")), static_cast<float>(n.attrs.Float("one")),
-          static_cast<float>(n.attrs.Float("half"))};
-}
-
 // The tanh approximation, as PyTorch computes it: 0.5 h (1 + tanh(b (h + k h^3))).
 constexpr float kTanhBeta = 0.7978845608028654f, kTanhKappa = 0.044715f;
 
@@ -78,16 +69,6 @@ struct RowMask {
     if (cond) MaskRow(row, n, cond + rows[static_cast<size_t>(r)], col, when, v);
   }
 };
-
-struct SoftmaxConsts {
-  float scale, fill;
-  bool divide, fill_if;
-};
-
-SoftmaxConsts SoftmaxOf(const ir::Node& n) {
-  return {static_cast<float>(n.attrs.Float("scale", 1.0)), static_cast<float>(n.attrs.Float("fill", 0.0)),
-          n.attrs.Int("divide", 0) != 0, n.attrs.Int("fill_if", 1) != 0};
-}
 
 }  // namespace
 

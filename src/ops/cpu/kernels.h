@@ -3,6 +3,7 @@
 // write fr::Shape here.
 #pragma once
 
+#include "ops/kernel_args.h"
 #include "ops/op.h"
 
 namespace fr::cpu {
@@ -11,9 +12,5 @@ namespace fr::cpu {
 FR_OPS(FR_CPU_KERNEL_DECL)
 #undef FR_CPU_KERNEL_DECL
 
-// MatMul, SumTo and GatherGrad run as a gradient's accumulator where the lowering folds one into
-// its Accumulate (plan/lower.cpp): the node carries "accumulate" = 1 and its output is the
-// step's sum, which from the second micro-batch on the kernel adds into instead of overwriting.
-inline bool AddsInto(const KernelCtx& c) { return c.micro > 0 && c.node.attrs.Int("accumulate") != 0; }
 
 }  // namespace fr::cpu

@@ -15,8 +15,6 @@ Status BadLabel(const KernelCtx& c, int64_t label, int64_t classes) {
                          std::to_string(classes) + ")");
 }
 
-int64_t CountOf(const KernelCtx& c, int64_t local) { return c.node.attrs.Int("count", local); }
-
 // A label of attribute ignore_index contributes nothing (PyTorch's ignore_index); without the
 // attribute every label counts.
 bool Ignored(const KernelCtx& c, int64_t label) {

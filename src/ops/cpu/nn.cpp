@@ -10,22 +10,6 @@
 namespace fr::cpu {
 namespace {
 
-struct AxisView {
-  int64_t outer = 1, dim = 1, inner = 1;
-};
-
-AxisView ViewAround(const fr::Shape& s, int axis) {
-  AxisView v;
-  for (int i = 0; i < s.rank(); ++i) {
-    if (i < axis) v.outer *= s[i];
-    else if (i == axis) v.dim = s[i];
-    else v.inner *= s[i];
-  }
-  return v;
-}
-
-int AxisOf(const KernelCtx& c, const fr::Shape& s) { return *s.Axis(c.node.attrs.Int("axis", -1)); }
-
 // Applies f(row_in, row_out, stride, n) on every softmax row.
 template <typename F>
 void Rows(const KernelCtx& c, F f) {

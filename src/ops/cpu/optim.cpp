@@ -8,11 +8,6 @@
 namespace fr::cpu {
 namespace {
 
-Schedule ScheduleOf(const ir::Attrs& a) {
-  return Schedule{a.Float("lr"), a.Float("min_lr"), static_cast<int>(a.Int("schedule")), a.Int("warmup"),
-                  a.Int("steps", 1)};
-}
-
 // The clip coefficient input, if the node has one; 1 otherwise.
 float CoefOf(const KernelCtx& c) { return c.in.size() > 2 && c.in[2].defined() ? c.in[2].data<float>()[0] : 1.f; }
 

@@ -62,16 +62,6 @@ Status Transpose(const KernelCtx& c) {
 
 namespace {
 
-// Calls f(T{}) with T the unsigned integer type of the element size (1, 4 or 8 bytes).
-template <typename F>
-void BySize(DType t, F f) {
-  switch (SizeOf(t)) {
-    case 1: f(uint8_t{}); break;
-    case 4: f(uint32_t{}); break;
-    default: f(uint64_t{}); break;
-  }
-}
-
 // prod(s[from:to])
 int64_t Prod(const fr::Shape& s, int from, int to) {
   int64_t p = 1;

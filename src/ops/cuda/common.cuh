@@ -14,6 +14,7 @@
 #include <string>
 
 #include "ops/cuda/device.h"
+#include "ops/kernel_args.h"
 #include "ops/op.h"
 
 namespace fr::cuda {
@@ -37,17 +38,6 @@ inline int RowThreads(int64_t n) {
   int t = 32;
   while (t < 1024 && t < n) t *= 2;
   return t;
-}
-
-// Calls f(T{}) with T the unsigned integer type of the element size (1, 4 or 8 bytes): moves are
-// type-blind.
-template <typename F>
-void BySize(DType t, F f) {
-  switch (SizeOf(t)) {
-    case 1: f(uint8_t{}); break;
-    case 4: f(uint32_t{}); break;
-    default: f(uint64_t{}); break;
-  }
 }
 
 inline Status Launched(const KernelCtx& c) {

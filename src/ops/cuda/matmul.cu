@@ -68,8 +68,6 @@ Status Sgemm(const KernelCtx& c, bool ta, bool tb, int64_t m, int64_t n, int64_t
 
 fr::Shape BatchOf(const fr::Shape& s) { return fr::Shape(std::vector<int64_t>(s.dims().begin(), s.dims().end() - 2)); }
 
-bool AddsInto(const KernelCtx& c) { return c.micro > 0 && c.node.attrs.Int("accumulate") != 0; }
-
 __global__ void FillScaled(const float* src, float* y, int64_t n, Bcast<1> b, float beta) {
   FR_GRID_LOOP(i, n) y[i] = beta * src[b.Offset(0, i)];
 }

@@ -12,22 +12,6 @@
 namespace fr::cuda {
 namespace {
 
-struct RowView {
-  int64_t outer = 1, dim = 1, inner = 1;
-};
-
-RowView ViewAround(const fr::Shape& s, int axis) {
-  RowView v;
-  for (int i = 0; i < s.rank(); ++i) {
-    if (i < axis) v.outer *= s[i];
-    else if (i == axis) v.dim = s[i];
-    else v.inner *= s[i];
-  }
-  return v;
-}
-
-int AxisOf(const KernelCtx& c, const fr::Shape& s) { return *s.Axis(c.node.attrs.Int("axis", -1)); }
-
 // kind: 0 softmax, 1 log-softmax.
 template <int kKind>
 __global__ void SoftmaxRows(const float* x, float* y, int64_t n) {
@@ -53,7 +37,7 @@ __global__ void SoftmaxRows(const float* x, float* y, int64_t n) {
 }
 
 template <int kKind>
-__global__ void SoftmaxStrided(const float* x, float* y, RowView v) {
+__global__ void SoftmaxStrided(const float* x, float* y, AxisView v) {
   FR_GRID_LOOP(p, v.outer * v.inner) {
     const int64_t base = (p / v.inner) * v.dim * v.inner + p % v.inner, st = v.inner;
     float m = -INFINITY;
@@ -86,7 +70,7 @@ __global__ void SoftmaxGradRows(const float* dy, const float* y, float* dx, int6
 }
 
 template <int kKind>
-__global__ void SoftmaxGradStrided(const float* dy, const float* y, float* dx, RowView v) {
+__global__ void SoftmaxGradStrided(const float* dy, const float* y, float* dx, AxisView v) {
   FR_GRID_LOOP(p, v.outer * v.inner) {
     const int64_t base = (p / v.inner) * v.dim * v.inner + p % v.inner, st = v.inner;
     float s = 0.f;
@@ -101,7 +85,7 @@ __global__ void SoftmaxGradStrided(const float* dy, const float* y, float* dx, R
 template <int kKind>
 Status SoftmaxLike(const KernelCtx& c) {
   const fr::Shape& s = c.in[0].shape();
-  const RowView v = ViewAround(s, AxisOf(c, s));
+  const AxisView v = ViewAround(s, AxisOf(c, s));
   if (c.in[0].numel() == 0) return Status::Ok();
   cudaStream_t st = StreamOf(c);
   if (v.inner == 1) {
@@ -116,7 +100,7 @@ Status SoftmaxLike(const KernelCtx& c) {
 template <int kKind>
 Status SoftmaxLikeGrad(const KernelCtx& c) {
   const fr::Shape& s = c.in[1].shape();
-  const RowView v = ViewAround(s, AxisOf(c, s));
+  const AxisView v = ViewAround(s, AxisOf(c, s));
   if (c.in[1].numel() == 0) return Status::Ok();
   cudaStream_t st = StreamOf(c);
   const float *dy = c.in[0].data<float>(), *y = c.in[1].data<float>();
@@ -218,10 +202,6 @@ __global__ void NormGradColumns(const float* dy, const float* x, const float* me
   }
 }
 
-struct GeluConsts {
-  float div, one, half;
-};
-
 constexpr float kTanhBeta = 0.7978845608028654f, kTanhKappa = 0.044715f;
 
 __global__ void GeluK(const float* x, const float* b, float* y, int64_t total, int64_t n, GeluConsts k, bool tanh_form) {
@@ -255,16 +235,6 @@ __global__ void GeluGradK(const float* dy, const float* x, const float* b, float
       dx[i] = through_mul + through_erf;
     }
   }
-}
-
-struct SoftmaxConsts {
-  float scale, fill;
-  bool divide, fill_if;
-};
-
-SoftmaxConsts SoftmaxOf(const ir::Node& n) {
-  return {static_cast<float>(n.attrs.Float("scale", 1.0)), static_cast<float>(n.attrs.Float("fill", 0.0)),
-          n.attrs.Int("divide", 0) != 0, n.attrs.Int("fill_if", 1) != 0};
 }
 
 // The scaled, masked softmax of each row; mask (bool, broadcast onto x by m) may be null.
@@ -375,8 +345,7 @@ Status Gelu(const KernelCtx& c) {
   const int64_t n = s.rank() ? s[s.rank() - 1] : 1, total = c.in[0].numel();
   if (total == 0) return Status::Ok();
   const float* bias = c.in.size() > 1 && c.in[1].defined() ? c.in[1].data<float>() : nullptr;
-  const GeluConsts k{static_cast<float>(c.node.attrs.Float("div")), static_cast<float>(c.node.attrs.Float("one")),
-                     static_cast<float>(c.node.attrs.Float("half"))};
+  const GeluConsts k = GeluOf(c.node);
   GeluK<<<Blocks(total), kThreads, 0, StreamOf(c)>>>(c.in[0].data<float>(), bias, c.out[0].data<float>(), total, n, k,
                                                      c.node.attrs.Int("tanh") != 0);
   return Launched(c);
@@ -387,8 +356,7 @@ Status GeluGrad(const KernelCtx& c) {
   const int64_t n = s.rank() ? s[s.rank() - 1] : 1, total = c.in[1].numel();
   if (total == 0) return Status::Ok();
   const float* bias = c.in.size() > 2 && c.in[2].defined() ? c.in[2].data<float>() : nullptr;
-  const GeluConsts k{static_cast<float>(c.node.attrs.Float("div")), static_cast<float>(c.node.attrs.Float("one")),
-                     static_cast<float>(c.node.attrs.Float("half"))};
+  const GeluConsts k = GeluOf(c.node);
   GeluGradK<<<Blocks(total), kThreads, 0, StreamOf(c)>>>(c.in[0].data<float>(), c.in[1].data<float>(), bias,
                                                          c.out[0].data<float>(), total, n, k, c.node.attrs.Int("tanh") != 0);
   return Launched(c);

@@ -176,8 +176,6 @@ fr::Shape AtRank(const fr::Shape& s, int r) {
   return fr::Shape(d);
 }
 
-bool AddsInto(const KernelCtx& c) { return c.micro > 0 && c.node.attrs.Int("accumulate") != 0; }
-
 __global__ void ReduceMaxGradK(const float* dy, const float* x, const float* y, float* dx, Reduction r) {
   FR_GRID_LOOP(o, r.outputs) {
     const int64_t base = r.Out(o);
@@ -191,8 +189,6 @@ __global__ void ReduceMaxGradK(const float* dy, const float* x, const float* y, 
 }
 
 __global__ void DivideBy(float* y, int64_t n, double d) { FR_GRID_LOOP(i, n) y[i] = static_cast<float>(y[i] / d); }
-
-int64_t CountOf(const KernelCtx& c, int64_t local) { return c.node.attrs.Int("count", local); }
 
 // Each row's loss m + log(sum e^(x - m)) - x[label], 0 for an ignored label.
 __global__ void CrossEntropyRows(const float* x, const int64_t* y, int64_t classes, bool has_ignore, int64_t ignore,
@@ -291,10 +287,6 @@ __global__ void AdamWK(float* w, const float* g, float* m, float* v, const float
     const float denom = sqrtf(v[i]) / k.bc2_sqrt + k.eps;
     w[i] -= k.step_size * (m[i] / denom);
   }
-}
-
-Schedule ScheduleOf(const ir::Attrs& a) {
-  return Schedule{a.Float("lr"), a.Float("min_lr"), static_cast<int>(a.Int("schedule")), a.Int("warmup"), a.Int("steps", 1)};
 }
 
 const float* CoefOf(const KernelCtx& c) { return c.in.size() > 2 && c.in[2].defined() ? c.in[2].data<float>() : nullptr; }

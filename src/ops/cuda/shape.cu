@@ -539,7 +539,7 @@ Status GatherGrad(const KernelCtx& c) {
   Keys key(n, s);
   if (!key.get()) return NoMemory(c);
   Normalize(c.in[1], dim, key.get(), s);
-  const bool adds = c.micro > 0 && c.node.attrs.Int("accumulate") != 0;
+  const bool adds = AddsInto(c);
   return ScatterAdd(c, key.get(), n, dY.data<float>(), dX, outer, dim, inner, adds);
 }
 
