@@ -38,6 +38,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/collective.h"
 #include "base/status.h"
 #include "base/tensor.h"
 #include "boxing/boxing.h"
@@ -142,6 +143,26 @@ class Communicator {
 // device once they are done. Movements of host-visible tensors pass through untouched. The path
 // for device ranks without a device communicator (NCCL), and for ranks that share one GPU.
 std::unique_ptr<Communicator> WithHostStaging(std::unique_ptr<Communicator> inner);
+
+// Makes the collective group (base/collective.h) of `ranks` (global, in group order) in which
+// this rank is member `index`. Every member calls it for the same group at the same point of its
+// list of groups; it blocks until they all have.
+class GroupMaker {
+ public:
+  virtual ~GroupMaker() = default;
+  virtual Result<std::unique_ptr<CollectiveGroup>> Make(const std::vector<int>& ranks, int index) = 0;
+};
+
+// `inner`, with the collectives of tensors on devices of `type` run by groups from `maker`, one
+// per collective id (made in Prepare), each on its own stream, ordered after the inputs' stream
+// by an event rather than a wait on the host (actor/device_comm.cpp). Everything else passes to
+// `inner`: sends and receives, tensors elsewhere, the notices. The path of CUDA ranks on NCCL.
+std::unique_ptr<Communicator> WithDeviceGroups(std::unique_ptr<Communicator> inner, std::unique_ptr<GroupMaker> maker,
+                                               DeviceType type);
+// Groups on MPI over host memory, a thread per group as its stream (actor/group_makers.cpp): the
+// device communicator's logic without a GPU, for the sim device and the tests. Needs MPI at
+// MPI_THREAD_MULTIPLE.
+std::unique_ptr<GroupMaker> HostGroups();
 
 // The MPI communicator over all ranks of MPI_COMM_WORLD; every rank calls it (it duplicates the
 // world communicator, so its traffic never meets the caller's). If MPI is not initialised yet,

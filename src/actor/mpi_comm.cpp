@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "actor/comm.h"
+#include "actor/movement.h"
 
 namespace fr::actor {
 
@@ -34,22 +35,6 @@ bool HostVisible(const Tensor& t) {
 
 using boxing::Op;
 using boxing::Task;
-
-// A row-major shape seen around one axis: outer x dim x inner elements. A part along the axis is
-// one contiguous run per outer index; with outer == 1 the parts are contiguous in the tensor.
-struct AxisView {
-  int64_t outer = 1, dim = 1, inner = 1;
-};
-
-AxisView Around(const Shape& s, int axis) {
-  AxisView v;
-  for (int i = 0; i < s.rank(); ++i) {
-    if (i < axis) v.outer *= s[i];
-    if (i == axis) v.dim = s[i];
-    if (i > axis) v.inner *= s[i];
-  }
-  return v;
-}
 
 // Copies part j of the p parts of a tensor along an axis to `staging` as that part's tensor,
 // row-major (pack), or back (unpack). Returns the part's bytes.
@@ -114,22 +99,6 @@ Counts MemberCounts(const std::vector<Tensor>& ts, int axis, int p) {
   return c;
 }
 
-std::string GroupString(const std::vector<int>& g) {
-  std::string s = "{";
-  for (size_t i = 0; i < g.size(); ++i) s += (i ? "," : "") + std::to_string(g[i]);
-  return s + "}";
-}
-
-std::string Describe(const Task& t) {
-  switch (t.op) {
-    case Op::kSend: return "send to rank " + std::to_string(t.peer) + " tag " + std::to_string(t.tag);
-    case Op::kRecv: return "recv from rank " + std::to_string(t.peer) + " tag " + std::to_string(t.tag);
-    default:
-      return std::string(boxing::Name(t.op)) + " over group " + GroupString(t.group) + " (collective " +
-             std::to_string(t.collective) + ")";
-  }
-}
-
 std::string MpiError(int rc) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
@@ -146,26 +115,6 @@ MPI_Datatype TypeOf(DType t) {
     case DType::kU8: return MPI_UINT8_T;
   }
   return MPI_DATATYPE_NULL;
-}
-
-// Whether a bucket's inputs lie in one allocation in order, with gaps a multiple of the element
-// size, and its outputs at the same offsets in another (actor::Runtime lays buckets out so): then
-// one copy of the span and one all-reduce over it, in the outputs, the gaps included, take the
-// place of packing into a staging buffer and unpacking from it.
-bool LaidOutAlike(const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
-  const auto* in0 = static_cast<const char*>(in.front().raw());
-  const auto* out0 = static_cast<const char*>(out.front().raw());
-  const size_t es = SizeOf(in.front().dtype());
-  size_t end = 0;
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (!in[i].SharesStorageWith(in.front()) || !out[i].SharesStorageWith(out.front()) || in[i].SharesStorageWith(out[i]))
-      return false;
-    const auto at = static_cast<const char*>(in[i].raw()) - in0;
-    if (at < static_cast<ptrdiff_t>(end) || static_cast<const char*>(out[i].raw()) - out0 != at || at % es != 0) return false;
-    end = static_cast<size_t>(at) + in[i].bytes();
-  }
-  return in.front().storage()->bytes() >= end + (in0 - static_cast<const char*>(in.front().storage()->data())) &&
-         out.front().storage()->bytes() >= end + (out0 - static_cast<const char*>(out.front().storage()->data()));
 }
 
 MPI_Op OpOf(sbp::Reduce r) {
@@ -292,14 +241,11 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
-  Status Fail(const std::string& what, const std::string& why) const {
-    return Status::Runtime("[actor] rank " + std::to_string(rank_) + ": " + what + ": " + why);
-  }
+  Status Fail(const std::string& what, const std::string& why) const { return MovementError(rank_, what, why); }
   Status Mpi(int rc, const char* call, const std::string& what) const {
     return rc == MPI_SUCCESS ? Status::Ok() : Fail(what, std::string(call) + ": " + MpiError(rc));
   }
   Status CheckTensors(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) const;
-  Status CheckBucket(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) const;
   Status StartCollective(Pending& p, MPI_Comm comm, int k);
   // Each collective op's start: staging where its parts are not contiguous, then the nonblocking call.
   Status StartAllReduce(Pending& p, MPI_Comm comm);
@@ -559,93 +505,22 @@ Status MpiCommunicator::Prepare(const std::vector<std::vector<int>>& groups, con
   return s;
 }
 
-Status MpiCommunicator::CheckBucket(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) const {
+// The checks every communicator makes (movement.h), then MPI's own: host memory, and counts and
+// tags that fit its ints.
+Status MpiCommunicator::CheckTensors(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& out) const {
+  RETURN_IF_ERROR(CheckMovement(t, rank_, size_, in, out));
   const std::string what = Describe(t);
-  if (t.rank != rank_) return Fail(what, "the task is for rank " + std::to_string(t.rank));
-  if (std::find(t.group.begin(), t.group.end(), rank_) == t.group.end())
-    return Fail(what, "rank " + std::to_string(rank_) + " is not in the group");
-  if (out.size() != in.size()) return Fail(what, std::to_string(in.size()) + " inputs but " + std::to_string(out.size()) + " outputs");
-  const int p = static_cast<int>(t.group.size());
-  const int k = static_cast<int>(std::find(t.group.begin(), t.group.end(), rank_) - t.group.begin());
   int64_t total = 0;
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (!in[i].defined() || !out[i].defined()) return Fail(what, "tensor " + std::to_string(i) + " missing");
-    if (!HostVisible(in[i]) || !HostVisible(out[i])) return Fail(what, "the MPI communicator moves host memory only");
-    if (in[i].dtype() != in[0].dtype() || out[i].dtype() != in[0].dtype()) return Fail(what, "dtypes differ within a bucket");
-    // An all-reduce's output is its input's shape; a reduce-scatter's part k of it along the split
-    // axis; an all-gather's input is part k of its output along the concat axis.
-    Shape want = in[i].shape();
-    if (t.op == Op::kReduceScatter) {
-      if (t.split_axis < 0 || t.split_axis >= want.rank()) return Fail(what, "bad split axis for tensor " + std::to_string(i));
-      want[t.split_axis] = sbp::SplitRange(want[t.split_axis], p, k).size();
+  for (const std::vector<Tensor>* side : {&in, &out}) {
+    for (const Tensor& x : *side) {
+      if (!HostVisible(x)) return Fail(what, "the MPI communicator moves host memory only");
+      if (x.numel() > INT_MAX) return Fail(what, "a tensor of " + x.shape().ToString() + " is too large for MPI");
+      if (side == &in) total += x.numel();
     }
-    if (t.op == Op::kAllGather) {
-      want = out[i].shape();
-      if (t.concat_axis < 0 || t.concat_axis >= want.rank()) return Fail(what, "bad concat axis for tensor " + std::to_string(i));
-      Shape part = want;
-      part[t.concat_axis] = sbp::SplitRange(want[t.concat_axis], p, k).size();
-      if (!(part == in[i].shape())) want = Shape{};
-    }
-    if (!(want == out[i].shape()))
-      return Fail(what, "input " + in[i].shape().ToString() + " does not fit output " + out[i].shape().ToString());
-    total += in[i].numel();
   }
   if (total > INT_MAX) return Fail(what, "a bucket of " + std::to_string(total) + " elements is too large for MPI");
-  return Status::Ok();
-}
-
-// The shapes a task's tensors must have, as boxing.h defines each op; MPI would not notice some
-// mismatches (a short message, different counts on two members) and leave `out` half written.
-Status MpiCommunicator::CheckTensors(const Task& t, const std::vector<Tensor>& in, const std::vector<Tensor>& outs) const {
-  if ((t.op == Op::kAllReduce || t.op == Op::kReduceScatter || t.op == Op::kAllGather) && in.size() > 1)
-    return CheckBucket(t, in, outs);
-  const std::string what = Describe(t);
-  if (t.rank != rank_) return Fail(what, "the task is for rank " + std::to_string(t.rank));
-  const bool needs_in = t.op != Op::kRecv, needs_out = t.op != Op::kSend;
-  if (in.size() != (needs_in ? 1u : 0u) || (needs_in && !in[0].defined()))
-    return Fail(what, "expected " + std::string(needs_in ? "one input" : "no input") + ", got " +
-                          std::to_string(in.size()));
-  if (outs.size() > 1) return Fail(what, "expected at most one output, got " + std::to_string(outs.size()));
-  const Tensor out = outs.empty() ? Tensor() : outs[0];
-  if (needs_out != out.defined()) return Fail(what, needs_out ? "no output tensor" : "an output tensor for a send");
-  const Tensor& any = needs_in ? in[0] : out;
-  if (!HostVisible(any) || (needs_out && !HostVisible(out))) return Fail(what, "the MPI communicator moves host memory only");
-  if (needs_in && needs_out && in[0].dtype() != out.dtype()) return Fail(what, "input and output dtypes differ");
-  for (const Tensor& x : {any, out})
-    if (x.numel() > INT_MAX) return Fail(what, "a tensor of " + x.shape().ToString() + " is too large for MPI");
-  if (t.op == Op::kSend || t.op == Op::kRecv) {
-    if (t.peer < 0 || t.peer >= size_ || t.peer == rank_) return Fail(what, "bad peer");
-    if (t.tag < 0 || t.tag > tag_ub_) return Fail(what, "tag outside [0, " + std::to_string(tag_ub_) + "]");
-    return Status::Ok();
-  }
-  const int p = static_cast<int>(t.group.size());
-  const int k = static_cast<int>(std::find(t.group.begin(), t.group.end(), rank_) - t.group.begin());
-  if (k == p) return Fail(what, "rank " + std::to_string(rank_) + " is not in the group");
-  const Shape &x = in[0].shape(), &y = out.shape();
-  Shape want = x;
-  auto axis_ok = [&](int a) { return a >= 0 && a < x.rank() && x.rank() == y.rank(); };
-  switch (t.op) {
-    case Op::kAllReduce: break;
-    case Op::kAllGather:
-      if (!axis_ok(t.concat_axis)) return Fail(what, "bad concat axis");
-      want[t.concat_axis] = y[t.concat_axis];
-      if (x[t.concat_axis] != sbp::SplitRange(y[t.concat_axis], p, k).size()) want = Shape{};
-      break;
-    case Op::kReduceScatter:
-      if (!axis_ok(t.split_axis)) return Fail(what, "bad split axis");
-      want[t.split_axis] = sbp::SplitRange(x[t.split_axis], p, k).size();
-      break;
-    case Op::kAllToAll:
-      // The group's tensor L: x is part k of L along concat_axis, y part k along split_axis.
-      if (!axis_ok(t.concat_axis) || !axis_ok(t.split_axis) || t.concat_axis == t.split_axis)
-        return Fail(what, "bad concat or split axis");
-      want[t.split_axis] = sbp::SplitRange(x[t.split_axis], p, k).size();
-      want[t.concat_axis] = y[t.concat_axis];
-      if (x[t.concat_axis] != sbp::SplitRange(y[t.concat_axis], p, k).size()) want = Shape{};
-      break;
-    default: return Fail(what, "not a communicating op");
-  }
-  if (!(want == y)) return Fail(what, "input " + x.ToString() + " does not fit output " + y.ToString());
+  if ((t.op == Op::kSend || t.op == Op::kRecv) && t.tag > tag_ub_)
+    return Fail(what, "tag outside [0, " + std::to_string(tag_ub_) + "]");
   return Status::Ok();
 }
 

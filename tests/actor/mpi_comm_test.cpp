@@ -4,6 +4,11 @@
 // Then it runs its own tasks for real: local ops with the simulate.h helpers, the others through
 // the Communicator, each as soon as its inputs are ready (collectives in plan order), as the
 // actor runtime will. Its dst pieces must equal the simulator's exactly.
+//
+// With FLOWRUN_TEST_COMM=groups the same tests run the device communicator (comm.h:
+// WithDeviceGroups) over MPI's host groups, with CPU tensors as its device's: every collective
+// then takes the device path (packing parts into a scratch buffer, padding uneven ones, buckets)
+// that NCCL's groups take on GPUs.
 #include "actor/comm.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <random>
@@ -34,6 +40,12 @@ using sbp::Sbp;
 using boxing::testing::NdSbps;
 
 Communicator* g_comm = nullptr;  // the world communicator, made in main
+bool g_groups = false;           // g_comm is the device communicator over host groups
+
+// The shared-memory input buffers are the MPI communicator's; the device communicator runs every
+// collective of its device's tensors on its groups instead, and offers none.
+#define SKIP_WITHOUT_INPUT_BUFFERS() \
+  if (g_groups) GTEST_SKIP() << "the device communicator has no shared-memory input buffers (MPI's own)"
 
 const Sbp kS0 = Sbp::S(0), kS1 = Sbp::S(1), kB = Sbp::B(), kP = Sbp::P(), kPMax = Sbp::P(Reduce::kMax);
 
@@ -421,6 +433,7 @@ TEST(MpiComm, AllReduceBucketLaidOut_1nNd) {
 // while another still reads the last; two collectives in flight at once; a bucket larger than
 // the shared slot and an int64 all-reduce on the same collective still go through MPI.
 TEST(MpiComm, SharedAllReduce_1nNd) {
+  SKIP_WITHOUT_INPUT_BUFFERS();
   Communicator& comm = *g_comm;
   const int me = comm.rank();
   const std::vector<Shape> shapes = {Shape{3, 4}, Shape{1}, Shape{5, 2, 2}};
@@ -500,6 +513,7 @@ TEST(MpiComm, SharedAllReduce_1nNd) {
 // which returns once every member has read them. The last member lingers before each poll, so a
 // member that rewrote its inputs before the others had read them would spoil their sums.
 TEST(MpiComm, SharedAllReduceOfInputsInPlace_1nNd) {
+  SKIP_WITHOUT_INPUT_BUFFERS();
   Communicator& comm = *g_comm;
   const int me = comm.rank();
   const std::vector<int64_t> sizes = {1, 48, 7};  // floats
@@ -658,6 +672,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", comm.status().message().c_str());
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    const char* mode = std::getenv("FLOWRUN_TEST_COMM");
+    fr::actor::g_groups = mode && std::string(mode) == "groups";
+    if (fr::actor::g_groups)
+      *comm = fr::actor::WithDeviceGroups(std::move(*comm), fr::actor::HostGroups(), fr::DeviceType::kCpu);
     fr::actor::g_comm = comm->get();
     if (fr::actor::g_comm->rank() != 0) {
       ::testing::TestEventListeners& ls = ::testing::UnitTest::GetInstance()->listeners();
