@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <thread>
 #include <vector>
 
 #include "actor/stream.h"
+#include "ops/cuda/backend.h"
 
 namespace fr::actor {
 
@@ -22,6 +24,40 @@ Result<World> JoinWorld(int* argc, char*** argv) {
   w.rank = w.comm->rank();
   w.size = w.comm->size();
   return w;
+}
+
+Result<std::string> UseDeviceCollectives(World& w, DeviceType type) {
+  const char* env = std::getenv("FLOWRUN_COLLECTIVES");
+  const std::string mode = env ? env : "";
+  if (!mode.empty() && mode != "host" && mode != "auto")
+    return Status::Invalid("[actor] FLOWRUN_COLLECTIVES=" + mode + ": expected auto (the device's path) or host (host copies and MPI)");
+  if (!w.comm || type == DeviceType::kCpu) return std::string();
+  const std::string host_path = "collectives through host copies and MPI";
+  if (mode == "host") return host_path + " (FLOWRUN_COLLECTIVES=host)";
+  if (type == DeviceType::kSim) {
+    w.comm = WithDeviceGroups(std::move(w.comm), HostGroups(), type);
+    return std::string("collectives on the device communicator over MPI's host groups");
+  }
+  // Which GPU each rank drives, by host and PCI bus id: NCCL refuses a group in which two ranks
+  // share one, so then every collective takes the host path (the same on every rank).
+  constexpr int kKey = 256;
+  char mine[kKey] = {};
+  char host[128] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::snprintf(mine, sizeof mine, "%s/%s", host, cuda::GpuKey().c_str());
+  std::vector<char> all(static_cast<size_t>(kKey) * static_cast<size_t>(w.size));
+  if (MPI_Allgather(mine, kKey, MPI_CHAR, all.data(), kKey, MPI_CHAR, MPI_COMM_WORLD) != MPI_SUCCESS)
+    return Status::Runtime("[actor] rank " + std::to_string(w.rank) + ": exchanging the ranks' GPUs failed");
+  std::map<std::string, std::vector<int>> by_gpu;
+  for (int r = 0; r < w.size; ++r) by_gpu[std::string(&all[static_cast<size_t>(r) * kKey])].push_back(r);
+  for (const auto& [gpu, ranks] : by_gpu) {
+    if (ranks.size() < 2) continue;
+    std::string list;
+    for (int r : ranks) list += (list.empty() ? "" : ",") + std::to_string(r);
+    return host_path + " (ranks " + list + " share GPU " + gpu + ", which NCCL refuses)";
+  }
+  w.comm = WithDeviceGroups(std::move(w.comm), NcclGroups(), type);
+  return "collectives on NCCL " + cuda::NcclVersion();
 }
 
 bool WaitAsRuntime(const std::function<bool()>& done, int ranks, double seconds) {

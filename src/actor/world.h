@@ -24,6 +24,18 @@ struct World {
 // otherwise one rank and no MPI at all.
 Result<World> JoinWorld(int* argc, char*** argv);
 
+// Picks how the collectives of device tensors run, once the device is chosen, and wraps w.comm
+// for it; every rank calls it (it exchanges which GPU each rank drives). CUDA: NCCL
+// (WithDeviceGroups over NcclGroups) unless two ranks of a node share a GPU, which NCCL refuses;
+// then host copies and MPI (WithHostStaging, as JoinWorld set up). sim: MPI's host groups
+// (HostGroups), the device path without a GPU. FLOWRUN_COLLECTIVES=host keeps host copies and MPI
+// for any device (auto, the default: as above). Returns the path taken, for the start-up line; empty for one rank or the CPU.
+Result<std::string> UseDeviceCollectives(World& w, DeviceType type);
+
+// NCCL's groups, on this process's GPU: member 0 of each makes its unique id and sends it to the
+// others over MPI (actor/nccl_groups.cpp).
+std::unique_ptr<GroupMaker> NcclGroups();
+
 // Waits for a movement as an idle stream of the runtime waits (actor::Stream): `done` polls it
 // once and says whether it completed; it is polled at once, again for Stream::PollSpinFor, then
 // after sleeps of Stream::kPollMin doubling to Stream::PollMaxFor, for `ranks` ranks on this

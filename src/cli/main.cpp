@@ -213,8 +213,14 @@ int Train(const Args& a) {
                                 " but the job has " + std::to_string(world->size) + " rank(s) (mpirun -n " +
                                 std::to_string(cfg->parallel.ranks) + ")"));
   }
-  auto device = PrepareDevice(*cfg, world->size);
+  auto device = PrepareDevice(*cfg);
   if (!device.ok()) return fail(device.status());
+  {
+    Watchdog::Phase phase(dog, "choosing the collectives' path with the other ranks", cfg->parallel.timeout);
+    auto path = actor::UseDeviceCollectives(*world, cfg->parallel.device);
+    if (!path.ok()) return fail(path.status());
+    if (!path->empty()) *device += (device->empty() ? "" : "; ") + *path;
+  }
   if (lead && !device->empty()) std::cerr << "[train] " << *device << "\n";
   // Before anything is compiled or written: no output replaces an input or a device, and no run is
   // lost to an output it cannot write.

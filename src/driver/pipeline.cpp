@@ -156,13 +156,12 @@ ir::RewriteOptions RewriteOptionsOf(const Config& cfg, const ir::Graph& g) {
 
 }  // namespace
 
-Result<std::string> PrepareDevice(const Config& cfg, int ranks) {
+Result<std::string> PrepareDevice(const Config& cfg) {
   if (cfg.parallel.device != DeviceType::kCuda) return std::string();
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
   ASSIGN_OR_RETURN(int gpu, cuda::InitDevice(local ? std::atoi(local) : 0));
   cuda::AllowTf32(cfg.parallel.tf32);
   return "CUDA GPU " + std::to_string(gpu) + (cfg.parallel.tf32 ? ", TF32 allowed" : ", FP32") +
-         (ranks > 1 ? "; collectives through host memory and MPI (NCCL is not there yet)" : "") +
          "; the CUDA backend is new and not yet verified on a GPU (issue 30)";
 }
 

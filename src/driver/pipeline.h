@@ -47,9 +47,9 @@ Result<Compiled> Compile(const Config& cfg, int ranks);
 // from one `model` read once (cfg.model.onnx's; null: read it here).
 Result<Compiled> Prepare(const Config& cfg, std::shared_ptr<const ir::OnnxModel> model = nullptr);
 
-// The device of a training run of `ranks` ranks, made ready: on CUDA, this rank's GPU selected
-// (its local rank among the node's ranks picks it) and the CUDA module loaded. What it returns
-// is the line the run prints about its device and its collectives; empty on the CPU.
-Result<std::string> PrepareDevice(const Config& cfg, int ranks);
+// The device of a training run, made ready: on CUDA, this rank's GPU selected (its local rank
+// among the node's ranks picks it) and the CUDA module loaded. What it returns starts the line the
+// run prints about its device (actor::UseDeviceCollectives adds its collectives); empty on the CPU.
+Result<std::string> PrepareDevice(const Config& cfg);
 
 }  // namespace fr

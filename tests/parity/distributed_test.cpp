@@ -197,17 +197,25 @@ TEST(Distributed, Gpt_Hybrid2D_2x2) {
 // CPU. On sim every task but the loader and the sinks runs on the device, the plan copies data in
 // and the loss and norm out as tasks, and the runtime allocates through the sim backend and runs
 // those copies on its own stream: the losses and norms must be the CPU's bit for bit.
+// Collectives between sim ranks run on the device communicator over MPI's host groups
+// (actor::UseDeviceCollectives), as CUDA ranks' run on NCCL's.
 // `opaque`: with FLOWRUN_SIM_OPAQUE=1 the sim device's memory is, to everything but its kernels,
-// memory the host cannot address, as a GPU's: movements between ranks go through host copies
-// (actor::WithHostStaging), local ones too (Actor::Move), as they do for CUDA ranks without NCCL.
+// memory the host cannot address, as a GPU's: local movements go through host copies
+// (Actor::Move); with `host_collectives` (FLOWRUN_COLLECTIVES=host) movements between ranks too
+// (actor::WithHostStaging), as for CUDA ranks that share a GPU.
 void ExpectSameOnSim(const char* name, const char* config, int ranks, const std::vector<std::string>& sets,
-                     bool opaque = false) {
+                     bool opaque = false, bool host_collectives = false) {
   std::vector<std::string> cpu = sets, sim = sets;
   cpu.push_back("parallel.device=cpu");
   sim.push_back("parallel.device=sim");
-  const std::string sim_name = std::string(name) + (opaque ? "_opaque" : "_sim");
+  const std::string sim_name = std::string(name) + (opaque ? "_opaque" : "_sim") + (host_collectives ? "_host" : "");
+  const std::string env = std::string(opaque ? "FLOWRUN_SIM_OPAQUE=1 " : "") + (host_collectives ? "FLOWRUN_COLLECTIVES=host " : "");
   const Run ref = Train(Case{name, config, ranks, {}, cpu}, ranks, false);
-  const Run got = Train(Case{sim_name.c_str(), config, ranks, {}, sim, opaque ? "FLOWRUN_SIM_OPAQUE=1 " : ""}, ranks, false);
+  const Run got = Train(Case{sim_name.c_str(), config, ranks, {}, sim, env.c_str()}, ranks, false);
+  const std::string path = host_collectives ? "collectives through host copies and MPI" : "collectives on the device communicator";
+  if (ranks > 1) {
+    EXPECT_NE(got.out.find(path), std::string::npos) << got.out;
+  }
   ASSERT_EQ(ref.code, 0) << ref.out;
   ASSERT_EQ(got.code, 0) << got.out;
   ASSERT_EQ(ref.loss.size(), 20u) << ref.out;
@@ -238,6 +246,17 @@ TEST(Distributed, OpaqueSimDevice_Gpt_TensorParallel_1n2d) {
                    "cluster.bandwidth={intra: 1.0e+11, inter: 1.0e+11}", "cluster.p2p_latency=5.0e-6", "cluster.op_overhead=0",
                    "schedule.warmup=2", "train.global_batch=2", "train.micro_batch=1"},
                   true);
+}
+TEST(Distributed, OpaqueSimDevice_HostCollectives_Gpt_DataParallel_1n2d) {
+  std::vector<std::string> sets = kGptShort;
+  sets.push_back("parallel.sbp={idx: [\"S(0)\"]}");
+  ExpectSameOnSim("opaque_gpt_dp2", kGpt, 2, sets, true, true);
+}
+TEST(Distributed, OpaqueSimDevice_HostCollectives_PipelineTimesZero_2x2) {
+  ExpectSameOnSim("opaque_pp_zero", kMlp, 4,
+                  {"parallel.stages=[[\"/fc1/*\", \"/Relu\"], [\"*\"]]", "parallel.sbp={x: [\"S(0)\"]}", "parallel.zero=true",
+                   "train.micro_batch=16"},
+                  true, true);
 }
 TEST(Distributed, OpaqueSimDevice_PipelineTimesZero_2x2) {
   ExpectSameOnSim("opaque_pp_zero", kMlp, 4,

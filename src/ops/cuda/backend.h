@@ -8,6 +8,10 @@
 // which resolves them all when it is loaded.
 #pragma once
 
+#include <memory>
+#include <string>
+
+#include "base/collective.h"
 #include "ops/op.h"
 
 namespace fr::cuda {
@@ -29,6 +33,17 @@ KernelFn KernelFor(OpKind k);
 // Whether op k has a CUDA kernel (flowrun ops lists it); false without the module.
 bool HasKernel(OpKind k);
 
+// NCCL (actor/group_makers.cpp makes its groups): a fresh unique id, made by a group's member 0
+// and sent to the others; the group of `members` in which this rank is member `index`, on this
+// process's GPU (InitDevice first), blocking until every member has joined; the library's version
+// ("2.28.9"), empty without the module. Errors say why ("[nccl] ncclCommInitRank: ...").
+Status NcclNewId(GroupId* id);
+Result<std::unique_ptr<CollectiveGroup>> NcclMakeGroup(int members, const GroupId& id, int index);
+std::string NcclVersion();
+// This process's GPU as its PCI bus id ("0000:18:00.0"): ranks of one node with the same key share
+// a GPU, which NCCL refuses. Empty without the module.
+std::string GpuKey();
+
 // What the module exports, as one table (flowrun_cuda_api).
 struct Api {
   int version;
@@ -36,8 +51,12 @@ struct Api {
   Result<int> (*init_device)(int local_rank);
   void (*allow_tf32)(bool);
   KernelFn (*kernel_for)(OpKind k);  // null where op k has no CUDA kernel
+  Status (*nccl_new_id)(GroupId* id);
+  Result<std::unique_ptr<CollectiveGroup>> (*nccl_make_group)(int members, const GroupId& id, int index);
+  std::string (*nccl_version)();
+  std::string (*gpu_key)();
 };
-inline constexpr int kApiVersion = 1;
+inline constexpr int kApiVersion = 2;
 
 }  // namespace fr::cuda
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "base/collective.h"
 #include "base/device.h"
 #include "base/status.h"
 
@@ -38,10 +39,15 @@ class CudaStream final : public DeviceStream {
   cudaStream_t stream_ = nullptr;
 };
 
-// The module's side of ops/cuda/backend.h's VisibleDevices and InitDevice, and the backend's
-// TakeDataError.
+// The module's side of ops/cuda/backend.h's VisibleDevices, InitDevice, NcclNewId,
+// NcclMakeGroup, NcclVersion and GpuKey (names of their own: flowrun exports the loader's, which
+// would interpose on the module's of the same name), and the backend's TakeDataError.
 int CountDevices();
 Result<int> SelectDevice(int local_rank);
 Status ReadDataError(DeviceStream& s);
+Status MakeNcclId(GroupId* id);
+Result<std::unique_ptr<CollectiveGroup>> MakeNcclGroup(int members, const GroupId& id, int index);
+std::string NcclVersionString();
+std::string PciBusId();
 
 }  // namespace fr::cuda

@@ -94,6 +94,20 @@ KernelFn KernelFor(OpKind k) {
   return f ? f : NoKernel;
 }
 
+Status NcclNewId(GroupId* id) {
+  if (!Module().api) return Module().why;
+  return Module().api->nccl_new_id(id);
+}
+
+Result<std::unique_ptr<CollectiveGroup>> NcclMakeGroup(int members, const GroupId& id, int index) {
+  if (!Module().api) return Module().why;
+  return Module().api->nccl_make_group(members, id, index);
+}
+
+std::string NcclVersion() { return Module().api ? Module().api->nccl_version() : std::string(); }
+
+std::string GpuKey() { return Module().api ? Module().api->gpu_key() : std::string(); }
+
 bool HasKernel(OpKind k) { return Module().api && Module().api->kernel_for(k) != nullptr; }
 
 }  // namespace fr::cuda

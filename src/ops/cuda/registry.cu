@@ -26,7 +26,8 @@ KernelFn KernelOf(OpKind k) { return Table()[static_cast<size_t>(k)]; }
 }  // namespace fr::cuda
 
 extern "C" __attribute__((visibility("default"))) const fr::cuda::Api* flowrun_cuda_api() {
-  static const fr::cuda::Api api{fr::cuda::kApiVersion, fr::cuda::CountDevices, fr::cuda::SelectDevice, fr::cuda::AllowTf32Gemm,
-                                 fr::cuda::KernelOf};
+  static const fr::cuda::Api api{fr::cuda::kApiVersion, fr::cuda::CountDevices,  fr::cuda::SelectDevice,
+                                 fr::cuda::AllowTf32Gemm,  fr::cuda::KernelOf,      fr::cuda::MakeNcclId,
+                                 fr::cuda::MakeNcclGroup,  fr::cuda::NcclVersionString, fr::cuda::PciBusId};
   return &api;
 }
