@@ -118,13 +118,14 @@ plugin_ok() {
 cp -L "$bin" "$root/bin/flowrun"
 add_deps "$bin"
 # The CUDA module beside flowrun (where its loader looks), and the tests the GPU check runs: each
-# op's CUDA kernel against the CPU's (device_ops_test) and the golden runs (parity_test).
+# op's CUDA kernel against the CPU's (device_ops_test), the device communicator on NCCL
+# (nccl_test) and the golden runs (parity_test).
 bindir=$(dirname "$bin")
 if [ -f "$bindir/libflowrun_cuda.so" ]; then
   cp -L "$bindir/libflowrun_cuda.so" "$root/bin/"
   add_deps "$bindir/libflowrun_cuda.so"
 fi
-for t in device_ops_test parity_test; do
+for t in device_ops_test nccl_test parity_test; do
   if [ -x "$bindir/../tests/$t" ]; then cp -L "$bindir/../tests/$t" "$root/bin/"; add_deps "$bindir/../tests/$t"; fi
 done
 
@@ -206,6 +207,10 @@ export LD_LIBRARY_PATH=$_r/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # CUDA's libraries for the CUDA module: the machine's toolkit's, else PyTorch's wheels'.
 for _d in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /opt/*/.venv/lib/python3*/site-packages/nvidia/cu13/lib; do
   if [ -e "$_d/libcublas.so.13" ] && [ -e "$_d/libcudart.so.13" ]; then export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$_d; break; fi
+done
+# NCCL for the CUDA module's collectives: the toolkit's, else the nvidia-nccl wheel's.
+for _d in /usr/local/cuda/lib /usr/local/cuda/lib64 /usr/local/cuda-13*/lib /opt/*/.venv/lib/python3*/site-packages/nvidia/nccl/lib; do
+  if [ -e "$_d/libnccl.so.2" ]; then export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$_d; break; fi
 done
 unset _d
 # libstdc++/libgcc_s from the bundle only where the machine's own do not serve flowrun.

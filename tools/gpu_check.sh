@@ -12,7 +12,8 @@
 #   3. flowrun on the CPU from the bundle: --version, `train configs/mlp.yaml` on 1 rank and under
 #      `mpirun -n 2` with the bundled Open MPI;
 #   4. the CUDA backend: every op's CUDA kernel against its CPU kernel, forward and gradient
-#      (device_ops_test, rtol 1e-5, TF32 off); the golden runs on the GPU against PyTorch's
+#      (device_ops_test, rtol 1e-5, TF32 off); the device communicator on NCCL with one rank per
+#      communicator (nccl_test); the golden runs on the GPU against PyTorch's
 #      losses (parity_test with parallel.device=cuda, rtol 1e-4); gpt_mini 200 steps on the GPU
 #      against the CPU; 2 ranks on the one GPU, data and tensor parallel, against 1 (rtol 1e-5);
 #      a GPT-2-small-sized GPT (made here with the machine's PyTorch) trained on
@@ -124,6 +125,14 @@ s_cuda_ops() {
   if grep -q 'SKIPPED' /tmp/gc_ops.log; then echo "the CUDA cases were skipped"; exit 3; fi
   exit "$rc"
 }
+# The device communicator on NCCL, one rank per communicator: NCCL's calls, the packing on the
+# device and the events, exactly; the cases must run, not skip.
+s_cuda_nccl() {
+  bundled nccl_test 2>&1 | tee /tmp/gc_nccl.log
+  local rc=${PIPESTATUS[0]}
+  if grep -q 'SKIPPED' /tmp/gc_nccl.log; then echo "the NCCL cases were skipped"; exit 3; fi
+  exit "$rc"
+}
 # The golden runs (tests/golden) on the GPU against PyTorch's 20 losses.
 s_cuda_golden() {
   FLOWRUN_BIN=$FLOWRUN_BUNDLE_ROOT/bin/flowrun FLOWRUN_PARITY_SET="parallel.device=cuda" bundled parity_test \
@@ -149,15 +158,19 @@ print(f"gpt_mini 200 steps: CPU {a} ({ta:.2f} ms/step), CUDA {b} ({tb:.2f} ms/st
 sys.exit(0 if r < 1e-4 else 1)
 PY
 }
-# 2 ranks on the one GPU (collectives through host memory), data parallel and tensor parallel,
-# against 1 rank on it, gpt_mini 50 steps.
+# 2 ranks on the one GPU (NCCL refuses a GPU shared: collectives through host copies and MPI, as
+# the start line must say), data parallel and tensor parallel, against 1 rank on it, gpt_mini 50
+# steps.
 s_cuda_2ranks() {
   local base=(--set train.steps=50 --set log.every=50 --set parallel.device=cuda --set schedule.warmup=2)
   local tp=(--set 'parallel.sbp={"/blocks.*/attn/qkv/MatMul:1": ["S(1)"], "/blocks.*/mlp/fc/MatMul:1": ["S(1)"]}'
             --set cluster.flops=1.0e+13 --set 'cluster.bandwidth={intra: 1.0e+11, inter: 1.0e+11}')
   bundled flowrun train configs/gpt.yaml "${base[@]}" 2>&1 | tail -1 | tee /tmp/gc_1.txt
-  bundled mpirun -n 2 --oversubscribe flowrun train configs/gpt.yaml "${base[@]}" --set 'parallel.sbp={idx: ["S(0)"]}' 2>&1 | tail -1 | tee /tmp/gc_dp.txt
-  bundled mpirun -n 2 --oversubscribe flowrun train configs/gpt.yaml "${base[@]}" "${tp[@]}" 2>&1 | tail -1 | tee /tmp/gc_tp.txt
+  bundled mpirun -n 2 --oversubscribe flowrun train configs/gpt.yaml "${base[@]}" --set 'parallel.sbp={idx: ["S(0)"]}' >/tmp/gc_dp.txt 2>&1
+  grep -E '^\[train\]' /tmp/gc_dp.txt; tail -1 /tmp/gc_dp.txt
+  grep -q 'collectives through host copies and MPI (ranks 0,1 share GPU' /tmp/gc_dp.txt || { echo "not the host path for ranks sharing a GPU"; exit 5; }
+  bundled mpirun -n 2 --oversubscribe flowrun train configs/gpt.yaml "${base[@]}" "${tp[@]}" >/tmp/gc_tp.txt 2>&1
+  tail -1 /tmp/gc_tp.txt
   python3 - <<'PY'
 import re, sys
 def loss(p):
@@ -194,7 +207,7 @@ s_torch() {
 s_torch_compile() {
   python3 bench/gpu_baseline.py --parts compile --jsonl "$OUT/baseline.jsonl"
 }
-export -f bundled s_machine s_nvidia_smi s_unpack s_ldd s_flowrun_1 s_mpirun_mlp s_cuda_ops s_cuda_golden s_cuda_gpt s_cuda_2ranks s_cuda_speed s_torch s_torch_compile
+export -f bundled s_machine s_nvidia_smi s_unpack s_ldd s_flowrun_1 s_mpirun_mlp s_cuda_ops s_cuda_nccl s_cuda_golden s_cuda_gpt s_cuda_2ranks s_cuda_speed s_torch s_torch_compile
 
 main() {
   echo "gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET}s, OUT=$OUT"
@@ -206,6 +219,7 @@ main() {
   step flowrun-1rank 60 s_flowrun_1
   step mpirun-2ranks-mlp 90 s_mpirun_mlp
   step cuda-ops 120 s_cuda_ops
+  step cuda-nccl 60 s_cuda_nccl
   step cuda-golden 90 s_cuda_golden
   step cuda-gpt 90 s_cuda_gpt
   step cuda-2ranks 90 s_cuda_2ranks
