@@ -191,7 +191,9 @@ s_cuda_speed() {
   [ -f /tmp/gc_gpt2.onnx ] || python3 tools/make_gpt2.py /tmp/gc_gpt2.onnx || exit 1
   bundled flowrun train configs/scale/gpt2_124m.yaml --set model.onnx=/tmp/gc_gpt2.onnx --set parallel.device=cuda \
     --set parallel.tf32=true --set train.steps=12 --set train.global_batch=8 --set train.micro_batch=8 --set log.every=1 \
-    --set log.jsonl=/tmp/gc_gpt2.jsonl 2>&1 | tail -4
+    --set log.jsonl=/tmp/gc_gpt2.jsonl --trace /tmp/gc_gpt2_trace.json 2>&1 | tail -4
+  # How much of each step the GPU computes ("compute (device)" busy; the issue asks >= 95%).
+  python3 tools/trace_report.py /tmp/gc_gpt2_trace.json --steps 3:11
   python3 - <<'PY'
 import json
 rows = [json.loads(l) for l in open("/tmp/gc_gpt2.jsonl") if l.strip()]

@@ -5,7 +5,9 @@
 
 For each rank it reports, over the chosen steps (default: all but the first, which warms up),
 the busy fraction of each stream and the idle fraction of the compute stream: in a pipeline that
-idle share is the bubble, to compare with (p-1)/(m+p-1) for p stages and m micro-batches.
+idle share is the bubble, to compare with (p-1)/(m+p-1) for p stages and m micro-batches. On a
+device the "compute (device)" track is the kernels' time on it: its busy fraction is how much of
+the step the GPU computes (the host never keeping it waiting: near 100%).
 Needs only the standard library; --png needs matplotlib (python3-matplotlib).
 """
 import argparse

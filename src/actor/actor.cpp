@@ -293,6 +293,14 @@ Status Actor::Move() {
 Status Actor::Body(int64_t k) {
   const int64_t m = plan_.micro_batches;
   const int64_t step = rt_.first_step() + (task_.per_step ? k : k / m), micro = task_.per_step ? 0 : k % m;
+  const auto& on_device = rt_.options().on_device_act;
+  if (on_device && task_.device.type != DeviceType::kCpu &&
+      (task_.kind == TaskKind::kCompute || task_.kind == TaskKind::kVariable)) {  // its kernels' device time
+    std::shared_ptr<Event> begin = stream_->RecordTimed();
+    Status s = task_.kind == TaskKind::kCompute ? Compute(step, micro) : Variable(k);
+    on_device(task_, k, std::move(begin), stream_->RecordTimed());
+    return s;
+  }
   switch (task_.kind) {
     case TaskKind::kCompute: return Compute(step, micro);
     case TaskKind::kVariable: return Variable(k);

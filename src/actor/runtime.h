@@ -71,6 +71,10 @@ struct RunOptions {
   std::function<void(ir::ValueId stat, int64_t step, int64_t micro, const Tensor& x)> on_stat;
   // Called on the actor's stream thread right before (begin) and after each act: traces, tests.
   std::function<void(const ir::TaskDesc&, int64_t act, bool begin)> on_act;
+  // Called after each compute or variable act on a device stream with timed events recorded on it
+  // before and after its kernels (DeviceStream::RecordTimed): their device time, for traces.
+  std::function<void(const ir::TaskDesc&, int64_t act, std::shared_ptr<Event> begin, std::shared_ptr<Event> end)>
+      on_device_act;
   double stall_timeout = 60;
   // The steps this run trains: from `first_step` (the steps done before, by an earlier run of the
   // same Runtime or a checkpoint's), `steps` of them (-1: to Plan::steps). The data, the schedule

@@ -12,6 +12,9 @@ Tracer::Tracer(const ir::Plan& plan, int rank)
 
 namespace {
 
+// A device track's thread id: its stream's plus this.
+constexpr int kDeviceTid = 100;
+
 // CPU time of the calling thread: an act's CPU time below its wall time means the OS ran something
 // else on its core meanwhile (ranks sharing cores) or it waited (page faults, locks).
 double ThreadCpuMicros() {
@@ -22,8 +25,36 @@ double ThreadCpuMicros() {
 
 }  // namespace
 
+double Tracer::NowMicros() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void Tracer::SetDeviceOrigin(std::shared_ptr<fr::Event> origin, double host_us) {
+  std::lock_guard<std::mutex> lock(mu_);
+  origin_ = std::move(origin);
+  origin_us_ = host_us;
+}
+
+void Tracer::RecordDevice(const ir::TaskDesc& t, int64_t act, std::shared_ptr<fr::Event> begin, std::shared_ptr<fr::Event> end) {
+  std::lock_guard<std::mutex> lock(mu_);
+  device_.push_back({t.id, act, std::move(begin), std::move(end)});
+}
+
+std::vector<Tracer::Event> Tracer::device_events() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Event> out;
+  if (!origin_) return out;
+  for (const DeviceAct& d : device_) {
+    if (!d.end->Done()) continue;
+    const double b = d.begin->MillisSince(*origin_), e = d.end->MillisSince(*origin_);
+    if (b < 0 || e < 0) continue;
+    out.push_back({d.task, d.act, origin_us_ + b * 1e3, origin_us_ + e * 1e3, 0});
+  }
+  return out;
+}
+
 void Tracer::Record(const ir::TaskDesc& t, int64_t act, bool begin) {
-  double now = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  double now = NowMicros();
   double cpu = ThreadCpuMicros();
   std::lock_guard<std::mutex> lock(mu_);
   Open& o = open_[static_cast<size_t>(t.id)];
@@ -66,20 +97,32 @@ Status Tracer::Write(const std::string& path) const {
   buf += "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
   buf += "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + std::to_string(rank_) + ", \"args\": {\"name\": \"rank " +
          std::to_string(rank_) + "\"}}";
+  const std::vector<Event> device = device_events();
+  std::vector<bool> device_track(plan_.streams.size(), false);
+  for (const Event& e : device) device_track[static_cast<size_t>(plan_.tasks[static_cast<size_t>(e.task)].stream)] = true;
   for (size_t s = 0; s < plan_.streams.size(); ++s) {
     buf += ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + std::to_string(rank_) + ", \"tid\": " + std::to_string(s) +
            ", \"args\": {\"name\": \"" + ir::Name(plan_.streams[s]) + "\"}}";
+    if (device_track[s])
+      buf += ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + std::to_string(rank_) +
+             ", \"tid\": " + std::to_string(kDeviceTid + s) + ", \"args\": {\"name\": \"" + ir::Name(plan_.streams[s]) +
+             " (device)\"}}";
   }
   const int64_t m = plan_.micro_batches;
-  for (const Event& e : events()) {
+  std::vector<Event> all = events();
+  const size_t host_events = all.size();
+  all.insert(all.end(), device.begin(), device.end());
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Event& e = all[i];
+    const bool on_device = i >= host_events;
     const ir::TaskDesc& t = plan_.tasks[static_cast<size_t>(e.task)];
     int64_t step = t.kind == ir::TaskKind::kVariable ? e.act : t.per_step ? e.act : e.act / m;
     const int64_t micro = t.per_step || t.kind == ir::TaskKind::kVariable ? 0 : e.act % m;
     char times[160];
-    std::snprintf(times, sizeof times, "\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f", rank_, t.stream,
-                  e.begin_us, e.end_us - e.begin_us);
-    char cpu[48];
-    std::snprintf(cpu, sizeof cpu, ", \"cpu_us\": %.3f", e.cpu_us);
+    std::snprintf(times, sizeof times, "\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f", rank_,
+                  on_device ? kDeviceTid + t.stream : t.stream, e.begin_us, e.end_us - e.begin_us);
+    char cpu[48] = "";
+    if (!on_device) std::snprintf(cpu, sizeof cpu, ", \"cpu_us\": %.3f", e.cpu_us);
     buf += ",\n{\"name\": \"" + Escape(t.name) + "\", \"cat\": \"" + ir::Name(t.kind) + "\", " + times + ", \"args\": {\"step\": " +
            std::to_string(step) + ", \"micro\": " + std::to_string(micro) + cpu + "}}";
     RETURN_IF_ERROR(flush(1 << 20));

@@ -4,6 +4,9 @@
 // Times are the steady clock's (CLOCK_MONOTONIC on Linux, shared by the processes of a node), so
 // the files of a node's ranks line up when opened together. Each act also carries its thread's
 // CPU time (args.cpu_us): below the act's duration, the core was taken away meanwhile.
+// On a device (CUDA, sim) a compute stream's acts queue kernels and return; their kernels' time on
+// the device is a track of its own ("compute (device)"), from timed events around each act
+// (RunOptions::on_device_act), placed on the host's clock by an origin event the host waited on.
 //
 // Thread-safety: Record may be called from any stream thread; Write after the run.
 #pragma once
@@ -22,6 +25,12 @@ class Tracer {
  public:
   Tracer(const ir::Plan& plan, int rank);
   void Record(const ir::TaskDesc& t, int64_t act, bool begin);
+  // The device's side: `origin`, recorded timed on the device and waited on by the host at
+  // `host_us` (the steady clock's), places the device's events on the host's clock.
+  void SetDeviceOrigin(std::shared_ptr<fr::Event> origin, double host_us);
+  void RecordDevice(const ir::TaskDesc& t, int64_t act, std::shared_ptr<fr::Event> begin, std::shared_ptr<fr::Event> end);
+  // The steady clock, in microseconds, as Record reads it.
+  static double NowMicros();
   Status Write(const std::string& path) const;
 
   struct Event {
@@ -31,6 +40,9 @@ class Tracer {
     double cpu_us;  // the recording thread's CPU time over the act (args.cpu_us in the file)
   };
   std::vector<Event> events() const;
+  // Device acts (task, act, begin and end in µs on the host's clock), once the device has run
+  // them; empty without an origin.
+  std::vector<Event> device_events() const;
 
  private:
   const ir::Plan& plan_;
@@ -41,6 +53,14 @@ class Tracer {
   };
   std::vector<Open> open_;      // guarded by mu_: when each task's current act began
   std::vector<Event> events_;   // guarded by mu_
+  struct DeviceAct {
+    int task;
+    int64_t act;
+    std::shared_ptr<fr::Event> begin, end;
+  };
+  std::vector<DeviceAct> device_;           // guarded by mu_
+  std::shared_ptr<fr::Event> origin_;       // guarded by mu_
+  double origin_us_ = 0;                    // guarded by mu_
 };
 
 // "trace.json" for rank 0 of one, "trace.rank3.json" for rank 3 of several.

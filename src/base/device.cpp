@@ -6,6 +6,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <chrono>
 #include <thread>
 
 #include "base/status.h"
@@ -92,6 +93,13 @@ class SimStream final : public DeviceStream {
     std::lock_guard<std::mutex> lock(mu_);
     return std::make_shared<SimEvent>(this, queued_);
   }
+  // Stamped when recorded: the sim device's kernels run on the queuing thread as they are queued.
+  std::shared_ptr<Event> RecordTimed() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto e = std::make_shared<SimEvent>(this, queued_);
+    e->at_ = std::chrono::steady_clock::now();
+    return e;
+  }
 
  private:
   struct Job {
@@ -110,6 +118,12 @@ class SimStream final : public DeviceStream {
       std::unique_lock<std::mutex> lock(s_->mu_);
       s_->cv_.wait(lock, [this] { return s_->done_ >= after_; });
     }
+    double MillisSince(const Event& start) const override {
+      const auto* s = dynamic_cast<const SimEvent*>(&start);
+      if (!s || at_ == std::chrono::steady_clock::time_point{} || s->at_ == std::chrono::steady_clock::time_point{}) return -1;
+      return std::chrono::duration<double, std::milli>(at_ - s->at_).count();
+    }
+    std::chrono::steady_clock::time_point at_{};  // RecordTimed's
 
    private:
     const SimStream* s_;  // an event outliving its stream is a caller's bug, as with CUDA's

@@ -35,6 +35,12 @@ class Event {
   virtual ~Event() = default;
   virtual bool Done() const = 0;
   virtual void Wait() const = 0;
+  // Milliseconds from `start` to this event as the device saw them, both recorded by RecordTimed
+  // on one device and done; negative where the backend does not time its events (the CPU's).
+  virtual double MillisSince(const Event& start) const {
+    (void)start;
+    return -1;
+  }
 };
 
 class DeviceStream {
@@ -44,6 +50,9 @@ class DeviceStream {
   // untouched until an event recorded after it is done.
   virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
   virtual std::shared_ptr<Event> Record() = 0;
+  // An event the device timestamps when it reaches it (Event::MillisSince): traces. Dearer than
+  // Record on a GPU.
+  virtual std::shared_ptr<Event> RecordTimed() { return Record(); }
   void Synchronize() { Record()->Wait(); }
 };
 

@@ -273,6 +273,16 @@ int Train(const Args& a) {
   if (!a.trace.empty()) {
     tracer = std::make_unique<actor::Tracer>(plan, world->rank);
     ro.on_act = [&](const ir::TaskDesc& t, int64_t act, bool begin) { tracer->Record(t, act, begin); };
+    // On a device, its kernels' time too, on the host's clock from an origin the host waited on.
+    auto on_device = std::find_if(plan.tasks.begin(), plan.tasks.end(), [](const ir::TaskDesc& t) { return t.device.type != DeviceType::kCpu; });
+    if (on_device != plan.tasks.end()) {
+      std::shared_ptr<Event> origin = rt.ComputeStream(on_device->device).RecordTimed();
+      origin->Wait();
+      tracer->SetDeviceOrigin(std::move(origin), actor::Tracer::NowMicros());
+      ro.on_device_act = [&](const ir::TaskDesc& t, int64_t act, std::shared_ptr<Event> b, std::shared_ptr<Event> e) {
+        tracer->RecordDevice(t, act, std::move(b), std::move(e));
+      };
+    }
   }
   // Runs up to each checkpoint, writes it, and goes on; one run when there are none. A run that
   // winds down (SIGTERM) ends early on every rank alike; its checkpoint ends the training.

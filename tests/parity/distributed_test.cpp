@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <tuple>
 #include <string>
 #include <thread>
 #include <vector>
@@ -503,6 +504,50 @@ TEST(Distributed, GptBucketsReduceDuringBackward) {
       ASSERT_LT(first_bucket, 1e300) << "no bucket in step " << step << "\n" << out;
       EXPECT_LT(first_bucket, last_compute) << "step " << step << ": the buckets wait for the whole backward";
     }
+  }
+}
+
+// On a device, --trace has a track of the kernels' device time beside each stream that queues
+// them: an event per compute and variable act, inside its act on the host's clock. The sim
+// device runs its kernels as the act queues them, so there the device's time lies within the
+// act's (on CUDA it starts when the GPU gets to the kernels, after the act has queued them).
+TEST(Distributed, SimDeviceTraceHasTheKernelsTrack_1n1d) {
+  const fs::path dir = fs::temp_directory_path() / ("flowrun_device_trace_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string trace = (dir / "trace.json").string();
+  const char* bin = std::getenv("FLOWRUN_BIN");
+  int code = -1;
+  const std::string out = Shell(std::string(bin ? bin : "build/src/flowrun") + " train " + kGpt +
+                                    " --set train.steps=3 --set parallel.device=sim --trace " + Quote(trace), &code);
+  ASSERT_EQ(code, 0) << out;
+  std::ifstream f(trace);
+  const std::regex act(R"re("name": "([^"]*)", "cat": "(\w+)", "ph": "X", "pid": 0, "tid": (\d+), "ts": ([0-9.]+), "dur": ([0-9.]+), "args": \{"step": (\d+), "micro": (\d+))re");
+  std::map<std::tuple<std::string, int, int>, std::pair<double, double>> host, device;  // (task, step, micro) -> [begin, end]
+  bool named = false;
+  for (std::string line; std::getline(f, line);) {
+    named = named || line.find("\"name\": \"compute (device)\"") != std::string::npos;
+    std::smatch m;
+    if (!std::regex_search(line, m, act)) continue;
+    const std::string cat = m[2];
+    const int tid = std::stoi(m[3]);
+    const double ts = std::stod(m[4]), end = ts + std::stod(m[5]);
+    const auto key = std::make_tuple(std::string(m[1]), std::stoi(m[6]), std::stoi(m[7]));
+    if (tid >= 100) {
+      device[key] = {ts, end};
+    } else if (cat == "compute" || cat == "variable") {
+      host[key] = {ts, end};
+    }
+  }
+  fs::remove_all(dir);
+  EXPECT_TRUE(named) << "no \"compute (device)\" track";
+  ASSERT_FALSE(host.empty());
+  EXPECT_EQ(device.size(), host.size()) << "a device event per compute and variable act";
+  for (const auto& [key, d] : device) {
+    auto h = host.find(key);
+    ASSERT_NE(h, host.end()) << std::get<0>(key);
+    EXPECT_GE(d.first, h->second.first - 1) << std::get<0>(key);  // microseconds; the file rounds to ns
+    EXPECT_LE(d.second, h->second.second + 1) << std::get<0>(key);
+    EXPECT_LE(d.first, d.second) << std::get<0>(key);
   }
 }
 

@@ -19,9 +19,9 @@ void Check(cudaError_t e, const char* what) { FR_CHECK(e == cudaSuccess, std::st
 
 class CudaEvent final : public Event {
  public:
-  explicit CudaEvent(cudaStream_t s) {
+  CudaEvent(cudaStream_t s, bool timed) {
     MakeCurrent();
-    Check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
+    Check(cudaEventCreateWithFlags(&event_, timed ? cudaEventDefault : cudaEventDisableTiming), "cudaEventCreate");
     Check(cudaEventRecord(event_, s), "cudaEventRecord");
   }
   ~CudaEvent() override { cudaEventDestroy(event_); }
@@ -34,6 +34,15 @@ class CudaEvent final : public Event {
     return true;
   }
   void Wait() const override { Check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+  double MillisSince(const Event& start) const override {
+    const auto* s = dynamic_cast<const CudaEvent*>(&start);
+    float ms = 0;
+    if (!s || cudaEventElapsedTime(&ms, s->event_, event_) != cudaSuccess) {
+      cudaGetLastError();  // an untimed event, or one not yet done: no time, not an error
+      return -1;
+    }
+    return ms;
+  }
 
  private:
   cudaEvent_t event_ = nullptr;
@@ -128,7 +137,9 @@ void CudaStream::Copy(void* dst, const void* src, size_t bytes) {
   Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
 }
 
-std::shared_ptr<Event> CudaStream::Record() { return std::make_shared<CudaEvent>(stream_); }
+std::shared_ptr<Event> CudaStream::Record() { return std::make_shared<CudaEvent>(stream_, false); }
+
+std::shared_ptr<Event> CudaStream::RecordTimed() { return std::make_shared<CudaEvent>(stream_, true); }
 
 DataError* DataErrorWord() { return g_error; }
 

@@ -33,6 +33,7 @@ class CudaStream final : public DeviceStream {
   CudaStream& operator=(const CudaStream&) = delete;
   void Copy(void* dst, const void* src, size_t bytes) override;
   std::shared_ptr<Event> Record() override;
+  std::shared_ptr<Event> RecordTimed() override;
   cudaStream_t handle() const { return stream_; }
 
  private:
