@@ -50,6 +50,13 @@ struct CommHandle {
   int id = -1;
 };
 
+// The sends and receives of one tag between two ranks: what a backend that matches messages by
+// order rather than by tag (NCCL) needs a channel of its own for.
+struct Link {
+  int sender = -1, receiver = -1, tag = -1;
+  friend bool operator==(const Link&, const Link&) = default;
+};
+
 // How a rank ends a run (Runtime::Run): the last step it runs, which no rank's last may be below,
 // and whether it stops the training there (RunOptions::wind_down).
 struct StepNotice {
@@ -71,6 +78,13 @@ class Communicator {
   // a window the members of a node share, for sum all-reduces of float32), so callers bound the
   // total (boxing::kSharedReduceBytesPerRank).
   virtual Status Prepare(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& input_bytes = {}) = 0;
+  // Creates what the plan's sends and receives need, after Prepare: every rank calls it with the
+  // same list, and it blocks until the pair of each link this rank is in has, in list order. It
+  // replaces the last call's links. The MPI backend needs nothing (MPI matches by tag).
+  virtual Status PrepareLinks(const std::vector<Link>& links) {
+    (void)links;
+    return Status::Ok();
+  }
 
   // Memory of the backend's for collective `collective`'s inputs (see Prepare), as storage for
   // `bytes` laid out as boxing::BucketOffsets lays out a bucket's, zero-filled; null where the

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "actor/comm.h"
@@ -93,8 +94,39 @@ class DeviceCommunicator final : public Communicator {
   int64_t buffered_acts() const override { return inner_->buffered_acts(); }
   void Cancel() override { inner_->Cancel(); }
 
+  // A 2-member group per link this rank is in: NCCL matches a pair's messages by order, and the
+  // runtime starts sends and receives of different tags in any order, one tag's in act order.
+  Status PrepareLinks(const std::vector<Link>& links) override {
+    RETURN_IF_ERROR(inner_->PrepareLinks(links));
+    std::map<LinkKey, Group> kept;
+    for (const Link& l : links) {
+      if (l.sender != rank() && l.receiver != rank()) continue;
+      const LinkKey key{l.sender, l.receiver, l.tag};
+      if (kept.count(key)) continue;
+      if (auto it = links_.find(key); it != links_.end()) {
+        kept.insert(links_.extract(it));  // the node moves: in-flight movements keep pointing at it
+        continue;
+      }
+      const std::vector<int> pair = {l.sender, l.receiver};
+      Result<std::unique_ptr<CollectiveGroup>> made = maker_->Make(pair, l.sender == rank() ? 0 : 1);
+      if (!made.ok())
+        return MovementError(rank(), "prepare the sends from rank " + std::to_string(l.sender) + " to rank " +
+                                         std::to_string(l.receiver) + " tag " + std::to_string(l.tag),
+                             made.status().message());
+      kept.emplace(key, Group{pair, std::move(*made), nullptr});
+    }
+    for (const auto& [key, g] : links_)
+      for (const auto& [h, p] : pending_)
+        if (p.group == &g) return MovementError(rank(), "prepare links", "movements in flight on a link no longer listed");
+    links_ = std::move(kept);
+    return Status::Ok();
+  }
+
   Result<CommHandle> Start(const Task& t, std::vector<Tensor> in, std::vector<Tensor> out, DeviceStream* after) override {
-    if (t.op == Op::kSend || t.op == Op::kRecv || !OnDevice(in) || !OnDevice(out)) {
+    const bool p2p = t.op == Op::kSend || t.op == Op::kRecv;
+    auto link = links_.end();
+    if (p2p && t.peer >= 0) link = links_.find(t.op == Op::kSend ? LinkKey{rank(), t.peer, t.tag} : LinkKey{t.peer, rank(), t.tag});
+    if ((p2p && link == links_.end()) || !OnDevice(in) || !OnDevice(out)) {  // a link not prepared: inner_'s way
       ASSIGN_OR_RETURN(CommHandle h, inner_->Start(t, std::move(in), std::move(out), after));
       const int id = next_id_++;
       inner_ids_[h.id] = id;
@@ -102,6 +134,7 @@ class DeviceCommunicator final : public Communicator {
     }
     RETURN_IF_ERROR(CheckMovement(t, rank(), size(), in, out));
     const std::string what = Describe(t);
+    if (p2p) return StartLink(link->second, t, std::move(in), std::move(out), after);
     auto it = groups_.find(t.collective);
     if (it == groups_.end() || !(it->second.ranks == t.group))
       return MovementError(rank(), what, "group not prepared (Prepare it on every rank first)");
@@ -156,6 +189,7 @@ class DeviceCommunicator final : public Communicator {
   Result<std::vector<int>> PollNotices(StepNotice* merged) override { return inner_->PollNotices(merged); }
   [[noreturn]] void Abort(int code) override {
     for (auto& [id, g] : groups_) g.group->Abort();
+    for (auto& [key, g] : links_) g.group->Abort();
     inner_->Abort(code);
     std::abort();  // not reached: inner_'s Abort does not return either
   }
@@ -173,6 +207,27 @@ class DeviceCommunicator final : public Communicator {
     Group* group;
     std::string what;
   };
+
+  using LinkKey = std::tuple<int, int, int>;  // sender, receiver, tag
+
+  Result<CommHandle> StartLink(Group& g, const Task& t, std::vector<Tensor> in, std::vector<Tensor> out, DeviceStream* after) {
+    if (after) g.group->After(*after);
+    std::vector<CollectiveGroup::Part> parts(2);
+    const DType dt = t.op == Op::kSend ? in[0].dtype() : out[0].dtype();
+    if (t.op == Op::kSend) {
+      parts[1].send = in[0].raw();
+      parts[1].send_count = static_cast<size_t>(in[0].numel());
+    } else {
+      parts[0].recv = out[0].raw();
+      parts[0].recv_count = static_cast<size_t>(out[0].numel());
+    }
+    const std::string what = Describe(t);
+    if (Status s = g.group->Exchange(parts, dt); !s.ok()) return MovementError(rank(), what, s.message());
+    Pending p{std::move(in), std::move(out), g.group->Record(), nullptr, &g, what};
+    const int id = next_id_++;
+    pending_.emplace(id, std::move(p));
+    return CommHandle{id};
+  }
 
   bool OnDevice(const std::vector<Tensor>& ts) const {
     for (const Tensor& t : ts)
@@ -336,6 +391,7 @@ class DeviceCommunicator final : public Communicator {
   std::unique_ptr<GroupMaker> maker_;
   DeviceType type_;
   std::map<int, Group> groups_;     // by collective id, the groups this rank is in
+  std::map<LinkKey, Group> links_;  // the links this rank sends or receives on
   std::map<int, Pending> pending_;  // by handle id
   std::map<int, int> inner_ids_;    // inner_'s handle id -> ours, for movements inner_ runs
   int next_id_ = 0;

@@ -29,6 +29,7 @@ class StagingCommunicator final : public Communicator {
   Status Prepare(const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& input_bytes) override {
     return inner_->Prepare(groups, input_bytes);
   }
+  Status PrepareLinks(const std::vector<Link>& links) override { return inner_->PrepareLinks(links); }
   std::shared_ptr<Storage> InputBuffer(int collective, int64_t bytes) override { return inner_->InputBuffer(collective, bytes); }
   Status AwaitInputBuffer(int collective) override { return inner_->AwaitInputBuffer(collective); }
   int64_t buffered_acts() const override { return inner_->buffered_acts(); }

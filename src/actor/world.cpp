@@ -174,6 +174,7 @@ Status AgreeOnRun(const World& w, const RunDigest& digest, double timeout, const
 CollectiveSetup SetUpCollectives(const ir::Plan& plan, int64_t budget_per_rank) {
   CollectiveSetup c;
   for (const ir::TaskDesc& t : plan.tasks) {
+    if (t.kind == ir::TaskKind::kBoxing && t.move.op == boxing::Op::kSend) c.links.push_back({t.move.rank, t.move.peer, t.move.tag});
     if (t.kind != ir::TaskKind::kBoxing || t.move.collective < 0) continue;
     const auto id = static_cast<size_t>(t.move.collective);
     if (c.groups.size() <= id) {

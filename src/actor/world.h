@@ -69,6 +69,7 @@ Status AgreeOnRun(const World& w, const RunDigest& digest, double timeout, const
 struct CollectiveSetup {
   std::vector<std::vector<int>> groups;  // entry i: the group of collective i
   std::vector<int64_t> input_bytes;      // entry i: its input buffer's bytes, or 0
+  std::vector<Link> links;               // every send's, in plan order (Communicator::PrepareLinks)
 };
 CollectiveSetup SetUpCollectives(const ir::Plan& plan, int64_t budget_per_rank = boxing::kSharedReduceBytesPerRank);
 

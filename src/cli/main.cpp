@@ -246,6 +246,7 @@ int Train(const Args& a) {
     const actor::CollectiveSetup setup = EvalCollectives(plan, eval ? &eval->plan() : nullptr);
     Watchdog::Phase phase(dog, "preparing the collectives with the other ranks", cfg->parallel.timeout);
     if (Status s = world->comm->Prepare(setup.groups, setup.input_bytes); !s.ok()) return fail(s);
+    if (Status s = world->comm->PrepareLinks(setup.links); !s.ok()) return fail(s);
   }
   data::Loader loader(*c->dataset, c->input_field, cfg->data, cfg->train);
   actor::Runtime rt(plan, c->training.graph, world->rank, world->comm.get());

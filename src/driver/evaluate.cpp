@@ -1,5 +1,7 @@
 #include "driver/evaluate.h"
 
+#include <algorithm>
+
 namespace fr {
 
 Result<std::unique_ptr<Evaluator>> Evaluator::Make(const Config& cfg, const Compiled& train, int rank, actor::Communicator* comm,
@@ -26,6 +28,7 @@ Result<double> Evaluator::Evaluate(const actor::Runtime& train, const ir::Graph&
   };
   ro.on_stat = nullptr;
   ro.on_act = nullptr;
+  ro.on_device_act = nullptr;
   ro.wind_down = nullptr;  // an evaluation is short: a preemption waits for the training's next run
   RETURN_IF_ERROR(rt_->Run(ro));
   return sum / static_cast<double>(steps_);
@@ -39,6 +42,9 @@ actor::CollectiveSetup EvalCollectives(const ir::Plan& train, const ir::Plan* ev
     all.groups.push_back(e.groups[id]);
     all.input_bytes.push_back(0);
   }
+  // The two plans' sends share a link where they share a tag: their runs never overlap.
+  for (const actor::Link& l : e.links)
+    if (std::find(all.links.begin(), all.links.end(), l) == all.links.end()) all.links.push_back(l);
   return all;
 }
 

@@ -172,6 +172,14 @@ std::vector<std::vector<int>> Groups(const Plan& plan) {
   return gs;
 }
 
+// The plan's sends, in plan order: what every rank prepares links for.
+std::vector<Link> Links(const Plan& plan) {
+  std::vector<Link> ls;
+  for (const Task& t : plan.tasks)
+    if (t.op == Op::kSend) ls.push_back({t.rank, t.peer, t.tag});
+  return ls;
+}
+
 // Runs every request on every rank; a rank fails on its own wrong pieces, and every rank fails
 // when any rank did (the failures are summed over the world).
 void RunAll(const std::vector<Request>& rs, const char* what) {
@@ -197,6 +205,7 @@ void RunAll(const std::vector<Request>& rs, const char* what) {
       continue;
     }
     Status s = comm.Prepare(Groups(*plan));
+    if (s.ok()) s = comm.PrepareLinks(Links(*plan));
     Result<std::vector<Tensor>> got = s.ok() ? Execute(comm, *plan, src, started) : Result<std::vector<Tensor>>(s);
     if (!got.ok()) {  // the other ranks may be waiting on this one: end the job
       std::fprintf(stderr, "%s (%s): %s\n", Describe(r).c_str(), plan->strategy.c_str(),
