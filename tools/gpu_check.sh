@@ -17,7 +17,8 @@
 #      losses (parity_test with parallel.device=cuda, rtol 1e-4); gpt_mini 200 steps on the GPU
 #      against the CPU; 2 ranks on the one GPU, data and tensor parallel, against 1 (rtol 1e-5);
 #      a GPT-2-small-sized GPT (made here with the machine's PyTorch) trained on
-#      the GPU, its tokens/s;
+#      the GPU, its tokens/s and the GPU's busy share of each step (--trace); `flowrun env
+#      --device cuda`;
 #   5. PyTorch's figures on the same GPU (bench/gpu_baseline.py): libraries, GEMM TFLOP/s, the same
 #      GPT's training tokens/s in eager and (in its own process and timeout) under torch.compile,
 #      and peak memory.
@@ -203,13 +204,18 @@ if ms:
     print(f"flowrun CUDA GPT-2-small B=8 T=1024: median {med:.1f} ms/step, {8 * 1024 / (med / 1e3):,.0f} tokens/s")
 PY
 }
+# flowrun env on the GPU: cuBLAS SGEMM TFLOP/s and the all-reduce path's latency and bandwidth (two
+# ranks on one GPU: the host path), the cluster: section search would use.
+s_cuda_env() {
+  bundled flowrun env --device cuda --tf32 --ranks 2
+}
 s_torch() {
   python3 bench/gpu_baseline.py --parts libs,gemm,eager,sdpa --jsonl "$OUT/baseline.jsonl"
 }
 s_torch_compile() {
   python3 bench/gpu_baseline.py --parts compile --jsonl "$OUT/baseline.jsonl"
 }
-export -f bundled s_machine s_nvidia_smi s_unpack s_ldd s_flowrun_1 s_mpirun_mlp s_cuda_ops s_cuda_nccl s_cuda_golden s_cuda_gpt s_cuda_2ranks s_cuda_speed s_torch s_torch_compile
+export -f bundled s_machine s_nvidia_smi s_unpack s_ldd s_flowrun_1 s_mpirun_mlp s_cuda_ops s_cuda_nccl s_cuda_golden s_cuda_gpt s_cuda_2ranks s_cuda_speed s_cuda_env s_torch s_torch_compile
 
 main() {
   echo "gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET}s, OUT=$OUT"
@@ -226,6 +232,7 @@ main() {
   step cuda-gpt 90 s_cuda_gpt
   step cuda-2ranks 90 s_cuda_2ranks
   step cuda-speed 150 s_cuda_speed
+  step cuda-env 60 s_cuda_env
   step torch-baseline 150 s_torch
   step torch-compile 240 s_torch_compile
   echo

@@ -7,14 +7,20 @@
 # and prints one "N passed, N failed" line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+t0=$SECONDS
 bash tools/bootstrap.sh --test || exit 1
+echo "test.sh: install and build took $((SECONDS - t0)) s"
+t0=$SECONDS
 meson test -C build --print-errorlogs
 rc=$?
+echo "test.sh: the suite took $((SECONDS - t0)) s"
 extra_ok=0 extra_failed=0
-step() {  # step NAME COMMAND...: runs a further check, counts it
-  local name=$1
+step() {  # step NAME COMMAND...: runs a further check, counts it, says how long it took
+  local name=$1 t0=$SECONDS ok=0
   shift
-  if "$@"; then
+  "$@" && ok=1
+  echo "test.sh: $name took $((SECONDS - t0)) s"
+  if [ $ok = 1 ]; then
     extra_ok=$((extra_ok + 1))
   else
     echo "test.sh: $name failed"

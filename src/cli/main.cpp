@@ -510,6 +510,9 @@ int main(int argc, char** argv) {
   auto* env = app.add_subcommand("env", "measure this machine and print a cluster: section for configs");
   auto* env_ranks = env->add_option("--ranks", env_args.ranks, "measure with N ranks at once, N >= 2 (default 2)");
   env->add_option("--out", env_args.out, "write the section to FILE instead of stdout");
+  env->add_option("--device", env_args.device, "measure the CPUs (cpu, the default) or each rank's GPU (cuda)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  env->add_flag("--tf32", env_args.tf32, "with --device cuda: TF32 GEMMs, as parallel.tf32 allows them");
   env->add_option("--repeats", env_args.repeats, "measure R times and write each figure's median (default 1)")
       ->check(CLI::Range(1, 100));
   env->add_flag("--launched", env_args.launched, "set by flowrun on the ranks it starts")->group("");

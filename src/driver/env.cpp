@@ -36,6 +36,7 @@
 #include "base/status.h"
 #include "boxing/boxing.h"
 #include "graph/graph.h"
+#include "ops/cuda/backend.h"
 #include "ops/op.h"
 
 namespace fr {
@@ -78,7 +79,8 @@ Status CheckWritable(const std::string& file) { return CheckOutput({"--out", fil
 
 int Relaunch(const EnvArgs& a) {
   std::vector<std::string> args = {"env", "--ranks", std::to_string(a.ranks), "--repeats", std::to_string(a.repeats),
-                                   "--launched"};
+                                   "--device", a.device, "--launched"};
+  if (a.tf32) args.push_back("--tf32");
   if (!a.out.empty()) {
     if (Status s = CheckWritable(a.out); !s.ok()) return Fail(s);
     std::error_code ec;
@@ -766,6 +768,105 @@ void Summary(const Host& h, const Figures& f, int ranks, int threads, int repeat
   std::cerr << b;
 }
 
+// ---- GPUs (--device cuda) ---------------------------------------------------------------------
+
+// Seconds per all-reduce of `floats` float32 over every rank's GPU, through `comm` as training
+// moves gradients (NCCL, or host copies where ranks share a GPU): the median of `reps`, the slowest
+// rank's.
+Result<double> GpuAllReduceSeconds(actor::Communicator& comm, int64_t floats, int reps) {
+  const int p = comm.size(), rank = comm.rank();
+  std::vector<int> all;
+  for (int r = 0; r < p; ++r) all.push_back(r);
+  const boxing::Task t{.op = boxing::Op::kAllReduce, .rank = rank, .in = {0}, .out = 1, .group = all, .collective = 0};
+  const Device gpu{DeviceType::kCuda, 0};
+  Tensor x(DType::kF32, Shape{floats}, gpu), y(DType::kF32, Shape{floats}, gpu);
+  std::vector<double> times;
+  for (int r = -1; r < reps; ++r) {  // r = -1: the warm-up (NCCL connects on first use)
+    Barrier();
+    const auto start = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(actor::CommHandle h, comm.Start(t, {x}, {y}));
+    for (bool done = false; !done;) {
+      ASSIGN_OR_RETURN(std::vector<actor::CommHandle> got, comm.Poll());
+      for (const actor::CommHandle& c : got) done = done || c.id == h.id;
+    }
+    if (r >= 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return AllReduce(Median(times), MPI_MAX);
+}
+
+// flowrun env --device cuda: every rank on its GPU at once (Open MPI's local rank picks it, as in
+// training). flops: cuBLAS SGEMM of 8192^3 (TF32 with --tf32); latency and bandwidth: all-reduces
+// of 8 B and 64 MiB of device memory through the path training takes; memory: the GPU's over the
+// ranks that share it.
+int MeasuredGpu(const EnvArgs& a, actor::World& world, const Host& host) {
+  const bool lead = world.rank == 0;
+  const int p = world.size;
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  Result<int> ordinal = cuda::InitDevice(local ? std::atoi(local) : 0);
+  Result<cuda::GpuInfo> gpu = ordinal.ok() ? cuda::Gpu() : Result<cuda::GpuInfo>(ordinal.status());
+  int code = gpu.ok() ? 0 : Fail(gpu.status().With("[env] --device cuda: "));
+  code = static_cast<int>(AllReduce(code, MPI_MAX));
+  if (code) return code;
+  auto fail = [&](const Status& s) {
+    Fail(s.With("[env] --device cuda: "));
+    world.comm->Abort(1);
+    return 1;
+  };
+  Result<std::string> path = actor::UseDeviceCollectives(world, DeviceType::kCuda);
+  if (!path.ok()) return fail(path.status());
+  constexpr int kN = 8192, kGemmRuns = 10;
+  Result<double> gemm = cuda::GemmSeconds(kN, a.tf32, kGemmRuns);
+  if (!gemm.ok()) return fail(gemm.status());
+  const double flops = 2.0 * kN * kN * kN / AllReduce(*gemm, MPI_MAX);
+  std::vector<int> all;
+  for (int r = 0; r < p; ++r) all.push_back(r);
+  if (Status s = world.comm->Prepare({all}); !s.ok()) return fail(s);
+  constexpr int64_t kSmall = 2, kLarge = 16 << 20;
+  Result<double> small = GpuAllReduceSeconds(*world.comm, kSmall, 50);
+  if (!small.ok()) return fail(small.status());
+  Result<double> large = GpuAllReduceSeconds(*world.comm, kLarge, 10);
+  if (!large.ok()) return fail(large.status());
+  if (!lead) return 0;
+  const double wire = 2.0 * (p - 1) / p * static_cast<double>(kLarge) * sizeof(float);
+  const double moving = *large - *small;
+  const double bandwidth = wire / (moving > 0 ? moving : *large);
+  const double round = *small / boxing::CollectiveRounds(p);
+  const int on_node = std::max(1, local_size ? std::atoi(local_size) : 1), gpus = std::max(1, cuda::VisibleDevices());
+  const int sharing = (on_node + gpus - 1) / gpus;
+  const double memory_gib = std::floor(gpu->memory_bytes / (1 << 30) / sharing * 10) / 10;
+  char b[256];
+  std::snprintf(b, sizeof b, "[env] %d ranks on %s, each on a %s (%.1f GiB); %s\n", p, host.name.c_str(), gpu->name.c_str(),
+                gpu->memory_bytes / (1 << 30), path->c_str());
+  std::cerr << b;
+  std::snprintf(b, sizeof b, "[env] SGEMM %d^3 (%s): %.1f TFLOP/s per GPU, the slowest's median of %d\n", kN,
+                a.tf32 ? "TF32 allowed" : "FP32", flops / 1e12, kGemmRuns);
+  std::cerr << b;
+  std::snprintf(b, sizeof b, "[env] all-reduce of 8 B: %.2f us; of 64 MiB: %.3f ms -> %.2f GB/s per rank on the wire\n",
+                *small * 1e6, *large * 1e3, bandwidth / 1e9);
+  std::cerr << b;
+  std::ostringstream o;
+  o << "# Measured by `flowrun env --device cuda" << (a.tf32 ? " --tf32" : "") << " --ranks " << p << "`: " << p
+    << " ranks at once, each on a GPU of this node.\n";
+  o << "cluster:\n  nodes: 1\n  devices_per_node: " << p << "\n";
+  o << "  memory_gib: " << memory_gib << "    # per rank: the GPU's memory over the ranks that share it\n";
+  o << "  flops: " << Num(flops) << "    # cuBLAS SGEMM FLOP/s per GPU" << (a.tf32 ? ", TF32 allowed" : "") << "\n";
+  o << "  # One node: inter = intra (no second node to measure).\n";
+  o << "  bandwidth: {intra: " << Num(bandwidth) << ", inter: " << Num(bandwidth) << "}    # bytes/s per rank\n";
+  o << "  latency: {intra: " << Num(round) << ", inter: " << Num(round) << "}    # seconds per collective round\n";
+  o << "  p2p_latency: " << Num(*small) << "\n";
+  o << "  measured: " << Quoted("flowrun env --device cuda: " + std::to_string(p) + " ranks on " + host.name + " (" +
+                                gpu->name + "), " + *path + ", " + host.date)
+    << "\n";
+  if (a.out.empty()) {
+    std::cout << o.str() << std::flush;
+    return 0;
+  }
+  if (Status s = WriteFileAtomically(a.out, o.str()); !s.ok()) return Fail(s.With("[env] --out: "));
+  std::cerr << "[env] wrote the cluster: section to " << a.out << std::endl;
+  return 0;
+}
+
 int Measured(const EnvArgs& a, int* argc, char*** argv) {
   const std::string pinned = PinUnboundRank();  // as `flowrun train` runs its ranks
   auto world = actor::JoinWorld(argc, argv);
@@ -801,6 +902,7 @@ int Measured(const EnvArgs& a, int* argc, char*** argv) {
   }
   code = static_cast<int>(AllReduce(code, MPI_MAX));
   if (code) return code;
+  if (a.device == "cuda") return MeasuredGpu(a, *world, *host);
 
   std::vector<Figures> rounds;
   for (int r = 0; r < a.repeats; ++r) {
@@ -827,6 +929,7 @@ int Measured(const EnvArgs& a, int* argc, char*** argv) {
 }  // namespace
 
 int RunEnv(const EnvArgs& a, int* argc, char*** argv) {
+  if (a.tf32 && a.device != "cuda") return Fail(Status::Invalid("[env] --tf32 is for GPU GEMMs: give --device cuda too"));
   if (a.ranks_given && a.ranks < 2) {
     return Fail(Status::Invalid("[env] --ranks must be at least 2 (got " + std::to_string(a.ranks) +
                                 "): latency and bandwidth are measured between ranks"));

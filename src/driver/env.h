@@ -13,6 +13,10 @@
 //              all-reduce (2(p-1)/p of the size) over (median time - collectives x latency), the
 //              cost model's own accounting inverted
 //   memory     MemTotal (/proc/meminfo) / ranks, rounded to 0.1 GiB
+// With --device cuda each rank measures its GPU instead (Open MPI's local rank picks it): flops
+// from cuBLAS SGEMM (TF32 with --tf32), latency and bandwidth from all-reduces of device memory
+// through the path training takes (NCCL, or host copies where ranks share a GPU), memory the GPU's
+// over the ranks that share it. A rank without a GPU fails with exit 1.
 // Rank 0 writes the section to stdout or FILE and a summary to stderr. One machine: inter = intra.
 //
 // Errors ("[env] ...") give exit 2 for bad arguments (--ranks < 2, a world size other than
@@ -30,6 +34,8 @@ struct EnvArgs {
   std::string out;           // empty: stdout
   int repeats = 1;           // measurement rounds; each figure written is its median over them
   bool launched = false;     // set on the re-launched ranks: never re-launch again
+  std::string device = "cpu";  // "cuda": each rank's GPU (MeasuredGpu in env.cpp)
+  bool tf32 = false;           // with cuda: TF32 GEMMs (parallel.tf32)
 };
 
 // Runs the command; returns the process exit code. argc/argv go to MPI_Init (may be null).

@@ -149,6 +149,22 @@ TEST(Env, OneRankIsRefused) {
   EXPECT_NE(r.out.find("[env] --ranks must be at least 2"), std::string::npos) << r.out;
 }
 
+// --device cuda measures each rank's GPU: a section from cuBLAS and the all-reduce path where a GPU
+// is visible, else exit 1 naming why on every rank's behalf (CI has none); --tf32 is for GPUs only.
+TEST(Env, DeviceCuda) {
+  Output r = Flowrun({"env", "--device", "cuda"});
+  if (r.code == 0) {
+    EXPECT_NE(r.out.find("flops: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("cuBLAS SGEMM"), std::string::npos) << r.out;
+  } else {
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("[env] --device cuda: [cuda] "), std::string::npos) << r.out;
+  }
+  Output tf32 = Flowrun({"env", "--tf32"});
+  EXPECT_EQ(tf32.code, 2) << tf32.out;
+  EXPECT_NE(tf32.out.find("[env] --tf32 is for GPU GEMMs: give --device cuda too"), std::string::npos) << tf32.out;
+}
+
 // Under a user's own mpirun the world size must be what --ranks says.
 TEST(Env, WorldSizeMismatch_1n3d) {
   Output r = Flowrun({"env", "--ranks", "2"}, "mpirun --oversubscribe --allow-run-as-root -n 3 ");

@@ -44,6 +44,15 @@ std::string NcclVersion();
 // a GPU, which NCCL refuses. Empty without the module.
 std::string GpuKey();
 
+// flowrun env: this process's GPU, and seconds per n x n x n SGEMM on it (TF32 or not), the
+// median of `reps` (InitDevice first).
+struct GpuInfo {
+  std::string name;
+  double memory_bytes = 0;
+};
+Result<GpuInfo> Gpu();
+Result<double> GemmSeconds(int n, bool tf32, int reps);
+
 // What the module exports, as one table (flowrun_cuda_api).
 struct Api {
   int version;
@@ -55,6 +64,8 @@ struct Api {
   Result<std::unique_ptr<CollectiveGroup>> (*nccl_make_group)(int members, const GroupId& id, int index);
   std::string (*nccl_version)();
   std::string (*gpu_key)();
+  Result<GpuInfo> (*gpu)();
+  Result<double> (*gemm_seconds)(int n, bool tf32, int reps);
 };
 inline constexpr int kApiVersion = 2;
 

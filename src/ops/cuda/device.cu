@@ -163,6 +163,14 @@ Status ReadDataError(DeviceStream& stream) {
   }
 }
 
+Result<GpuInfo> DescribeGpu() {
+  MakeCurrent();
+  cudaDeviceProp p{};
+  const cudaError_t e = cudaGetDeviceProperties(&p, Ordinal());
+  if (e != cudaSuccess) return Status::Runtime("[cuda] cudaGetDeviceProperties: " + ErrorString(e));
+  return GpuInfo{p.name, static_cast<double>(p.totalGlobalMem)};
+}
+
 int CountDevices() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

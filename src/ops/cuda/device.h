@@ -14,6 +14,7 @@
 #include "base/collective.h"
 #include "base/device.h"
 #include "base/status.h"
+#include "ops/cuda/backend.h"
 
 namespace fr::cuda {
 
@@ -50,5 +51,7 @@ Status MakeNcclId(GroupId* id);
 Result<std::unique_ptr<CollectiveGroup>> MakeNcclGroup(int members, const GroupId& id, int index);
 std::string NcclVersionString();
 std::string PciBusId();
+Result<GpuInfo> DescribeGpu();
+Result<double> TimeSgemm(int n, bool tf32, int reps);
 
 }  // namespace fr::cuda

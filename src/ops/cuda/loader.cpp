@@ -106,6 +106,16 @@ Result<std::unique_ptr<CollectiveGroup>> NcclMakeGroup(int members, const GroupI
 
 std::string NcclVersion() { return Module().api ? Module().api->nccl_version() : std::string(); }
 
+Result<GpuInfo> Gpu() {
+  if (!Module().api) return Module().why;
+  return Module().api->gpu();
+}
+
+Result<double> GemmSeconds(int n, bool tf32, int reps) {
+  if (!Module().api) return Module().why;
+  return Module().api->gemm_seconds(n, tf32, reps);
+}
+
 std::string GpuKey() { return Module().api ? Module().api->gpu_key() : std::string(); }
 
 bool HasKernel(OpKind k) { return Module().api && Module().api->kernel_for(k) != nullptr; }

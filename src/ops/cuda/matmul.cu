@@ -7,7 +7,9 @@
 // GEMM gives the same bits from run to run.
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <atomic>
+#include <vector>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/kernels.h"
@@ -144,6 +146,53 @@ Status Gemm(const KernelCtx& c) {
   }
   return Sgemm(c, ta, tb, m, n, k, alpha, c.in[0].data<float>(), 0, c.in[1].data<float>(), 0, has_c ? 1.f : 0.f,
                Y.data<float>(), 1);
+}
+
+// flowrun env: seconds per n x n x n SGEMM on this GPU (TF32 as asked), the median of `reps`
+// after a warm-up, each timed by events on a stream of its own.
+Result<double> TimeSgemm(int n, bool tf32, int reps) {
+  MakeCurrent();
+  ASSIGN_OR_RETURN(cublasHandle_t h, Handle());
+  const size_t bytes = static_cast<size_t>(n) * static_cast<size_t>(n) * sizeof(float);
+  float* m[3] = {nullptr, nullptr, nullptr};
+  cudaStream_t s = nullptr;
+  cudaEvent_t b = nullptr, e = nullptr;
+  auto cleanup = [&] {
+    for (float* p : m) cudaFree(p);
+    if (b) cudaEventDestroy(b);
+    if (e) cudaEventDestroy(e);
+    if (s) cudaStreamDestroy(s);
+  };
+  for (float*& p : m) {
+    if (cudaMalloc(&p, bytes) != cudaSuccess || cudaMemset(p, 0, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      cleanup();
+      return Status::Runtime("[cuda] no memory for three " + std::to_string(n) + "^2 matrices");
+    }
+  }
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  cudaEventCreate(&b);
+  cudaEventCreate(&e);
+  cublasSetStream(h, s);
+  cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+  const float one = 1, zero = 0;
+  std::vector<float> ms;
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  for (int r = -1; r < reps && st == CUBLAS_STATUS_SUCCESS; ++r) {  // r = -1: the warm-up
+    cudaEventRecord(b, s);
+    st = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, m[0], n, m[1], n, &zero, m[2], n);
+    cudaEventRecord(e, s);
+    cudaEventSynchronize(e);
+    float t = 0;
+    cudaEventElapsedTime(&t, b, e);
+    if (r >= 0) ms.push_back(t);
+  }
+  cublasSetMathMode(h, g_tf32.load(std::memory_order_relaxed) ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+  cleanup();
+  if (st != CUBLAS_STATUS_SUCCESS) return Status::Runtime(std::string("[cuda] cublasSgemm: ") + CublasName(st));
+  if (ms.empty()) return Status::Runtime("[cuda] no GEMM timed");
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] / 1e3;
 }
 
 }  // namespace fr::cuda
