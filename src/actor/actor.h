@@ -75,12 +75,18 @@ class Actor {
   Status Move();
   Status Copy();
   Port* InPort(int regst);
+  // A copy task's marks: an event recorded on the device's compute stream when a slot's message
+  // arrived, after the kernels of the act that sent it were queued (Handle). Inputs: the slot's
+  // producer is done when its mark is; outputs: the slot's readers are. The copy waits for the
+  // mark, not for everything queued on the compute stream since (Copy).
+  std::shared_ptr<Event>& Mark(int regst, int slot);
 
   Runtime& rt_;
   const ir::Plan& plan_;
   const ir::TaskDesc& task_;
   DeviceStream* stream_;       // its device's compute stream, which its kernels queue on
   std::vector<Port> in_, out_;
+  std::vector<std::vector<std::shared_ptr<Event>>> marks_;  // copy tasks: by regst (in task order), slot
   int64_t total_ = 0;
   int64_t next_ = 0;           // the next act
   bool in_flight_ = false;     // a data movement started and not finished

@@ -16,8 +16,12 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
   for (const ir::RegstDesc& r : plan.regsts) {
     if (r.rank != rank_) continue;
     slots_[static_cast<size_t>(r.id)].resize(static_cast<size_t>(r.regst_num));
-    // A variable's slot is the parameter, alive for the whole run; every other slot is pooled.
-    if (plan.tasks[static_cast<size_t>(r.producer)].kind != ir::TaskKind::kVariable) {
+    // A variable's slot is the parameter, alive for the whole run; a copy's into a device has its
+    // own memory (the copy stream writes it, ordered only after that slot's own readers: pooled
+    // memory's last user may be any kernel still queued); every other slot is pooled.
+    const ir::TaskKind producer = plan.tasks[static_cast<size_t>(r.producer)].kind;
+    const bool copied_in = producer == ir::TaskKind::kCopy && r.device.type != DeviceType::kCpu;
+    if (producer != ir::TaskKind::kVariable && !copied_in) {
       pooled_[static_cast<size_t>(r.id)] = true;
       continue;
     }

@@ -16,7 +16,8 @@
 // everything but its kernels then takes the paths it takes for CUDA (copies through the backend,
 // movements between ranks and within one through host copies). A testing aid.
 //
-// Thread-safety: backends may be used from any thread; one DeviceStream from one thread at a time.
+// Thread-safety: backends may be used from any thread; one DeviceStream from one thread at a time,
+// except Record, which any thread may call (a copy marks where the compute stream is).
 #pragma once
 
 #include <atomic>
