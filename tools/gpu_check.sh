@@ -189,7 +189,7 @@ PY
 # allowed, batch 8: tokens/s to set beside PyTorch's (torch-baseline: the same model and batch).
 s_cuda_speed() {
   python3 -c 'import onnx, numpy, yaml' 2>/dev/null || { echo "skipped: this machine's Python lacks onnx/numpy/yaml for tools/make_gpt2.py"; exit 3; }
-  [ -f /tmp/gc_gpt2.onnx ] || python3 tools/make_gpt2.py /tmp/gc_gpt2.onnx || exit 1
+  [ -f /tmp/gc_gpt2.onnx ] || python3 tools/make_gpt2.py /tmp/gc_gpt2.onnx --vocab 50304 || exit 1
   bundled flowrun train configs/scale/gpt2_124m.yaml --set model.onnx=/tmp/gc_gpt2.onnx --set parallel.device=cuda \
     --set parallel.tf32=true --set train.steps=12 --set train.global_batch=8 --set train.micro_batch=8 --set log.every=1 \
     --set log.jsonl=/tmp/gc_gpt2.jsonl --trace /tmp/gc_gpt2_trace.json 2>&1 | tail -4
