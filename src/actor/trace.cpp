@@ -29,10 +29,11 @@ double Tracer::NowMicros() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void Tracer::SetDeviceOrigin(std::shared_ptr<fr::Event> origin, double host_us) {
+void Tracer::SetDeviceOrigin(std::shared_ptr<fr::Event> origin, double host_us, double uncertainty_us) {
   std::lock_guard<std::mutex> lock(mu_);
   origin_ = std::move(origin);
   origin_us_ = host_us;
+  uncertainty_us_ = uncertainty_us;
 }
 
 void Tracer::RecordDevice(const ir::TaskDesc& t, int64_t act, std::shared_ptr<fr::Event> begin, std::shared_ptr<fr::Event> end) {
@@ -107,6 +108,13 @@ Status Tracer::Write(const std::string& path) const {
       buf += ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + std::to_string(rank_) +
              ", \"tid\": " + std::to_string(kDeviceTid + s) + ", \"args\": {\"name\": \"" + ir::Name(plan_.streams[s]) +
              " (device)\"}}";
+  }
+  if (!device.empty()) {
+    char clock[160];
+    std::snprintf(clock, sizeof clock,
+                  ",\n{\"name\": \"device_clock\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"uncertainty_us\": %.3f}}", rank_,
+                  uncertainty_us_);
+    buf += clock;
   }
   const int64_t m = plan_.micro_batches;
   std::vector<Event> all = events();

@@ -25,9 +25,11 @@ class Tracer {
  public:
   Tracer(const ir::Plan& plan, int rank);
   void Record(const ir::TaskDesc& t, int64_t act, bool begin);
-  // The device's side: `origin`, recorded timed on the device and waited on by the host at
-  // `host_us` (the steady clock's), places the device's events on the host's clock.
-  void SetDeviceOrigin(std::shared_ptr<fr::Event> origin, double host_us);
+  // The device's side: `origin`, recorded timed on the device right after `host_us` (the steady
+  // clock's) and waited on for `uncertainty_us`, places the device's events on the host's clock:
+  // each at most `uncertainty_us` early (the device reached `origin` within that wait), never
+  // late. The file says so (a "device_clock" metadata event).
+  void SetDeviceOrigin(std::shared_ptr<fr::Event> origin, double host_us, double uncertainty_us);
   void RecordDevice(const ir::TaskDesc& t, int64_t act, std::shared_ptr<fr::Event> begin, std::shared_ptr<fr::Event> end);
   // The steady clock, in microseconds, as Record reads it.
   static double NowMicros();
@@ -60,7 +62,7 @@ class Tracer {
   };
   std::vector<DeviceAct> device_;           // guarded by mu_
   std::shared_ptr<fr::Event> origin_;       // guarded by mu_
-  double origin_us_ = 0;                    // guarded by mu_
+  double origin_us_ = 0, uncertainty_us_ = 0;  // guarded by mu_
 };
 
 // "trace.json" for rank 0 of one, "trace.rank3.json" for rank 3 of several.

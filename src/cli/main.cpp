@@ -277,9 +277,10 @@ int Train(const Args& a) {
     // On a device, its kernels' time too, on the host's clock from an origin the host waited on.
     auto on_device = std::find_if(plan.tasks.begin(), plan.tasks.end(), [](const ir::TaskDesc& t) { return t.device.type != DeviceType::kCpu; });
     if (on_device != plan.tasks.end()) {
+      const double before = actor::Tracer::NowMicros();
       std::shared_ptr<Event> origin = rt.ComputeStream(on_device->device).RecordTimed();
       origin->Wait();
-      tracer->SetDeviceOrigin(std::move(origin), actor::Tracer::NowMicros());
+      tracer->SetDeviceOrigin(std::move(origin), before, actor::Tracer::NowMicros() - before);
       ro.on_device_act = [&](const ir::TaskDesc& t, int64_t act, std::shared_ptr<Event> b, std::shared_ptr<Event> e) {
         tracer->RecordDevice(t, act, std::move(b), std::move(e));
       };
