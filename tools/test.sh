@@ -31,7 +31,8 @@ step() {  # step NAME COMMAND...: runs a further check, counts it, says how long
 
 # ThreadSanitizer: the actor runtime's threads, streams and back pressure.
 tsan() {
-  { [ -f build-tsan/build.ninja ] || meson setup build-tsan -Db_sanitize=thread -Dcuda=disabled -Dbuildtype=debugoptimized >/dev/null; } &&
+  { [ -f build-tsan/build.ninja ] || meson setup build-tsan -Db_sanitize=thread -Dcuda=disabled -Dbuildtype=debugoptimized \
+      -Dcpp_args=-g1 >/dev/null; } &&
     ninja -C build-tsan tests/runtime_test >/dev/null && TSAN_OPTIONS=halt_on_error=1 ./build-tsan/tests/runtime_test
 }
 step tsan tsan
@@ -45,10 +46,12 @@ step tsan tsan
 # Checkpoint.ResumeOnEveryOtherLayout_2x2: its 30 resumes take the restore path the other
 # Checkpoint tests take under the sanitizers, and 2 minutes there.
 # With GCC, as the release build (and its OpenMP runtime); warnings are not errors here, as the
-# sanitizers' instrumentation makes GCC warn where the release build does not.
+# sanitizers' instrumentation makes GCC warn where the release build does not. The sanitizer
+# builds keep line tables only (-g1): their reports still name files and lines, with less to
+# compile and link than full debug info.
 asan() {
   { [ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Dcuda=disabled \
-      -Dwerror=false -Dbuildtype=debugoptimized -Dcpp_args=-fno-sanitize-recover=all >/dev/null; } &&
+      -Dwerror=false -Dbuildtype=debugoptimized "-Dcpp_args=-fno-sanitize-recover=all -g1" >/dev/null; } &&
     ninja -C build-asan >/dev/null &&
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$PWD/tools/lsan.supp:print_suppressions=0 \
       UBSAN_OPTIONS=print_stacktrace=1 GTEST_FILTER=-Search.SixteenLeadersInFull_16:Checkpoint.ResumeOnEveryOtherLayout_2x2 \
