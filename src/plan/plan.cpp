@@ -113,7 +113,9 @@ Plan::Memory Plan::MemoryOf(int rank) const {
     if (t.kind == TaskKind::kVariable) continue;
     for (int r : t.out) {
       const RegstDesc& rd = regsts[static_cast<size_t>(r)];
-      if (rd.per_step || rd.regst_num > 1) {
+      // A copy's slots on a device have memory of their own, not the pool's (actor::Runtime).
+      const bool own = t.kind == TaskKind::kCopy && rd.device.type != DeviceType::kCpu;
+      if (rd.per_step || rd.regst_num > 1 || own) {
         always += rd.bytes() * rd.regst_num;
         continue;
       }

@@ -135,8 +135,8 @@ struct Plan {
   // only while it is filled or read (actor/pool.h), so `regsts` is an estimate of the most it
   // holds at once: one micro-batch run in the rank's task order (a topological order, ties by
   // task id), each per-micro-batch slot live from its producer to its last consumer, while
-  // per-step regsts, the loader's and those with several slots (pipeline edges) count in full
-  // all the time. `regsts_every_slot` is what one allocation per slot would take.
+  // per-step regsts, the loader's, those with several slots (pipeline edges) and copies onto a
+  // device (their own memory) count in full all the time. `regsts_every_slot` is what one allocation per slot would take.
   struct Memory { int64_t params = 0, state = 0, regsts = 0, regsts_every_slot = 0; };
   Memory MemoryOf(int rank) const;
 };
