@@ -60,24 +60,11 @@ Actor::Port* Actor::InPort(int regst) {
   return nullptr;
 }
 
-std::shared_ptr<Event>& Actor::Mark(int regst, int slot) {
-  size_t i = 0;
-  while (i < in_.size() && in_[i].regst != regst) ++i;
-  if (i == in_.size()) {
-    i = in_.size();
-    while (i - in_.size() < out_.size() && out_[i - in_.size()].regst != regst) ++i;
-  }
-  if (marks_.size() <= i) marks_.resize(i + 1);
-  auto& row = marks_[i];
-  if (row.size() <= static_cast<size_t>(slot)) row.resize(static_cast<size_t>(slot) + 1);
-  return row[static_cast<size_t>(slot)];
-}
-
 void Actor::Handle(const Msg& m) {
   // A copy's message about a device regst: the sender's kernels are queued on the compute stream.
   auto mark = [&] {
     const ir::RegstDesc& rd = plan_.regsts[static_cast<size_t>(m.regst)];
-    if (task_.kind == TaskKind::kCopy && rd.device.type != DeviceType::kCpu) Mark(m.regst, m.slot) = rt_.ComputeStream(rd.device).Record();
+    if (task_.kind == TaskKind::kCopy && rd.device.type != DeviceType::kCpu) marks_[{m.regst, m.slot}] = rt_.ComputeStream(rd.device).Record();
   };
   if (m.kind == MsgKind::kReq) {
     mark();
@@ -248,7 +235,7 @@ Status Actor::Variable(int64_t k) {
 
 // Queued on the device's copy stream; the act ends when the copy has (the copy thread waits, the
 // compute thread does not). The copy first waits for the kernels it depends on, by their mark
-// (Mark): off the device, the source's producer; onto it, the kernels that last read the
+// (marks_): off the device, the source's producer; onto it, the kernels that last read the
 // destination slot (a consumer acknowledges a slot when its kernels are queued, not run; the
 // slot's memory is its own, not the pool's). Not for everything queued on the compute stream
 // since: the copy of the next micro-batch's inputs overlaps this one's compute. Host-side waits on
@@ -260,8 +247,8 @@ Status Actor::Copy() {
   FR_CHECK(src.bytes() == dst.bytes() && !(src.device() == dst.device()), task_.name + ": not a copy between devices");
   const Device from = src.device().type != DeviceType::kCpu ? src.device() : dst.device();
   if (from.type != DeviceType::kCpu) {
-    const std::shared_ptr<Event>& after = src.device().type != DeviceType::kCpu ? Mark(in_regst, InPort(in_regst)->slots.front())
-                                                                               : Mark(out_[0].regst, out_[0].current);
+    const std::shared_ptr<Event>& after = src.device().type != DeviceType::kCpu ? marks_[{in_regst, InPort(in_regst)->slots.front()}]
+                                                                               : marks_[{out_[0].regst, out_[0].current}];
     if (after) after->Wait();
   }
   DeviceStream& s = rt_.CopyStream(task_.device);

@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "actor/message.h"
@@ -75,18 +77,17 @@ class Actor {
   Status Move();
   Status Copy();
   Port* InPort(int regst);
-  // A copy task's marks: an event recorded on the device's compute stream when a slot's message
-  // arrived, after the kernels of the act that sent it were queued (Handle). Inputs: the slot's
-  // producer is done when its mark is; outputs: the slot's readers are. The copy waits for the
-  // mark, not for everything queued on the compute stream since (Copy).
-  std::shared_ptr<Event>& Mark(int regst, int slot);
 
   Runtime& rt_;
   const ir::Plan& plan_;
   const ir::TaskDesc& task_;
   DeviceStream* stream_;       // its device's compute stream, which its kernels queue on
   std::vector<Port> in_, out_;
-  std::vector<std::vector<std::shared_ptr<Event>>> marks_;  // copy tasks: by regst (in task order), slot
+  // A copy task's marks, by (regst, slot): an event recorded on the device's compute stream when
+  // the slot's message arrived, after the kernels of the act that sent it were queued (Handle).
+  // Inputs: the slot's producer is done when its mark is; outputs: the slot's readers are. The
+  // copy waits for the mark, not for everything queued on the compute stream since (Copy).
+  std::map<std::pair<int, int>, std::shared_ptr<Event>> marks_;
   int64_t total_ = 0;
   int64_t next_ = 0;           // the next act
   bool in_flight_ = false;     // a data movement started and not finished

@@ -13,20 +13,10 @@
 #include <thread>
 
 #include "actor/comm.h"
+#include "actor/mpi_util.h"
 
 namespace fr::actor {
 namespace {
-
-MPI_Datatype MpiType(DType t) {
-  switch (t) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kI64: return MPI_INT64_T;
-    case DType::kI32: return MPI_INT32_T;
-    case DType::kBool:
-    case DType::kU8: return MPI_UINT8_T;
-  }
-  return MPI_DATATYPE_NULL;
-}
 
 MPI_Op MpiOp(GroupReduce r) {
   switch (r) {
@@ -93,7 +83,7 @@ class HostGroup final : public CollectiveGroup {
   Status AllReduce(const void* in, void* out, size_t count, DType t, GroupReduce op) override {
     RETURN_IF_ERROR(Fits(count));
     Queue([=, this] {
-      Check(MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, static_cast<int>(count), MpiType(t), MpiOp(op), comm_),
+      Check(MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, static_cast<int>(count), MpiTypeOf(t), MpiOp(op), comm_),
             "MPI_Allreduce");
     });
     return Status::Ok();
@@ -103,14 +93,14 @@ class HostGroup final : public CollectiveGroup {
     const bool in_place = in == static_cast<const char*>(out) + static_cast<size_t>(index_) * count * SizeOf(t);
     Queue([=, this] {
       const int n = static_cast<int>(count);
-      Check(MPI_Allgather(in_place ? MPI_IN_PLACE : in, n, MpiType(t), out, n, MpiType(t), comm_), "MPI_Allgather");
+      Check(MPI_Allgather(in_place ? MPI_IN_PLACE : in, n, MpiTypeOf(t), out, n, MpiTypeOf(t), comm_), "MPI_Allgather");
     });
     return Status::Ok();
   }
   Status ReduceScatter(const void* in, void* out, size_t count, DType t, GroupReduce op) override {
     RETURN_IF_ERROR(Fits(count));
     Queue([=, this] {
-      Check(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), MpiType(t), MpiOp(op), comm_),
+      Check(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), MpiTypeOf(t), MpiOp(op), comm_),
             "MPI_Reduce_scatter_block");
     });
     return Status::Ok();
@@ -126,11 +116,11 @@ class HostGroup final : public CollectiveGroup {
         const Part& p = parts[j];
         MPI_Request r = MPI_REQUEST_NULL;
         if (p.recv_count) {
-          Check(MPI_Irecv(p.recv, static_cast<int>(p.recv_count), MpiType(t), static_cast<int>(j), 0, comm_, &r), "MPI_Irecv");
+          Check(MPI_Irecv(p.recv, static_cast<int>(p.recv_count), MpiTypeOf(t), static_cast<int>(j), 0, comm_, &r), "MPI_Irecv");
           reqs.push_back(r);
         }
         if (p.send_count) {
-          Check(MPI_Isend(p.send, static_cast<int>(p.send_count), MpiType(t), static_cast<int>(j), 0, comm_, &r), "MPI_Isend");
+          Check(MPI_Isend(p.send, static_cast<int>(p.send_count), MpiTypeOf(t), static_cast<int>(j), 0, comm_, &r), "MPI_Isend");
           reqs.push_back(r);
         }
       }
@@ -196,21 +186,12 @@ class HostGroup final : public CollectiveGroup {
 
 class HostGroupMaker final : public GroupMaker {
  public:
-  HostGroupMaker() {
-    MPI_Comm_dup(MPI_COMM_WORLD, &world_);
-    MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN);
-  }
-  ~HostGroupMaker() override {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&world_);
-  }
   Result<std::unique_ptr<CollectiveGroup>> Make(const std::vector<int>& ranks, int index) override {
     MPI_Group all = MPI_GROUP_NULL, mine = MPI_GROUP_NULL;
     MPI_Comm c = MPI_COMM_NULL;
-    int rc = MPI_Comm_group(world_, &all);
+    int rc = MPI_Comm_group(world_.get(), &all);
     if (rc == MPI_SUCCESS) rc = MPI_Group_incl(all, static_cast<int>(ranks.size()), ranks.data(), &mine);
-    if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(world_, mine, 0, &c);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(world_.get(), mine, 0, &c);
     if (mine != MPI_GROUP_NULL) MPI_Group_free(&mine);
     if (all != MPI_GROUP_NULL) MPI_Group_free(&all);
     if (rc != MPI_SUCCESS) return Status::Runtime("MPI_Comm_create_group failed (MPI error " + std::to_string(rc) + ")");
@@ -219,7 +200,7 @@ class HostGroupMaker final : public GroupMaker {
   }
 
  private:
-  MPI_Comm world_ = MPI_COMM_NULL;
+  WorldDup world_;
 };
 
 }  // namespace

@@ -22,6 +22,7 @@
 
 #include "actor/comm.h"
 #include "actor/movement.h"
+#include "actor/mpi_util.h"
 
 namespace fr::actor {
 
@@ -104,17 +105,6 @@ std::string MpiError(int rc) {
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
   return std::string(text, static_cast<size_t>(len));
-}
-
-MPI_Datatype TypeOf(DType t) {
-  switch (t) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kI64: return MPI_INT64_T;
-    case DType::kI32: return MPI_INT32_T;
-    case DType::kBool:
-    case DType::kU8: return MPI_UINT8_T;
-  }
-  return MPI_DATATYPE_NULL;
 }
 
 MPI_Op OpOf(sbp::Reduce r) {
@@ -545,7 +535,7 @@ Status MpiCommunicator::StartAllReduce(Pending& p, MPI_Comm comm) {
   const std::string what = Describe(p.task);
   const Tensor& x = p.in[0];
   const Tensor& y = p.out.empty() ? p.in[0] : p.out[0];
-  const MPI_Datatype type = TypeOf(p.in[0].dtype());
+  const MPI_Datatype type = MpiTypeOf(p.in[0].dtype());
   const size_t es = SizeOf(p.in[0].dtype());
   if (p.in.size() > 1 && LaidOutAlike(p.in, p.out)) {  // a bucket the runtime laid out end to end
     // One copy of the span, then in place: Open MPI's non-blocking all-reduce from one buffer
@@ -582,7 +572,7 @@ Status MpiCommunicator::StartAllGather(Pending& p, MPI_Comm comm, int k) {
   const int parts = static_cast<int>(p.task.group.size());
   const Tensor& x = p.in[0];
   const Tensor& y = p.out.empty() ? p.in[0] : p.out[0];
-  const MPI_Datatype type = TypeOf(p.in[0].dtype());
+  const MPI_Datatype type = MpiTypeOf(p.in[0].dtype());
   const size_t es = SizeOf(p.in[0].dtype());
   if (p.in.size() > 1) {  // a bucket laid out by member (MoveByMember), unpacked on completion
     const Counts c = MemberCounts(p.out, t.concat_axis, parts);
@@ -620,7 +610,7 @@ Status MpiCommunicator::StartReduceScatter(Pending& p, MPI_Comm comm, int k) {
   const int parts = static_cast<int>(p.task.group.size());
   const Tensor& x = p.in[0];
   const Tensor& y = p.out.empty() ? p.in[0] : p.out[0];
-  const MPI_Datatype type = TypeOf(p.in[0].dtype());
+  const MPI_Datatype type = MpiTypeOf(p.in[0].dtype());
   const size_t es = SizeOf(p.in[0].dtype());
   if (p.in.size() > 1) {  // a bucket: packed by member, so member j gets part j of every gradient
     const Counts c = MemberCounts(p.in, t.split_axis, parts);
@@ -650,7 +640,7 @@ Status MpiCommunicator::StartAllToAll(Pending& p, MPI_Comm comm) {
   const int parts = static_cast<int>(p.task.group.size());
   const Tensor& x = p.in[0];
   const Tensor& y = p.out.empty() ? p.in[0] : p.out[0];
-  const MPI_Datatype type = TypeOf(p.in[0].dtype());
+  const MPI_Datatype type = MpiTypeOf(p.in[0].dtype());
   const size_t es = SizeOf(p.in[0].dtype());
   // To member j goes part j of x along split_axis; from member j comes part j of y along
   // concat_axis.
@@ -691,11 +681,11 @@ Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in,
   if (t.op == Op::kSend) {
     const Tensor& x = p.in[0];
     const int n = static_cast<int>(x.numel());
-    RETURN_IF_ERROR(Mpi(MPI_Isend(x.raw(), n, TypeOf(x.dtype()), t.peer, t.tag, data_, &p.req), "MPI_Isend", what));
+    RETURN_IF_ERROR(Mpi(MPI_Isend(x.raw(), n, MpiTypeOf(x.dtype()), t.peer, t.tag, data_, &p.req), "MPI_Isend", what));
   } else if (t.op == Op::kRecv) {
     const Tensor& y = p.out[0];
     const int n = static_cast<int>(y.numel());
-    RETURN_IF_ERROR(Mpi(MPI_Irecv(y.raw(), n, TypeOf(y.dtype()), t.peer, t.tag, data_, &p.req), "MPI_Irecv", what));
+    RETURN_IF_ERROR(Mpi(MPI_Irecv(y.raw(), n, MpiTypeOf(y.dtype()), t.peer, t.tag, data_, &p.req), "MPI_Irecv", what));
   } else {
     auto it = comms_.find(t.collective);
     if (it == comms_.end() || it->second.first != t.group)
@@ -734,7 +724,7 @@ Result<CommHandle> MpiCommunicator::Start(const Task& t, std::vector<Tensor> in,
 Status MpiCommunicator::Complete(Pending& p, const MPI_Status& st) {
   if (p.task.op == Op::kRecv) {
     int got = 0;
-    MPI_Get_count(&st, TypeOf(p.out[0].dtype()), &got);
+    MPI_Get_count(&st, MpiTypeOf(p.out[0].dtype()), &got);
     if (got != p.out[0].numel())
       return Fail(Describe(p.task),
                   "received " + std::to_string(got) + " elements, expected " + std::to_string(p.out[0].numel()));

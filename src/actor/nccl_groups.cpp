@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "actor/mpi_util.h"
 #include "actor/world.h"
 #include "ops/cuda/backend.h"
 
@@ -12,15 +13,6 @@ namespace {
 
 class NcclGroupMaker final : public GroupMaker {
  public:
-  NcclGroupMaker() {
-    MPI_Comm_dup(MPI_COMM_WORLD, &ids_);
-    MPI_Comm_set_errhandler(ids_, MPI_ERRORS_RETURN);
-  }
-  ~NcclGroupMaker() override {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&ids_);
-  }
   Result<std::unique_ptr<CollectiveGroup>> Make(const std::vector<int>& ranks, int index) override {
     // The id, then a byte saying whether member 0 made one: a member never waits on a group whose
     // id could not be made.
@@ -32,11 +24,11 @@ class NcclGroupMaker final : public GroupMaker {
       std::memcpy(message, id.data(), id.size());
       message[sizeof(GroupId)] = made.ok() ? 1 : 0;
       for (size_t j = 1; j < ranks.size(); ++j)
-        if (MPI_Send(message, sizeof message, MPI_CHAR, ranks[j], 0, ids_) != MPI_SUCCESS)
+        if (MPI_Send(message, sizeof message, MPI_CHAR, ranks[j], 0, ids_.get()) != MPI_SUCCESS)
           return Status::Runtime("sending NCCL's unique id to rank " + std::to_string(ranks[j]) + " failed");
       RETURN_IF_ERROR(made);
     } else {
-      if (MPI_Recv(message, sizeof message, MPI_CHAR, ranks[0], 0, ids_, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      if (MPI_Recv(message, sizeof message, MPI_CHAR, ranks[0], 0, ids_.get(), MPI_STATUS_IGNORE) != MPI_SUCCESS)
         return Status::Runtime("receiving NCCL's unique id from rank " + std::to_string(ranks[0]) + " failed");
       if (!message[sizeof(GroupId)]) return Status::Runtime("rank " + std::to_string(ranks[0]) + " could not make NCCL's unique id");
       std::memcpy(id.data(), message, id.size());
@@ -45,7 +37,7 @@ class NcclGroupMaker final : public GroupMaker {
   }
 
  private:
-  MPI_Comm ids_ = MPI_COMM_NULL;
+  WorldDup ids_;  // the unique ids travel here
 };
 
 }  // namespace
