@@ -212,6 +212,10 @@ done
 for _d in /usr/local/cuda/lib /usr/local/cuda/lib64 /usr/local/cuda-13*/lib /opt/*/.venv/lib/python3*/site-packages/nvidia/nccl/lib; do
   if [ -e "$_d/libnccl.so.2" ]; then export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$_d; break; fi
 done
+# cuDNN 9 for the convolutions: the toolkit's, else the nvidia-cudnn wheel's.
+for _d in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /opt/*/.venv/lib/python3*/site-packages/nvidia/cudnn/lib; do
+  if [ -e "$_d/libcudnn.so.9" ]; then export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$_d; break; fi
+done
 unset _d
 # libstdc++/libgcc_s from the bundle only where the machine's own do not serve flowrun.
 if env LD_LIBRARY_PATH="$LD_LIBRARY_PATH" ldd "$_r/bin/flowrun" 2>&1 | grep -qE 'not found'; then

@@ -46,9 +46,44 @@ inline Status Launched(const KernelCtx& c) {
   return Status::Runtime("[cuda] " + c.node.name + ": " + ErrorString(e));
 }
 
+// A failed CUDA call queued for the node (a memset, a copy), as Launched.
+inline Status Launched(const KernelCtx& c, cudaError_t e) {
+  if (e == cudaSuccess) return Launched(c);
+  cudaGetLastError();
+  return Status::Runtime("[cuda] " + c.node.name + ": " + ErrorString(e));
+}
+
 inline Status TooManyDims(const KernelCtx& c, int rank) {
   return Status::Invalid("[cuda] " + c.node.name + ": a rank-" + std::to_string(rank) + " tensor; CUDA kernels take rank <= " +
                          std::to_string(kMaxRank));
+}
+
+// Stream-ordered scratch memory (cudaMallocAsync from the device's pool, which keeps what it
+// was given: SelectDevice sets its release threshold), freed on the stream at destruction.
+class Scratch {
+ public:
+  Scratch(size_t bytes, cudaStream_t s) : s_(s) {
+    if (cudaMallocAsync(&p_, bytes ? bytes : 1, s) != cudaSuccess) {
+      cudaGetLastError();
+      p_ = nullptr;
+    }
+  }
+  ~Scratch() {
+    if (p_) cudaFreeAsync(p_, s_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <typename T>
+  T* as() const { return static_cast<T*>(p_); }
+  bool ok() const { return p_ != nullptr; }
+
+ private:
+  void* p_ = nullptr;
+  cudaStream_t s_;
+};
+
+inline Status NoScratch(const KernelCtx& c, const std::string& what) {
+  return Status::Runtime("[cuda] " + c.node.name + ": out of device memory for " + what);
 }
 
 #define FR_GRID_LOOP(i, n) \

@@ -197,6 +197,16 @@ Result<int> SelectDevice(int local_rank) {
   const cudaError_t set = cudaSetDevice(ordinal);
   if (set != cudaSuccess) return Status::Runtime("[cuda] cannot use GPU " + std::to_string(ordinal) + ": " + ErrorString(set));
   g_ordinal.store(ordinal, std::memory_order_relaxed);
+  // Kernels' stream-ordered scratch (common.cuh) comes from the device's default pool; by default
+  // it hands freed memory back to the driver at every synchronisation, so each step would map it
+  // anew. Kept instead, the scratch of the first step serves every later one.
+  cudaMemPool_t pool = nullptr;
+  if (cudaDeviceGetDefaultMemPool(&pool, ordinal) == cudaSuccess) {
+    uint64_t keep = UINT64_MAX;
+    Check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+  } else {
+    cudaGetLastError();
+  }
   void* word = nullptr;
   const cudaError_t alloc = cudaMalloc(&word, sizeof(DataError));
   if (alloc != cudaSuccess) return Status::Runtime("[cuda] GPU " + std::to_string(ordinal) + ": " + ErrorString(alloc));

@@ -3,7 +3,7 @@
 // same as its CPU kernel, and queues its work on ctx.stream.
 //
 // Not here, and refused before training with a clear message: the ops import folds (Shape,
-// ConstantOfShape, Range), and the convolutional ops, which wait for cuDNN.
+// ConstantOfShape, Range).
 #pragma once
 
 #include "ops/op.h"
@@ -19,7 +19,8 @@
   X(ClipGrad) X(ReduceMaxGrad) X(GatherNDGrad) X(GatherElementsGrad) X(PadGrad) X(Gelu) X(GeluGrad)  \
   X(MaskedSoftmax) X(MaskedSoftmaxGrad) X(RMSNorm) X(RMSNormGrad) X(CrossEntropy)                    \
   X(CrossEntropyGrad) X(Mse) X(MseGrad) X(Accumulate) X(SquareSum) X(AddN) X(ClipCoef) X(SgdUpdate)  \
-  X(AdamWUpdate)
+  X(AdamWUpdate) X(Conv) X(ConvGradData) X(ConvGradWeight) X(MaxPool) X(MaxPoolGrad) X(AveragePool)  \
+  X(AveragePoolGrad)
 
 namespace fr::cuda {
 
@@ -27,7 +28,8 @@ namespace fr::cuda {
 FR_CUDA_OPS(FR_CUDA_KERNEL_DECL)
 #undef FR_CUDA_KERNEL_DECL
 
-// TF32 tensor cores for the float32 GEMMs (matmul.cu).
-void AllowTf32Gemm(bool allow);
+// TF32 tensor cores for the float32 GEMMs and convolutions (matmul.cu), and whether allowed.
+void AllowTf32Math(bool allow);
+bool Tf32Math();
 
 }  // namespace fr::cuda

@@ -76,7 +76,8 @@ __global__ void FillScaled(const float* src, float* y, int64_t n, Bcast<1> b, fl
 
 }  // namespace
 
-void AllowTf32Gemm(bool allow) { g_tf32.store(allow, std::memory_order_relaxed); }
+void AllowTf32Math(bool allow) { g_tf32.store(allow, std::memory_order_relaxed); }
+bool Tf32Math() { return g_tf32.load(std::memory_order_relaxed); }
 
 Status MatMul(const KernelCtx& c) {
   const Tensor &A = c.in[0], &B = c.in[1], &Y = c.out[0];

@@ -13,30 +13,6 @@
 namespace fr::cuda {
 namespace {
 
-// Stream-ordered scratch memory, freed on the stream when it goes out of scope.
-class Scratch {
- public:
-  Scratch(size_t bytes, cudaStream_t s) : s_(s) {
-    if (cudaMallocAsync(&p_, bytes ? bytes : 1, s) != cudaSuccess) p_ = nullptr;
-  }
-  ~Scratch() {
-    if (p_) cudaFreeAsync(p_, s_);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <typename T> T* as() const { return static_cast<T*>(p_); }
-  bool ok() const { return p_ != nullptr; }
-
- private:
-  void* p_ = nullptr;
-  cudaStream_t s_;
-};
-
-Status NoScratch(const KernelCtx& c) {
-  cudaGetLastError();
-  return Status::Runtime("[cuda] " + c.node.name + ": out of device memory for a reduction's scratch");
-}
-
 // Blocks of a whole-tensor sum: enough to fill the GPU, fixed by n so that the order is too.
 unsigned SumBlocks(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>((n + 4095) / 4096, 1, 1024)); }
 
@@ -62,7 +38,7 @@ Status SumAll(const KernelCtx& c, int64_t n, F term, float* out, double divisor)
   cudaStream_t s = StreamOf(c);
   const unsigned blocks = SumBlocks(n);
   Scratch partial(blocks * sizeof(double), s);
-  if (!partial.ok()) return NoScratch(c);
+  if (!partial.ok()) return NoScratch(c, "a reduction's scratch");
   PartialSums<<<blocks, kThreads, 0, s>>>(n, term, partial.as<double>());
   FinishSum<<<1, kThreads, 0, s>>>(partial.as<double>(), static_cast<int>(blocks), out, divisor);
   return Launched(c);
@@ -344,7 +320,7 @@ Status CrossEntropy(const KernelCtx& c) {
   const bool sum = c.node.attrs.Int("sum") != 0;
   cudaStream_t s = StreamOf(c);
   Scratch loss(static_cast<size_t>(rows) * sizeof(float), s);
-  if (!loss.ok()) return NoScratch(c);
+  if (!loss.ok()) return NoScratch(c, "a reduction's scratch");
   if (rows > 0) {
     CrossEntropyRows<<<static_cast<unsigned>(rows), RowThreads(classes), 0, s>>>(
         L.data<float>(), c.in[1].data<int64_t>(), classes, c.node.attrs.Has("ignore_index"), c.node.attrs.Int("ignore_index", 0),
@@ -391,7 +367,7 @@ Status SquareSum(const KernelCtx& c) {
 Status AddN(const KernelCtx& c) {
   cudaStream_t s = StreamOf(c);
   Scratch acc(sizeof(double), s);
-  if (!acc.ok()) return NoScratch(c);
+  if (!acc.ok()) return NoScratch(c, "a reduction's scratch");
   const size_t total = c.in.size();
   for (size_t at = 0; at < total || at == 0; at += kAddN) {
     Scalars sc{};

@@ -158,30 +158,7 @@ Status ScatterAdd(const KernelCtx& c, const int64_t* keys, int64_t n, const floa
   return Launched(c);
 }
 
-// Stream-ordered int64 scratch.
-class Keys {
- public:
-  Keys(int64_t n, cudaStream_t s) : s_(s) {
-    if (cudaMallocAsync(reinterpret_cast<void**>(&p_), static_cast<size_t>(n > 0 ? n : 1) * sizeof(int64_t), s) != cudaSuccess) {
-      cudaGetLastError();
-      p_ = nullptr;
-    }
-  }
-  ~Keys() {
-    if (p_) cudaFreeAsync(p_, s_);
-  }
-  Keys(const Keys&) = delete;
-  Keys& operator=(const Keys&) = delete;
-  int64_t* get() const { return p_; }
-
- private:
-  cudaStream_t s_;
-  int64_t* p_ = nullptr;
-};
-
-Status NoMemory(const KernelCtx& c) {
-  return Status::Runtime("[cuda] " + c.node.name + ": out of device memory for its indices");
-}
+Status NoMemory(const KernelCtx& c) { return NoScratch(c, "its indices"); }
 
 // key[i] = idx[i] normalised into [0, dim) (negative counts from the end), -1 and a data error
 // when out of range.
@@ -477,22 +454,22 @@ Status Pad(const KernelCtx& c) {
   const int64_t n = Y.numel();
   if (n == 0) return Status::Ok();
   cudaStream_t s = StreamOf(c);
-  Keys src(n, s);
-  if (!src.get()) return NoMemory(c);
-  RETURN_IF_ERROR(PadSources(c, X.shape(), Y.shape(), src.get()));
+  Scratch src(static_cast<size_t>(n) * sizeof(int64_t), s);
+  if (!src.ok()) return NoMemory(c);
+  RETURN_IF_ERROR(PadSources(c, X.shape(), Y.shape(), src.as<int64_t>()));
   const double value = c.node.attrs.Float("value", 0.0);
   switch (Y.dtype()) {
     case DType::kF32:
-      PadFillK<<<Blocks(n), kThreads, 0, s>>>(X.data<float>(), src.get(), Y.data<float>(), n, static_cast<float>(value));
+      PadFillK<<<Blocks(n), kThreads, 0, s>>>(X.data<float>(), src.as<int64_t>(), Y.data<float>(), n, static_cast<float>(value));
       break;
     case DType::kI64:
-      PadFillK<<<Blocks(n), kThreads, 0, s>>>(X.data<int64_t>(), src.get(), Y.data<int64_t>(), n, static_cast<int64_t>(value));
+      PadFillK<<<Blocks(n), kThreads, 0, s>>>(X.data<int64_t>(), src.as<int64_t>(), Y.data<int64_t>(), n, static_cast<int64_t>(value));
       break;
     case DType::kI32:
-      PadFillK<<<Blocks(n), kThreads, 0, s>>>(X.data<int32_t>(), src.get(), Y.data<int32_t>(), n, static_cast<int32_t>(value != 0));
+      PadFillK<<<Blocks(n), kThreads, 0, s>>>(X.data<int32_t>(), src.as<int64_t>(), Y.data<int32_t>(), n, static_cast<int32_t>(value != 0));
       break;
     default:
-      PadFillK<<<Blocks(n), kThreads, 0, s>>>(static_cast<const uint8_t*>(X.raw()), src.get(), static_cast<uint8_t*>(Y.raw()), n,
+      PadFillK<<<Blocks(n), kThreads, 0, s>>>(static_cast<const uint8_t*>(X.raw()), src.as<int64_t>(), static_cast<uint8_t*>(Y.raw()), n,
                                               static_cast<uint8_t>(value != 0));
       break;
   }
@@ -503,10 +480,10 @@ Status PadGrad(const KernelCtx& c) {
   const Tensor &dY = c.in[0], &dX = c.out[0];
   const int64_t n = dY.numel();
   cudaStream_t s = StreamOf(c);
-  Keys src(n, s);
-  if (!src.get()) return NoMemory(c);
-  RETURN_IF_ERROR(PadSources(c, dX.shape(), dY.shape(), src.get()));
-  return ScatterAdd(c, src.get(), n, dY.data<float>(), dX, 1, dX.numel(), 1, false);
+  Scratch src(static_cast<size_t>(n) * sizeof(int64_t), s);
+  if (!src.ok()) return NoMemory(c);
+  RETURN_IF_ERROR(PadSources(c, dX.shape(), dY.shape(), src.as<int64_t>()));
+  return ScatterAdd(c, src.as<int64_t>(), n, dY.data<float>(), dX, 1, dX.numel(), 1, false);
 }
 
 Status Gather(const KernelCtx& c) {
@@ -515,14 +492,14 @@ Status Gather(const KernelCtx& c) {
   const int64_t outer = Prod(X.shape(), 0, a), dim = X.shape()[a], inner = Prod(X.shape(), a + 1, X.shape().rank());
   const int64_t n = c.in[1].numel();
   cudaStream_t s = StreamOf(c);
-  Keys key(n, s);
-  if (!key.get()) return NoMemory(c);
-  Normalize(c.in[1], dim, key.get(), s);
+  Scratch key(static_cast<size_t>(n) * sizeof(int64_t), s);
+  if (!key.ok()) return NoMemory(c);
+  Normalize(c.in[1], dim, key.as<int64_t>(), s);
   const int64_t total = outer * n * inner;
   if (total == 0) return Launched(c);
   BySize(X.dtype(), [&](auto t) {
     using T = decltype(t);
-    GatherRowsK<<<Blocks(total), kThreads, 0, s>>>(static_cast<const T*>(X.raw()), key.get(), static_cast<T*>(Y.raw()), outer, dim,
+    GatherRowsK<<<Blocks(total), kThreads, 0, s>>>(static_cast<const T*>(X.raw()), key.as<int64_t>(), static_cast<T*>(Y.raw()), outer, dim,
                                                    n, inner);
   });
   return Launched(c);
@@ -536,11 +513,11 @@ Status GatherGrad(const KernelCtx& c) {
   const int64_t outer = Prod(xs, 0, a), dim = xs[a], inner = Prod(xs, a + 1, xs.rank());
   const int64_t n = c.in[1].numel();
   cudaStream_t s = StreamOf(c);
-  Keys key(n, s);
-  if (!key.get()) return NoMemory(c);
-  Normalize(c.in[1], dim, key.get(), s);
+  Scratch key(static_cast<size_t>(n) * sizeof(int64_t), s);
+  if (!key.ok()) return NoMemory(c);
+  Normalize(c.in[1], dim, key.as<int64_t>(), s);
   const bool adds = AddsInto(c);
-  return ScatterAdd(c, key.get(), n, dY.data<float>(), dX, outer, dim, inner, adds);
+  return ScatterAdd(c, key.as<int64_t>(), n, dY.data<float>(), dX, outer, dim, inner, adds);
 }
 
 namespace {
@@ -552,9 +529,9 @@ Status ElementTargets(const KernelCtx& c, const Tensor& indices, const fr::Shape
   if (is.rank() > kMaxRank) return TooManyDims(c, is.rank());
   const int64_t n = indices.numel();
   cudaStream_t s = StreamOf(c);
-  Keys key(n, s);
-  if (!key.get()) return NoMemory(c);
-  Normalize(indices, xs[a], key.get(), s);
+  Scratch key(static_cast<size_t>(n) * sizeof(int64_t), s);
+  if (!key.ok()) return NoMemory(c);
+  Normalize(indices, xs[a], key.as<int64_t>(), s);
   const std::vector<int64_t> st = Strides(xs);
   ElementWalk w;
   w.rank = is.rank();
@@ -563,7 +540,7 @@ Status ElementTargets(const KernelCtx& c, const Tensor& indices, const fr::Shape
     w.dims[d] = is[d];
     w.stride[d] = st[static_cast<size_t>(d)];
   }
-  if (n) ElementTargetsK<<<Blocks(n), kThreads, 0, s>>>(key.get(), n, w, target);
+  if (n) ElementTargetsK<<<Blocks(n), kThreads, 0, s>>>(key.as<int64_t>(), n, w, target);
   return Launched(c);
 }
 
@@ -573,13 +550,13 @@ Status GatherElements(const KernelCtx& c) {
   const Tensor &X = c.in[0], &Y = c.out[0];
   const int64_t n = Y.numel();
   cudaStream_t s = StreamOf(c);
-  Keys target(n, s);
-  if (!target.get()) return NoMemory(c);
-  RETURN_IF_ERROR(ElementTargets(c, c.in[1], X.shape(), target.get()));
+  Scratch target(static_cast<size_t>(n) * sizeof(int64_t), s);
+  if (!target.ok()) return NoMemory(c);
+  RETURN_IF_ERROR(ElementTargets(c, c.in[1], X.shape(), target.as<int64_t>()));
   if (n == 0) return Status::Ok();
   BySize(X.dtype(), [&](auto t) {
     using T = decltype(t);
-    GatherFlatK<<<Blocks(n), kThreads, 0, s>>>(static_cast<const T*>(X.raw()), target.get(), static_cast<T*>(Y.raw()), n);
+    GatherFlatK<<<Blocks(n), kThreads, 0, s>>>(static_cast<const T*>(X.raw()), target.as<int64_t>(), static_cast<T*>(Y.raw()), n);
   });
   return Launched(c);
 }
@@ -588,10 +565,10 @@ Status GatherElementsGrad(const KernelCtx& c) {
   const Tensor &dY = c.in[0], &dX = c.out[0];
   const int64_t n = c.in[1].numel();
   cudaStream_t s = StreamOf(c);
-  Keys target(n, s);
-  if (!target.get()) return NoMemory(c);
-  RETURN_IF_ERROR(ElementTargets(c, c.in[1], dX.shape(), target.get()));
-  return ScatterAdd(c, target.get(), n, dY.data<float>(), dX, 1, dX.numel(), 1, false);
+  Scratch target(static_cast<size_t>(n) * sizeof(int64_t), s);
+  if (!target.ok()) return NoMemory(c);
+  RETURN_IF_ERROR(ElementTargets(c, c.in[1], dX.shape(), target.as<int64_t>()));
+  return ScatterAdd(c, target.as<int64_t>(), n, dY.data<float>(), dX, 1, dX.numel(), 1, false);
 }
 
 namespace {
@@ -626,14 +603,14 @@ int64_t TupleCount(const Tensor& indices) {
 Status GatherND(const KernelCtx& c) {
   const Tensor &X = c.in[0], &Y = c.out[0];
   cudaStream_t s = StreamOf(c);
-  Keys key(TupleCount(c.in[1]), s);
-  if (!key.get()) return NoMemory(c);
+  Scratch key(static_cast<size_t>(TupleCount(c.in[1])) * sizeof(int64_t), s);
+  if (!key.ok()) return NoMemory(c);
   int64_t tuples = 0, slice = 0, rows = 0;
-  RETURN_IF_ERROR(TupleKeys(c, X.shape(), c.in[1], key.get(), &tuples, &slice, &rows));
+  RETURN_IF_ERROR(TupleKeys(c, X.shape(), c.in[1], key.as<int64_t>(), &tuples, &slice, &rows));
   if (tuples * slice == 0) return Status::Ok();
   BySize(X.dtype(), [&](auto t) {
     using T = decltype(t);
-    GatherRowsK<<<Blocks(tuples * slice), kThreads, 0, s>>>(static_cast<const T*>(X.raw()), key.get(), static_cast<T*>(Y.raw()), 1,
+    GatherRowsK<<<Blocks(tuples * slice), kThreads, 0, s>>>(static_cast<const T*>(X.raw()), key.as<int64_t>(), static_cast<T*>(Y.raw()), 1,
                                                             rows, tuples, slice);
   });
   return Launched(c);
@@ -642,11 +619,11 @@ Status GatherND(const KernelCtx& c) {
 Status GatherNDGrad(const KernelCtx& c) {
   const Tensor &dY = c.in[0], &dX = c.out[0];
   cudaStream_t s = StreamOf(c);
-  Keys key(TupleCount(c.in[1]), s);
-  if (!key.get()) return NoMemory(c);
+  Scratch key(static_cast<size_t>(TupleCount(c.in[1])) * sizeof(int64_t), s);
+  if (!key.ok()) return NoMemory(c);
   int64_t tuples = 0, slice = 0, rows = 0;
-  RETURN_IF_ERROR(TupleKeys(c, dX.shape(), c.in[1], key.get(), &tuples, &slice, &rows));
-  return ScatterAdd(c, key.get(), tuples, dY.data<float>(), dX, 1, rows, slice, false);
+  RETURN_IF_ERROR(TupleKeys(c, dX.shape(), c.in[1], key.as<int64_t>(), &tuples, &slice, &rows));
+  return ScatterAdd(c, key.as<int64_t>(), tuples, dY.data<float>(), dX, 1, rows, slice, false);
 }
 
 // Y = data, then slice t of Y replaced by (with add: increased by) updates' slice t, in the order
@@ -654,25 +631,25 @@ Status GatherNDGrad(const KernelCtx& c) {
 Status ScatterND(const KernelCtx& c) {
   const Tensor &X = c.in[0], &U = c.in[2], &Y = c.out[0];
   cudaStream_t s = StreamOf(c);
-  Keys key(TupleCount(c.in[1]), s);
-  if (!key.get()) return NoMemory(c);
+  Scratch key(static_cast<size_t>(TupleCount(c.in[1])) * sizeof(int64_t), s);
+  if (!key.ok()) return NoMemory(c);
   int64_t tuples = 0, slice = 0, rows = 0;
-  RETURN_IF_ERROR(TupleKeys(c, X.shape(), c.in[1], key.get(), &tuples, &slice, &rows));
+  RETURN_IF_ERROR(TupleKeys(c, X.shape(), c.in[1], key.as<int64_t>(), &tuples, &slice, &rows));
   if (Y.raw() != X.raw() && X.bytes()) cudaMemcpyAsync(Y.raw(), X.raw(), X.bytes(), cudaMemcpyDeviceToDevice, s);
   const bool add = c.node.attrs.Int("add") != 0;
   if (add) {
     if (Y.dtype() != DType::kF32)
       return Status::Invalid("[cuda] " + c.node.name + ": ScatterND with add takes float32 on CUDA");
-    return ScatterAdd(c, key.get(), tuples, U.data<float>(), Y, 1, rows, slice, true);
+    return ScatterAdd(c, key.as<int64_t>(), tuples, U.data<float>(), Y, 1, rows, slice, true);
   }
   if (tuples == 0) return Launched(c);
   SortedKeys sorted(s);
-  RETURN_IF_ERROR(sorted.Sort(c, key.get(), tuples, rows));
+  RETURN_IF_ERROR(sorted.Sort(c, key.as<int64_t>(), tuples, rows));
   AnyRepeatK<<<Blocks(tuples), kThreads, 0, s>>>(sorted.keys(), tuples, DataErrorWord());
   if (tuples * slice == 0) return Launched(c);
   BySize(X.dtype(), [&](auto t) {
     using T = decltype(t);
-    ScatterRowsK<<<Blocks(tuples * slice), kThreads, 0, s>>>(static_cast<T*>(Y.raw()), key.get(), static_cast<const T*>(U.raw()),
+    ScatterRowsK<<<Blocks(tuples * slice), kThreads, 0, s>>>(static_cast<T*>(Y.raw()), key.as<int64_t>(), static_cast<const T*>(U.raw()),
                                                              tuples, slice);
   });
   return Launched(c);
