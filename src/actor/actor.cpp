@@ -139,7 +139,15 @@ void Actor::ActOnce() {
         next_ = total_;
         return;
       }
+      // A copy onto a device may still be reading the slot's last contents.
+      if (std::shared_ptr<Event> read = rt_.TakeReadDone(p.regst, p.current)) read->Wait();
     }
+  }
+  // What a copy onto this device filled: the stream that reads it waits for the copy.
+  DeviceStream& reads_on = task_.kind == TaskKind::kCopy ? rt_.CopyStream(task_.device) : *stream_;
+  for (const Port& p : in_) {
+    if (!p.Starts(k)) continue;
+    if (const std::shared_ptr<Event>& ready = rt_.Filled(p.regst, p.slots.front())) reads_on.Wait(ready);
   }
   const auto& on_act = rt_.options().on_act;
   if (on_act) on_act(task_, k, true);
@@ -233,29 +241,35 @@ Status Actor::Variable(int64_t k) {
   return Kernel(node.op, task_.device.type)(ctx);
 }
 
-// Queued on the device's copy stream; the act ends when the copy has (the copy thread waits, the
-// compute thread does not). The copy first waits for the kernels it depends on, by their mark
-// (marks_): off the device, the source's producer; onto it, the kernels that last read the
-// destination slot (a consumer acknowledges a slot when its kernels are queued, not run; the
+// Queued on the device's copy stream, which first waits for the kernels the copy depends on, by
+// their mark (marks_): off the device, the source's producer; onto it, the kernels that last read
+// the destination slot (a consumer acknowledges a slot when its kernels are queued, not run; the
 // slot's memory is its own, not the pool's). Not for everything queued on the compute stream
-// since: the copy of the next micro-batch's inputs overlaps this one's compute. Host-side waits on
-// the copy thread; then the data errors the source's producers met are reported.
+// since: the copy of the next micro-batch's inputs overlaps this one's compute.
+//   Onto a device, the act ends once the copy is queued: its consumers' streams wait for it by an
+// event (Runtime::SetFilled), and the source slot's producer waits for it before writing the slot
+// again (SetReadDone; the slot is pinned and not pooled). Off a device, the act ends when the
+// copy has (the host reads the result next), and then the data errors the source's producers
+// met are reported.
 Status Actor::Copy() {
   const int in_regst = task_.in[0].regst;
+  const int in_slot = InPort(in_regst)->slots.front();
   const Tensor src = RegstTensor(in_regst);
   const Tensor dst = rt_.Slot(out_[0].regst, out_[0].current);
   FR_CHECK(src.bytes() == dst.bytes() && !(src.device() == dst.device()), task_.name + ": not a copy between devices");
-  const Device from = src.device().type != DeviceType::kCpu ? src.device() : dst.device();
-  if (from.type != DeviceType::kCpu) {
-    const std::shared_ptr<Event>& after = src.device().type != DeviceType::kCpu ? marks_[{in_regst, InPort(in_regst)->slots.front()}]
-                                                                               : marks_[{out_[0].regst, out_[0].current}];
-    if (after) after->Wait();
-  }
+  const bool onto_device = src.device().type == DeviceType::kCpu;
   DeviceStream& s = rt_.CopyStream(task_.device);
+  const std::shared_ptr<Event>& after = onto_device ? marks_[{out_[0].regst, out_[0].current}] : marks_[{in_regst, in_slot}];
+  if (after) s.Wait(after);
   s.Copy(dst.raw(), src.raw(), src.bytes());
+  if (onto_device) {
+    std::shared_ptr<Event> done = s.Record();
+    rt_.SetFilled(out_[0].regst, out_[0].current, done);
+    rt_.SetReadDone(in_regst, in_slot, std::move(done));
+    return Status::Ok();
+  }
   s.Synchronize();
-  if (from.type != DeviceType::kCpu) return BackendOf(from.type)->TakeDataError(s);
-  return Status::Ok();
+  return BackendOf(src.device().type)->TakeDataError(s);
 }
 
 namespace {

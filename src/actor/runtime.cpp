@@ -11,21 +11,42 @@ namespace fr::actor {
 Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communicator* comm)
     : plan_(plan), graph_(graph), rank_(rank), comm_(comm) {
   slots_.resize(plan.regsts.size());
+  filled_.resize(plan.regsts.size());
+  read_done_.resize(plan.regsts.size());
   pooled_.assign(plan.regsts.size(), false);
   in_window_.assign(plan.regsts.size(), -1);
+  // The host registers copied onto a device, and the device's type: their memory is pinned.
+  std::map<int, DeviceType> copied_out;
+  for (const ir::TaskDesc& t : plan.tasks) {
+    if (t.rank != rank_ || t.kind != ir::TaskKind::kCopy || t.device.type == DeviceType::kCpu) continue;
+    const ir::RegstDesc& from = plan.regsts[static_cast<size_t>(t.in[0].regst)];
+    if (from.device.type == DeviceType::kCpu) copied_out[from.id] = t.device.type;
+  }
   for (const ir::RegstDesc& r : plan.regsts) {
     if (r.rank != rank_) continue;
-    slots_[static_cast<size_t>(r.id)].resize(static_cast<size_t>(r.regst_num));
-    // A variable's slot is the parameter, alive for the whole run; a copy's into a device has its
+    const auto n = static_cast<size_t>(r.regst_num);
+    slots_[static_cast<size_t>(r.id)].resize(n);
+    filled_[static_cast<size_t>(r.id)].resize(n);
+    read_done_[static_cast<size_t>(r.id)].resize(n);
+    // A variable's slot is the parameter, alive for the whole run. A copy's into a device has its
     // own memory (the copy stream writes it, ordered only after that slot's own readers: pooled
-    // memory's last user may be any kernel still queued); every other slot is pooled.
+    // memory's last user may be any kernel still queued), and so has a host slot a copy reads onto
+    // a device, pinned (the copy reads it after the copy act has ended). Every other slot is pooled.
     const ir::TaskKind producer = plan.tasks[static_cast<size_t>(r.producer)].kind;
     const bool copied_in = producer == ir::TaskKind::kCopy && r.device.type != DeviceType::kCpu;
-    if (producer != ir::TaskKind::kVariable && !copied_in) {
+    const auto out = copied_out.find(r.id);
+    if (producer != ir::TaskKind::kVariable && !copied_in && out == copied_out.end()) {
       pooled_[static_cast<size_t>(r.id)] = true;
       continue;
     }
-    for (Tensor& t : slots_[static_cast<size_t>(r.id)]) t = Tensor(r.type.dtype, r.type.shape, r.device);
+    for (Tensor& t : slots_[static_cast<size_t>(r.id)]) {
+      if (out == copied_out.end()) {
+        t = Tensor(r.type.dtype, r.type.shape, r.device);
+      } else {
+        const size_t bytes = static_cast<size_t>(r.type.shape.numel()) * SizeOf(r.type.dtype);
+        t = Tensor(r.type.dtype, r.type.shape, std::make_shared<Storage>(bytes, Storage::PinnedFor{out->second}));
+      }
+    }
   }
   for (const ir::TaskDesc& t : plan.tasks)
     if (t.rank == rank_) LayOutBucket(t);

@@ -136,6 +136,23 @@ class Runtime {
   // read (a gradient bucket in shared memory) and the run was stopped while waiting for them.
   Status Acquire(int regst, int slot);
   void Release(int regst, int slot);
+  // A slot a copy onto a device fills: the event its consumers' streams wait for before reading
+  // it (DeviceStream::Wait), set by the copy before it announces the slot. Null where the slot was
+  // complete when announced.
+  void SetFilled(int regst, int slot, std::shared_ptr<Event> e) {
+    filled_[static_cast<size_t>(regst)][static_cast<size_t>(slot)] = std::move(e);
+  }
+  const std::shared_ptr<Event>& Filled(int regst, int slot) const {
+    return filled_[static_cast<size_t>(regst)][static_cast<size_t>(slot)];
+  }
+  // A host slot a copy onto a device reads: the event its producer waits for before it writes
+  // the slot again, set by the copy before it gives the slot back; taken (null after).
+  void SetReadDone(int regst, int slot, std::shared_ptr<Event> e) {
+    read_done_[static_cast<size_t>(regst)][static_cast<size_t>(slot)] = std::move(e);
+  }
+  std::shared_ptr<Event> TakeReadDone(int regst, int slot) {
+    return std::move(read_done_[static_cast<size_t>(regst)][static_cast<size_t>(slot)]);
+  }
   // The most register memory this rank held at once (in use or kept for reuse, and the gradient
   // buckets' memory), after Run.
   int64_t peak_register_bytes() const { return pool_.peak_bytes() + bucket_bytes_; }
@@ -202,6 +219,9 @@ class Runtime {
   std::atomic<int> awaiting_shared_{-1};      // the collective Acquire waits on, for StallReport
   RunOptions opt_;
   std::vector<std::vector<Tensor>> slots_;  // per regst
+  // Per regst and slot (SetFilled, SetReadDone): written by the copy before the message about the
+  // slot, read by its receiver after it.
+  std::vector<std::vector<std::shared_ptr<Event>>> filled_, read_done_;
   std::vector<bool> pooled_;                 // per regst
   std::vector<int> in_window_;               // per regst: the collective whose shared slot holds it, or -1
   int64_t bucket_bytes_ = 0;                 // laid out by LayOutBucket

@@ -69,6 +69,8 @@ class CpuBackend final : public HostMemoryBackend {
   std::unique_ptr<DeviceStream> NewStream(int) override { return std::make_unique<CpuStream>(); }
 };
 
+std::atomic<int64_t> g_sim_copy_us{0};  // SetSimCopyLatency
+
 // A stream whose copies a thread of its own runs, in order, while the queuing thread goes on.
 class SimStream final : public DeviceStream {
  public:
@@ -138,6 +140,7 @@ class SimStream final : public DeviceStream {
       const Job j = queue_.front();
       queue_.pop_front();
       lock.unlock();
+      if (const int64_t us = g_sim_copy_us.load(std::memory_order_relaxed)) std::this_thread::sleep_for(std::chrono::microseconds(us));
       if (j.bytes) std::memcpy(j.dst, j.src, j.bytes);
       lock.lock();
       ++done_;
@@ -178,7 +181,12 @@ std::array<std::unique_ptr<Backend>, kNumDeviceTypes>& Backends() {
 
 }  // namespace
 
+void* Backend::AllocateHost(size_t bytes) { return BackendOf(DeviceType::kCpu)->Allocate(bytes, 0); }
+void Backend::FreeHost(void* p, size_t bytes) { BackendOf(DeviceType::kCpu)->Free(p, bytes, 0); }
+
 Backend* BackendOf(DeviceType t) { return Backends()[static_cast<size_t>(t)].get(); }
+
+void SetSimCopyLatency(int64_t us) { g_sim_copy_us.store(us, std::memory_order_relaxed); }
 
 void RegisterBackend(std::unique_ptr<Backend> b) {
   FR_CHECK(b != nullptr, "no backend");

@@ -54,6 +54,11 @@ class DeviceStream {
   // An event the device timestamps when it reaches it (Event::MillisSince): traces. Dearer than
   // Record on a GPU.
   virtual std::shared_ptr<Event> RecordTimed() { return Record(); }
+  // Work queued on this stream after the call starts after `e` is done, an event of this
+  // stream's device or the host's. Called by the thread that queues on the stream. By default
+  // the calling thread waits for `e` itself: right for a stream whose kernels run on the thread
+  // that queues them (the CPU's, sim's); a GPU's stream waits on the device instead.
+  virtual void Wait(const std::shared_ptr<Event>& e) { e->Wait(); }
   void Synchronize() { Record()->Wait(); }
 };
 
@@ -69,6 +74,11 @@ class Backend {
   // Zero-filled memory of device `index`; null when the device has no more.
   virtual void* Allocate(size_t bytes, int index) = 0;
   virtual void Free(void* p, size_t bytes, int index) = 0;
+  // Zero-filled host memory that copies between the host and this device read or write while
+  // the host goes on (a GPU's pinned memory); plain host memory where the backend has no such
+  // thing. Null when there is no more.
+  virtual void* AllocateHost(size_t bytes);
+  virtual void FreeHost(void* p, size_t bytes);
   virtual std::unique_ptr<DeviceStream> NewStream(int index) = 0;
   // A copy that has finished when this returns (host code outside the actors: setup, save).
   virtual void CopyNow(void* dst, const void* src, size_t bytes, int index) = 0;
@@ -104,5 +114,10 @@ void RegisterBackend(std::unique_ptr<Backend> b);
 
 // "cpu", "sim:0".
 std::string ToString(const Device& d);
+
+// A testing aid: each copy on a sim stream takes at least `us` microseconds from now on, so that
+// code which reads a copy's result before its event is done, or writes its source, reads or
+// writes the wrong data.
+void SetSimCopyLatency(int64_t us);
 
 }  // namespace fr

@@ -12,13 +12,21 @@ Storage::Storage(size_t bytes, Device dev) : bytes_(bytes), dev_(dev), backend_(
   if (data_ == nullptr) throw std::bad_alloc();  // as operator new does: main reports it
 }
 
+Storage::Storage(size_t bytes, PinnedFor pinned) : bytes_(bytes), backend_(BackendOf(pinned.device)), pinned_(true) {
+  FR_CHECK(backend_ != nullptr, "this build of flowrun has no " + std::string(Name(pinned.device)) + " backend");
+  data_ = backend_->AllocateHost(bytes);
+  if (data_ == nullptr) throw std::bad_alloc();
+}
+
 Storage::Storage(void* data, size_t bytes, std::shared_ptr<const void> owner)
     : data_(data), bytes_(bytes), owner_(std::move(owner)) {
   FR_CHECK(owner_ != nullptr, "borrowed storage needs an owner");
 }
 
 Storage::~Storage() {
-  if (!owner_) backend_->Free(data_, bytes_, dev_.index);
+  if (owner_) return;
+  if (pinned_) backend_->FreeHost(data_, bytes_);
+  else backend_->Free(data_, bytes_, dev_.index);
 }
 
 Tensor::Tensor(DType dt, Shape shape, Device dev)

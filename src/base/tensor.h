@@ -18,6 +18,11 @@ namespace fr {
 class Storage {
  public:
   Storage(size_t bytes, Device dev);
+  // Host memory that `device`'s copies run on asynchronously (Backend::AllocateHost).
+  struct PinnedFor {
+    DeviceType device;
+  };
+  Storage(size_t bytes, PinnedFor pinned);
   // CPU memory that `owner` holds (an imported model's bytes), kept alive and never freed here:
   // a parameter's initial value read in place instead of copied. It is only as aligned as
   // `owner` made it (no kernel here assumes more than its element's alignment).
@@ -34,6 +39,7 @@ class Storage {
   size_t bytes_ = 0;
   Device dev_;
   Backend* backend_ = nullptr;         // null when the memory is borrowed
+  bool pinned_ = false;                // host memory from backend_->AllocateHost
   std::shared_ptr<const void> owner_;  // set when the memory is borrowed
 };
 

@@ -289,6 +289,31 @@ TEST(Runtime, SimDeviceTrainsAsTheCpu_1n1d) {
   }
 }
 
+// Copies onto the sim device that take 3 ms each, with 4 micro-batches of different data: the
+// consumers of a copied slot wait for the copy's event (else they read the last micro-batch's
+// data, or none), and the data task waits for the copy that reads its slot before filling it
+// again (else the copy reads the next one's). Both would change the losses.
+TEST(Runtime, SlowSimCopiesTrainAsTheCpu_1n1d) {
+  ir::TrainingGraph tg = TinyMlp(4, 2);
+  auto cpu_plan = boxing::LowerOneDevice(tg, 3, 4);
+  auto sim_plan = boxing::LowerOneDevice(tg, 3, 4, DeviceType::kSim);
+  ASSERT_TRUE(cpu_plan.ok() && sim_plan.ok());
+  std::vector<Tensor> cpu_params, sim_params;
+  const auto cpu_steps = RunPlan(*cpu_plan, tg.graph, &cpu_params);
+  SetSimCopyLatency(3000);
+  const auto sim_steps = RunPlan(*sim_plan, tg.graph, &sim_params);
+  SetSimCopyLatency(0);
+  ASSERT_EQ(cpu_steps.size(), 3u);
+  ASSERT_EQ(sim_steps.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(sim_steps[i].loss, cpu_steps[i].loss) << "step " << i;
+    EXPECT_EQ(sim_steps[i].grad_norm, cpu_steps[i].grad_norm) << "step " << i;
+  }
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    EXPECT_EQ(std::memcmp(sim_params[i].raw(), cpu_params[i].raw(), cpu_params[i].bytes()), 0) << "parameter " << i;
+  }
+}
+
 // A Runtime runs again from where it stopped: steps 0-1 and then 2-4 train as steps 0-4 in one
 // run, bit for bit (the optimizer state and the parameters carry over; the data, the schedule and
 // the optimizer see the global step).

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "ops/cuda/common.cuh"
@@ -34,6 +35,7 @@ class CudaEvent final : public Event {
     return true;
   }
   void Wait() const override { Check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+  cudaEvent_t handle() const { return event_; }
   double MillisSince(const Event& start) const override {
     const auto* s = dynamic_cast<const CudaEvent*>(&start);
     float ms = 0;
@@ -71,6 +73,22 @@ class CudaBackend final : public Backend {
     MakeCurrent();
     cudaFree(p);  // waits for the device's work that may still use it
     Count(-static_cast<int64_t>(bytes));
+  }
+  // Pinned (page-locked) and portable: a copy from it is a DMA the copy stream runs while the
+  // host goes on; from pageable memory, the driver would stage it on the calling thread.
+  void* AllocateHost(size_t bytes) override {
+    MakeCurrent();
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  void FreeHost(void* p, size_t) override {
+    MakeCurrent();
+    cudaFreeHost(p);
   }
   std::unique_ptr<DeviceStream> NewStream(int) override { return std::make_unique<CudaStream>(); }
   void ZeroNow(void* p, size_t bytes, int) override {
@@ -135,6 +153,13 @@ void CudaStream::Copy(void* dst, const void* src, size_t bytes) {
   if (!bytes) return;
   MakeCurrent();
   Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
+}
+
+void CudaStream::Wait(const std::shared_ptr<Event>& e) {
+  const auto* cuda = dynamic_cast<const CudaEvent*>(e.get());
+  if (!cuda) return e->Wait();  // the host's: done when recorded
+  MakeCurrent();
+  Check(cudaStreamWaitEvent(stream_, cuda->handle(), 0), "cudaStreamWaitEvent");
 }
 
 std::shared_ptr<Event> CudaStream::Record() { return std::make_shared<CudaEvent>(stream_, false); }

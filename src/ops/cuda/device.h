@@ -33,6 +33,7 @@ class CudaStream final : public DeviceStream {
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
   void Copy(void* dst, const void* src, size_t bytes) override;
+  void Wait(const std::shared_ptr<Event>& e) override;
   std::shared_ptr<Event> Record() override;
   std::shared_ptr<Event> RecordTimed() override;
   cudaStream_t handle() const { return stream_; }
