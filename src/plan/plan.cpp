@@ -113,8 +113,13 @@ Plan::Memory Plan::MemoryOf(int rank) const {
     if (t.kind == TaskKind::kVariable) continue;
     for (int r : t.out) {
       const RegstDesc& rd = regsts[static_cast<size_t>(r)];
-      // A copy's slots on a device have memory of their own, not the pool's (actor::Runtime).
-      const bool own = t.kind == TaskKind::kCopy && rd.device.type != DeviceType::kCpu;
+      // A copy's slots on a device have memory of their own, not the pool's (actor::Runtime), and
+      // so have the host slots a copy reads onto a device (pinned).
+      bool own = t.kind == TaskKind::kCopy && rd.device.type != DeviceType::kCpu;
+      for (int c : rd.consumers) {
+        const TaskDesc& ct = tasks[static_cast<size_t>(c)];
+        own = own || (rd.device.type == DeviceType::kCpu && ct.kind == TaskKind::kCopy && ct.device.type != DeviceType::kCpu);
+      }
       if (rd.per_step || rd.regst_num > 1 || own) {
         always += rd.bytes() * rd.regst_num;
         continue;
