@@ -41,20 +41,24 @@ step tsan tsan
 # MPI_Finalize by design: tools/lsan.supp names its libraries, nothing of flowrun's; the full
 # unwinder on malloc finds them in stacks that pass through code built without frame pointers. fault_stress
 # runs only above: its 60 jobs take the fault tests' paths again, and would take 15 minutes here.
-# So does Search.SixteenLeadersInFull_16: the other Search tests run the same code on fewer ranks,
-# and its full enumeration of 16 ranks' layouts takes 5 minutes under the sanitizers. And
-# Checkpoint.ResumeOnEveryOtherLayout_2x2: its 30 resumes take the restore path the other
-# Checkpoint tests take under the sanitizers, and 2 minutes there.
+# So does the rest of the stress suite, CheckpointStress.ResumeOnEveryOtherLayout_2x2 among it (its
+# 30 resumes take the restore path the Checkpoint tests take, 90 s here). And so does
+# Search.SixteenLeadersInFull_16: the other Search tests run the same code on fewer ranks, and its
+# full enumeration of 16 ranks' layouts takes 5 minutes under the sanitizers. (A test whose meson
+# args set --gtest_filter, as checkpoint's and fault's do, ignores GTEST_FILTER: leave those out by
+# suite.)
 # With GCC, as the release build (and its OpenMP runtime); warnings are not errors here, as the
 # sanitizers' instrumentation makes GCC warn where the release build does not. The sanitizer
 # builds keep line tables only (-g1): their reports still name files and lines, with less to
 # compile and link than full debug info.
 asan() {
+  local t0=$SECONDS
   { [ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Dcuda=disabled \
       -Dwerror=false -Dbuildtype=debugoptimized "-Dcpp_args=-fno-sanitize-recover=all -g1" >/dev/null; } &&
     ninja -C build-asan >/dev/null &&
+    echo "test.sh: the asan build took $((SECONDS - t0)) s" &&
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$PWD/tools/lsan.supp:print_suppressions=0 \
-      UBSAN_OPTIONS=print_stacktrace=1 GTEST_FILTER=-Search.SixteenLeadersInFull_16:Checkpoint.ResumeOnEveryOtherLayout_2x2 \
+      UBSAN_OPTIONS=print_stacktrace=1 GTEST_FILTER=-Search.SixteenLeadersInFull_16 \
       meson test -C build-asan --print-errorlogs --no-suite stress
 }
 step asan asan

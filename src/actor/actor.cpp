@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "actor/movement.h"
 #include "actor/runtime.h"
 #include "boxing/simulate.h"
 #include "ops/op.h"
@@ -293,8 +294,6 @@ Status MoveLocally(const boxing::Task& m, const std::vector<Tensor>& in, const T
                              " needs the multi-rank runtime, which this version of flowrun does not have");
   }
 }
-
-bool HostVisible(const Tensor& t) { return !t.defined() || BackendOf(t.device().type)->host_visible(); }
 
 }  // namespace
 

@@ -2,10 +2,17 @@
 
 #include <algorithm>
 
+#include "base/device.h"
+
 namespace fr::actor {
 
 using boxing::Op;
 using boxing::Task;
+
+bool HostVisible(const Tensor& t) {
+  const Backend* b = t.defined() ? BackendOf(t.device().type) : nullptr;
+  return !t.defined() || (b && b->host_visible());
+}
 
 AxisView Around(const Shape& s, int axis) {
   AxisView v;

@@ -19,6 +19,10 @@ struct AxisView {
 };
 AxisView Around(const Shape& s, int axis);
 
+// Whether host code reads and writes t's memory directly: the CPU's, or a host-visible device's
+// (an undefined tensor has none to read).
+bool HostVisible(const Tensor& t);
+
 // "{0,1,3}".
 std::string GroupString(const std::vector<int>& g);
 // "all-gather over group {0,1} (collective 3)", "send to rank 2 tag 7".

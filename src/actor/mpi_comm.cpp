@@ -28,11 +28,6 @@ namespace fr::actor {
 
 namespace {
 
-// The MPI backend reads and writes through host pointers: CPU memory, or a host-visible device's.
-bool HostVisible(const Tensor& t) {
-  const Backend* b = BackendOf(t.device().type);
-  return b && b->host_visible();
-}
 
 using boxing::Op;
 using boxing::Task;

@@ -5,14 +5,10 @@
 #include <utility>
 
 #include "actor/comm.h"
+#include "actor/movement.h"
 
 namespace fr::actor {
 namespace {
-
-bool HostVisible(const Tensor& t) {
-  const Backend* b = BackendOf(t.device().type);
-  return b && b->host_visible();
-}
 
 bool AllHostVisible(const std::vector<Tensor>& ts) {
   for (const Tensor& t : ts)

@@ -28,6 +28,12 @@ Region Whole(const Shape& s) {
   return r;
 }
 
+Region PartOf(const Shape& s, int axis, int parts, int k) {
+  Region r = Whole(s);
+  if (axis >= 0 && axis < s.rank()) r[static_cast<size_t>(axis)] = sbp::SplitRange(s[axis], parts, k);
+  return r;
+}
+
 Shape ShapeOf(const Region& r) {
   std::vector<int64_t> d;
   for (const sbp::Range& x : r) d.push_back(x.size());

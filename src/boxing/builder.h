@@ -17,6 +17,9 @@ using Region = std::vector<sbp::Range>;  // one range per tensor axis
 // The whole of a tensor of shape `s`, and the shape of a region.
 Region Whole(const Shape& s);
 Shape ShapeOf(const Region& r);
+// Member k's part of `s` split along `axis` over `parts` members (the whole of s for an axis
+// outside its rank).
+Region PartOf(const Shape& s, int axis, int parts, int k);
 
 // A collective's kind and parameters, as carried by each member's Task.
 struct CollectiveSpec {

@@ -74,13 +74,6 @@ Status Reduce(const Tensor& acc, const Tensor& x, sbp::Reduce op) {
   return Status::Ok();
 }
 
-// Member k's part of `s` along `axis` when split over p.
-Region Part(const Shape& s, int axis, int p, int k) {
-  Region r = Whole(s);
-  if (axis >= 0 && axis < s.rank()) r[static_cast<size_t>(axis)] = sbp::SplitRange(s[axis], p, k);
-  return r;
-}
-
 class Sim {
  public:
   explicit Sim(const Plan& p) : p_(p), val_(p.buffers.size()) {}
@@ -190,17 +183,17 @@ Status Sim::ExecCollective(const std::vector<const Task*>& m) {
     Tensor out(p_.dtype, out_shape(k));
     switch (a.op) {
       case Op::kAllReduce: RETURN_IF_ERROR(CopyRegion(acc, Whole(acc.shape()), out, Whole(out.shape()))); break;
-      case Op::kReduceScatter: RETURN_IF_ERROR(CopyRegion(acc, Part(acc.shape(), a.split_axis, p, k), out, Whole(out.shape()))); break;
+      case Op::kReduceScatter: RETURN_IF_ERROR(CopyRegion(acc, PartOf(acc.shape(), a.split_axis, p, k), out, Whole(out.shape()))); break;
       case Op::kAllGather:
         for (int j = 0; j < p; ++j) {
           const Tensor& x = in[static_cast<size_t>(j)];
-          RETURN_IF_ERROR(CopyRegion(x, Whole(x.shape()), out, Part(out.shape(), a.concat_axis, p, j)));
+          RETURN_IF_ERROR(CopyRegion(x, Whole(x.shape()), out, PartOf(out.shape(), a.concat_axis, p, j)));
         }
         break;
       case Op::kAllToAll:
         for (int j = 0; j < p; ++j) {
           const Tensor& x = in[static_cast<size_t>(j)];
-          RETURN_IF_ERROR(CopyRegion(x, Part(x.shape(), a.split_axis, p, k), out, Part(out.shape(), a.concat_axis, p, j)));
+          RETURN_IF_ERROR(CopyRegion(x, PartOf(x.shape(), a.split_axis, p, k), out, PartOf(out.shape(), a.concat_axis, p, j)));
         }
         break;
       default: return Status::Runtime(std::string(Name(a.op)) + " is not a collective");

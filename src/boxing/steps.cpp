@@ -47,23 +47,12 @@ std::optional<Op> CollectiveOf(Step s) {
   }
 }
 
-namespace {
-
-// Member k's part of the group tensor when split along `axis`, in group-tensor coordinates.
-Region Part(const Shape& g, int axis, int parts, int k) {
-  Region r = Whole(g);
-  r[static_cast<size_t>(axis)] = sbp::SplitRange(g[axis], parts, k);
-  return r;
-}
-
-}  // namespace
-
 std::vector<int> Apply(Builder& b, Step step, const Group& g, Sbp from, Sbp to) {
   const int p = static_cast<int>(g.ranks.size());
   const Shape whole = ShapeOf(g.region);
   auto part_shapes = [&](int axis) {
     std::vector<Shape> s;
-    for (int k = 0; k < p; ++k) s.push_back(ShapeOf(Part(whole, axis, p, k)));
+    for (int k = 0; k < p; ++k) s.push_back(ShapeOf(PartOf(whole, axis, p, k)));
     return s;
   };
   std::vector<int> out;
@@ -71,7 +60,7 @@ std::vector<int> Apply(Builder& b, Step step, const Group& g, Sbp from, Sbp to) 
     case Step::kKeep:
     case Step::kCopy: return g.in;
     case Step::kSlice:
-      for (int k = 0; k < p; ++k) out.push_back(b.Slice(g.in[static_cast<size_t>(k)], Part(whole, to.axis(), p, k)));
+      for (int k = 0; k < p; ++k) out.push_back(b.Slice(g.in[static_cast<size_t>(k)], PartOf(whole, to.axis(), p, k)));
       return out;
     case Step::kZeroFill:
       out.push_back(g.in[0]);
@@ -80,7 +69,7 @@ std::vector<int> Apply(Builder& b, Step step, const Group& g, Sbp from, Sbp to) 
     case Step::kAssemble:
       for (int k = 0; k < p; ++k) {
         out.push_back(b.Assemble(g.ranks[static_cast<size_t>(k)], whole, {g.in[static_cast<size_t>(k)]},
-                                 {Part(whole, from.axis(), p, k)}));
+                                 {PartOf(whole, from.axis(), p, k)}));
       }
       return out;
     case Step::kAllReduce:

@@ -15,7 +15,7 @@ namespace fr {
 namespace {
 
 // One piece of a parameter that rank 0 needs: the first device of its placement holding it.
-struct Piece {
+struct ParamPiece {
   ir::ValueId param = ir::kNoValue;
   int rank = 0;
   std::vector<sbp::Range> region;  // in the parameter's logical coordinates
@@ -23,8 +23,8 @@ struct Piece {
 
 // Every distinct piece of every parameter, in the training graph's parameter order: the same list
 // on every rank (the plan is), so senders and rank 0 agree on the order of the messages.
-Result<std::vector<Piece>> Pieces(const ir::Plan& plan, const ir::TrainingGraph& t) {
-  std::vector<Piece> out;
+Result<std::vector<ParamPiece>> Pieces(const ir::Plan& plan, const ir::TrainingGraph& t) {
+  std::vector<ParamPiece> out;
   for (const ir::ParamGrad& pg : t.params) {
     auto vp = std::find_if(plan.values.begin(), plan.values.end(), [&](const ir::ValuePlacement& p) { return p.value == pg.param; });
     if (vp == plan.values.end()) return Status::Runtime("[save] parameter '" + t.graph.value(pg.param).name + "' is not in the plan");
@@ -32,7 +32,7 @@ Result<std::vector<Piece>> Pieces(const ir::Plan& plan, const ir::TrainingGraph&
     const Shape& shape = t.graph.type(pg.param).shape;
     std::set<std::vector<std::pair<int64_t, int64_t>>> seen;
     for (int d = 0; d < pl.size(); ++d) {
-      Piece p{pg.param, pl.ranks()[static_cast<size_t>(d)], sbp::PieceRanges(shape, vp->sbp, pl, d)};
+      ParamPiece p{pg.param, pl.ranks()[static_cast<size_t>(d)], sbp::PieceRanges(shape, vp->sbp, pl, d)};
       std::vector<std::pair<int64_t, int64_t>> key;
       for (const sbp::Range& r : p.region) key.emplace_back(r.begin, r.end);
       if (seen.insert(key).second) out.push_back(std::move(p));
@@ -101,12 +101,12 @@ std::map<std::string, ir::TensorType> SavedTypes(const ir::TrainingGraph& t) {
 Status SaveTrained(const ir::Plan& plan, const ir::TrainingGraph& t, const actor::Runtime& rt, actor::Communicator* comm,
                    int rank, double timeout, const ir::OnnxModel& model, const std::map<std::string, Tensor>& running,
                    const std::string& path) {
-  ASSIGN_OR_RETURN(std::vector<Piece> pieces, Pieces(plan, t));
+  ASSIGN_OR_RETURN(std::vector<ParamPiece> pieces, Pieces(plan, t));
   std::map<ir::ValueId, Tensor> params;  // rank 0: each parameter, assembled
   if (rank == 0)
     for (const ir::ParamGrad& pg : t.params) params[pg.param] = Tensor(DType::kF32, t.graph.type(pg.param).shape);
   for (size_t k = 0; k < pieces.size(); ++k) {
-    const Piece& p = pieces[k];
+    const ParamPiece& p = pieces[k];
     if (p.rank != rank && rank != 0) continue;
     const int tag = static_cast<int>(k % 30000);  // one message at a time per pair, in list order
     if (p.rank == rank) {
