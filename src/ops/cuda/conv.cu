@@ -1,8 +1,8 @@
 // CUDA kernels of the convolutional ops (ops/conv.cpp).
 //
 // Conv and its two gradients run on cuDNN (its convolution API), restricted to the algorithms
-// cuDNN reports deterministic, and to FMA math unless TF32 is allowed (parallel.tf32), as the
-// GEMMs are. cuDNN pads symmetrically; a node with uneven pads (ONNX's SAME_UPPER, for one) runs
+// cuDNN reports deterministic, and to direct sums in FMA math (no FFT or Winograd) unless TF32 is
+// allowed (parallel.tf32), as the GEMMs are. cuDNN pads symmetrically; a node with uneven pads (ONNX's SAME_UPPER, for one) runs
 // on an explicitly padded copy of its input, and its data gradient is cropped from the padded
 // one.
 //
@@ -122,8 +122,8 @@ class ConvDescs {
 };
 
 // The algorithm of a pass, chosen once per shape on each thread: the first of cuDNN's heuristic
-// ranking that is deterministic, uses no tensor cores unless TF32 is allowed, and needs at most
-// kMaxWorkspace.
+// ranking that is deterministic, uses neither tensor cores nor a transform unless TF32 is allowed,
+// and needs at most kMaxWorkspace.
 struct Choice {
   int algo = -1;
   cudnnMathType_t math = CUDNN_FMA_MATH;
@@ -133,10 +133,26 @@ struct Choice {
 // The pass, TF32, and the geometry's sizes.
 using ChoiceKey = std::array<int64_t, 19>;
 
+// The algorithms that convolve in a transformed domain (FFT, Winograd): their rounding errors
+// exceed a direct sum's, so FP32 without TF32 does not use them.
+bool Transforms(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool Transforms(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool Transforms(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 template <typename Perf>
 bool Acceptable(const Perf& p, bool tf32) {
   return p.status == CUDNN_STATUS_SUCCESS && p.determinism == CUDNN_DETERMINISTIC && p.memory <= kMaxWorkspace &&
-         (tf32 || (p.mathType != CUDNN_TENSOR_OP_MATH && p.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
+         (tf32 || (p.mathType != CUDNN_TENSOR_OP_MATH && p.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION &&
+                   !Transforms(p.algo)));
 }
 
 template <typename Perf, typename Get>
