@@ -290,7 +290,8 @@ bad=0
 for f in "$r"/bin/* "$r"/ompi/bin/orterun "$r"/ompi/bin/ompi_info "$r"/ompi/pkglib/*.so "$r"/pmix/lib/pmix/*.so "$r"/lib/*.so*; do
   while read -r name arrow path _; do
     case "$name" in linux-vdso*|ld-linux*|libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libutil.so*|libresolv.so*|libstdc++.so*|libgcc_s.so*) continue ;; esac
-    case "$name" in libcudart.so*|libcublas.so*|libcublasLt.so*) continue ;; esac  # the GPU machine's own
+    # the GPU machine's own (its toolkit's, or PyTorch's wheels'), which env.sh puts on the path
+    case "$name" in libcudart.so*|libcublas.so*|libcublasLt.so*|libnccl.so*|libcudnn*.so*) continue ;; esac
     if [ "$arrow" = "=>" ] && [ "${path#"$r"/}" = "$path" ]; then echo "  outside the bundle: $f needs $name => $path"; bad=1; fi
   done < <(ldd "$f" 2>&1 | grep '=>')
   ldd "$f" 2>&1 | grep -q 'not found' && { echo "  not found: $f"; ldd "$f" | grep 'not found'; bad=1; }
