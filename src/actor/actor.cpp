@@ -37,6 +37,7 @@ Actor::Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task)
     p.peer = rd.producer;
     p.ratio = ratio(rd);
     p.skip = variable ? 1 : 0;  // a variable reads the step's gradient after emitting the parameter
+    p.copied = plan.CopiedIn(r);
     p.pieces = (total_ - p.skip) / p.ratio;
     in_.push_back(std::move(p));
   }
@@ -48,6 +49,7 @@ Actor::Actor(Runtime& rt, const ir::Plan& plan, const ir::TaskDesc& task)
     p.pieces = variable ? rt.steps() : total_ / p.ratio;
     for (int s = 0; s < rd.regst_num; ++s) p.slots.push_back(s);
     p.pending.assign(static_cast<size_t>(rd.regst_num), 0);
+    p.copied = plan.CopiedOut(r);
     out_.push_back(std::move(p));
   }
   for (int r : task.out)
@@ -141,13 +143,14 @@ void Actor::ActOnce() {
         return;
       }
       // A copy onto a device may still be reading the slot's last contents.
-      if (std::shared_ptr<Event> read = rt_.TakeReadDone(p.regst, p.current)) read->Wait();
+      if (p.copied)
+        if (std::shared_ptr<Event> read = rt_.TakeReadDone(p.regst, p.current)) read->Wait();
     }
   }
   // What a copy onto this device filled: the stream that reads it waits for the copy.
-  DeviceStream& reads_on = task_.kind == TaskKind::kCopy ? rt_.CopyStream(task_.device) : *stream_;
   for (const Port& p : in_) {
-    if (!p.Starts(k)) continue;
+    if (!p.copied || !p.Starts(k)) continue;
+    DeviceStream& reads_on = task_.kind == TaskKind::kCopy ? rt_.CopyStream(task_.device) : *stream_;
     if (const std::shared_ptr<Event>& ready = rt_.Filled(p.regst, p.slots.front())) reads_on.Wait(ready);
   }
   const auto& on_act = rt_.options().on_act;

@@ -57,6 +57,7 @@ class Actor {
     std::deque<int> slots;  // inputs: ready slots in order; outputs: free slots
     std::vector<int> pending;  // outputs: acks outstanding per slot
     int current = -1;       // outputs: the slot being filled
+    bool copied = false;    // inputs: a copy onto a device fills it; outputs: one reads it onto one
     bool Uses(int64_t k) const { return k >= skip && k < skip + pieces * ratio; }
     bool Starts(int64_t k) const { return Uses(k) && (k - skip) % ratio == 0; }
     bool Ends(int64_t k) const { return Uses(k) && (k - skip) % ratio == ratio - 1; }

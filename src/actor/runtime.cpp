@@ -7,6 +7,18 @@
 #include "boxing/simulate.h"
 
 namespace fr::actor {
+namespace {
+
+// The device a host register's copies move it onto (Plan::CopiedOut), whose backend pins it.
+DeviceType DeviceOfCopies(const ir::Plan& plan, const ir::RegstDesc& r) {
+  for (int c : r.consumers) {
+    const ir::TaskDesc& t = plan.tasks[static_cast<size_t>(c)];
+    if (t.kind == ir::TaskKind::kCopy && t.device.type != DeviceType::kCpu) return t.device.type;
+  }
+  return DeviceType::kCpu;
+}
+
+}  // namespace
 
 Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communicator* comm)
     : plan_(plan), graph_(graph), rank_(rank), comm_(comm) {
@@ -15,13 +27,6 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
   read_done_.resize(plan.regsts.size());
   pooled_.assign(plan.regsts.size(), false);
   in_window_.assign(plan.regsts.size(), -1);
-  // The host registers copied onto a device, and the device's type: their memory is pinned.
-  std::map<int, DeviceType> copied_out;
-  for (const ir::TaskDesc& t : plan.tasks) {
-    if (t.rank != rank_ || t.kind != ir::TaskKind::kCopy || t.device.type == DeviceType::kCpu) continue;
-    const ir::RegstDesc& from = plan.regsts[static_cast<size_t>(t.in[0].regst)];
-    if (from.device.type == DeviceType::kCpu) copied_out[from.id] = t.device.type;
-  }
   for (const ir::RegstDesc& r : plan.regsts) {
     if (r.rank != rank_) continue;
     const auto n = static_cast<size_t>(r.regst_num);
@@ -32,19 +37,18 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
     // own memory (the copy stream writes it, ordered only after that slot's own readers: pooled
     // memory's last user may be any kernel still queued), and so has a host slot a copy reads onto
     // a device, pinned (the copy reads it after the copy act has ended). Every other slot is pooled.
-    const ir::TaskKind producer = plan.tasks[static_cast<size_t>(r.producer)].kind;
-    const bool copied_in = producer == ir::TaskKind::kCopy && r.device.type != DeviceType::kCpu;
-    const auto out = copied_out.find(r.id);
-    if (producer != ir::TaskKind::kVariable && !copied_in && out == copied_out.end()) {
+    const bool variable = plan.tasks[static_cast<size_t>(r.producer)].kind == ir::TaskKind::kVariable;
+    const bool copied_out = plan.CopiedOut(r.id);
+    if (!variable && !plan.CopiedIn(r.id) && !copied_out) {
       pooled_[static_cast<size_t>(r.id)] = true;
       continue;
     }
     for (Tensor& t : slots_[static_cast<size_t>(r.id)]) {
-      if (out == copied_out.end()) {
-        t = Tensor(r.type.dtype, r.type.shape, r.device);
-      } else {
+      if (copied_out) {  // pinned for this rank's device, where its copies run
         const size_t bytes = static_cast<size_t>(r.type.shape.numel()) * SizeOf(r.type.dtype);
-        t = Tensor(r.type.dtype, r.type.shape, std::make_shared<Storage>(bytes, Storage::PinnedFor{out->second}));
+        t = Tensor(r.type.dtype, r.type.shape, std::make_shared<Storage>(bytes, Storage::PinnedFor{DeviceOfCopies(plan, r)}));
+      } else {
+        t = Tensor(r.type.dtype, r.type.shape, r.device);
       }
     }
   }

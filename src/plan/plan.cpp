@@ -34,6 +34,21 @@ int64_t Plan::Acts(const TaskDesc& t, int64_t steps) const {
   return t.per_step ? steps : steps * micro_batches;
 }
 
+bool Plan::CopiedIn(int regst) const {
+  const RegstDesc& r = regsts[static_cast<size_t>(regst)];
+  return r.device.type != DeviceType::kCpu && tasks[static_cast<size_t>(r.producer)].kind == TaskKind::kCopy;
+}
+
+bool Plan::CopiedOut(int regst) const {
+  const RegstDesc& r = regsts[static_cast<size_t>(regst)];
+  if (r.device.type != DeviceType::kCpu) return false;
+  for (int c : r.consumers) {
+    const TaskDesc& t = tasks[static_cast<size_t>(c)];
+    if (t.kind == TaskKind::kCopy && t.device.type != DeviceType::kCpu) return true;
+  }
+  return false;
+}
+
 int64_t Plan::BytesMoved(int rank) const {
   int64_t total = 0;
   for (const TaskDesc& t : tasks) {
@@ -113,14 +128,7 @@ Plan::Memory Plan::MemoryOf(int rank) const {
     if (t.kind == TaskKind::kVariable) continue;
     for (int r : t.out) {
       const RegstDesc& rd = regsts[static_cast<size_t>(r)];
-      // A copy's slots on a device have memory of their own, not the pool's (actor::Runtime), and
-      // so have the host slots a copy reads onto a device (pinned).
-      bool own = t.kind == TaskKind::kCopy && rd.device.type != DeviceType::kCpu;
-      for (int c : rd.consumers) {
-        const TaskDesc& ct = tasks[static_cast<size_t>(c)];
-        own = own || (rd.device.type == DeviceType::kCpu && ct.kind == TaskKind::kCopy && ct.device.type != DeviceType::kCpu);
-      }
-      if (rd.per_step || rd.regst_num > 1 || own) {
+      if (rd.per_step || rd.regst_num > 1 || CopiedIn(r) || CopiedOut(r)) {
         always += rd.bytes() * rd.regst_num;
         continue;
       }

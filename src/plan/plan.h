@@ -129,14 +129,19 @@ struct Plan {
   // Acts of a task over `steps` steps (the whole run: Plan::steps).
   int64_t Acts(const TaskDesc& t) const { return Acts(t, steps); }
   int64_t Acts(const TaskDesc& t, int64_t steps) const;
+  // Whether a copy task fills device register `regst`, or reads host register `regst` onto a
+  // device. The runtime gives the slots of both memory of their own (the latter pinned), and
+  // hands them between the copy and the other side by events (actor::Runtime).
+  bool CopiedIn(int regst) const;
+  bool CopiedOut(int regst) const;
   // Bytes a rank sends per step, summed over its boxing tasks.
   int64_t BytesMoved(int rank) const;
   // Memory per rank: parameters, optimizer state, and registers. The runtime gives a slot memory
   // only while it is filled or read (actor/pool.h), so `regsts` is an estimate of the most it
   // holds at once: one micro-batch run in the rank's task order (a topological order, ties by
   // task id), each per-micro-batch slot live from its producer to its last consumer, while
-  // per-step regsts, the loader's, those with several slots (pipeline edges) and copies onto a
-  // device (their own memory) count in full all the time. `regsts_every_slot` is what one allocation per slot would take.
+  // per-step regsts, the loader's, those with several slots (pipeline edges) and both sides of a
+  // copy onto a device (CopiedIn, CopiedOut: their own memory) count in full all the time. `regsts_every_slot` is what one allocation per slot would take.
   struct Memory { int64_t params = 0, state = 0, regsts = 0, regsts_every_slot = 0; };
   Memory MemoryOf(int rank) const;
 };

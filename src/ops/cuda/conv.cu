@@ -131,7 +131,7 @@ struct Choice {
 };
 
 // The pass, TF32, and the geometry's sizes.
-using ChoiceKey = std::array<int64_t, 19>;
+using ChoiceKey = std::array<int64_t, 20>;
 
 // The algorithms that convolve in a transformed domain (FFT, Winograd): their rounding errors
 // exceed a direct sum's, so FP32 without TF32 does not use them.
@@ -196,7 +196,7 @@ Result<Choice> ChooseUncached(const KernelCtx& c, cudnnHandle_t h, const ConvDes
 Result<Choice> Choose(const KernelCtx& c, cudnnHandle_t h, const ConvDescs& d, const Geometry& g, Pass pass, bool tf32) {
   thread_local std::map<ChoiceKey, Choice> chosen;
   const ChoiceKey key{static_cast<int64_t>(pass), tf32, g.n, g.c, g.h, g.w, g.m, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw,
-                      g.pt, g.pl, g.pb, g.pr, g.dh * (int64_t{1} << 32) + g.dw, g.group};
+                      g.pt, g.pl, g.pb, g.pr, g.dh, g.dw, g.group};
   if (auto it = chosen.find(key); it != chosen.end()) return it->second;
   ASSIGN_OR_RETURN(Choice pick, ChooseUncached(c, h, d, pass, tf32));
   chosen.emplace(key, pick);

@@ -8,6 +8,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <cstring>
+#include <optional>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/kernels.h"
@@ -107,11 +108,6 @@ int Bits(int64_t rows) {
 class SortedKeys {
  public:
   explicit SortedKeys(cudaStream_t s) : s_(s) {}
-  ~SortedKeys() {
-    if (mem_) cudaFreeAsync(mem_, s_);
-  }
-  SortedKeys(const SortedKeys&) = delete;
-  SortedKeys& operator=(const SortedKeys&) = delete;
   Status Sort(const KernelCtx& c, const int64_t* keys, int64_t n, int64_t rows) {
     // Keys shifted by one, so that -1 sorts first as 0 and the bit range stays small.
     const int bits = Bits(rows + 1);
@@ -120,18 +116,15 @@ class SortedKeys {
                                     static_cast<int64_t*>(nullptr), static_cast<int64_t*>(nullptr), n, 0, bits, s_);
     // CUB's scratch after the four arrays, on a 256-byte boundary as CUB allocates.
     const size_t words = (static_cast<size_t>(n) * 4 * sizeof(int64_t) + 255) / 256 * 256;
-    if (cudaMallocAsync(reinterpret_cast<void**>(&mem_), words + temp, s_) != cudaSuccess) {
-      cudaGetLastError();
-      mem_ = nullptr;
-      return Status::Runtime("[cuda] " + c.node.name + ": out of device memory to sort " + std::to_string(n) + " indices");
-    }
-    int64_t* k_in = reinterpret_cast<int64_t*>(mem_);
+    mem_.emplace(words + temp, s_);
+    if (!mem_->ok()) return NoScratch(c, "sorting " + std::to_string(n) + " indices");
+    int64_t* k_in = mem_->as<int64_t>();
     keys_ = k_in + n;
     int64_t* v_in = keys_ + n;
     items_ = v_in + n;
     ShiftKeys<<<Blocks(n), kThreads, 0, s_>>>(keys, k_in, n, 1);
     Iota<<<Blocks(n), kThreads, 0, s_>>>(v_in, n);
-    cub::DeviceRadixSort::SortPairs(mem_ + words, temp, k_in, keys_, v_in, items_, n, 0, bits, s_);
+    cub::DeviceRadixSort::SortPairs(mem_->as<char>() + words, temp, k_in, keys_, v_in, items_, n, 0, bits, s_);
     ShiftKeys<<<Blocks(n), kThreads, 0, s_>>>(keys_, keys_, n, -1);
     return Launched(c);
   }
@@ -140,7 +133,7 @@ class SortedKeys {
 
  private:
   cudaStream_t s_;
-  char* mem_ = nullptr;
+  std::optional<Scratch> mem_;
   int64_t *keys_ = nullptr, *items_ = nullptr;
 };
 
