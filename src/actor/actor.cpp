@@ -169,6 +169,18 @@ void Actor::ActOnce() {
     in_flight_ = true;
     return;
   }
+  if (JoinsGroup(k)) {  // finished by CommDone when the group's kernel is queued
+    update_in_.clear();
+    const ir::Node& node = plan_.nodes[static_cast<size_t>(task_.node)];
+    for (size_t i = 0; i < node.in.size(); ++i) update_in_.push_back(InputTensor(i));
+    update_step_ = rt_.first_step() + k - 1;
+    in_flight_ = true;
+    if (Status s = rt_.JoinUpdate(this, k); !s.ok()) {
+      rt_.Fail(s);
+      next_ = total_;
+    }
+    return;
+  }
   Status s = Body(k);
   if (!s.ok()) {
     if (on_act) on_act(task_, k, false);
@@ -233,6 +245,11 @@ Status Actor::Compute(int64_t step, int64_t micro) {
   for (size_t i = 0; i < out_.size(); ++i) out.push_back(rt_.Slot(out_[i].regst, out_[i].current));
   KernelCtx ctx{node, in, out, step, micro, plan_.micro_batches, stream_};
   return Kernel(node.op, task_.device.type)(ctx);
+}
+
+KernelCtx Actor::UpdateCtx() const {
+  return KernelCtx{plan_.nodes[static_cast<size_t>(task_.node)], update_in_, rt_.OptimizerState(task_.id), update_step_, 0,
+                   plan_.micro_batches, stream_};
 }
 
 Status Actor::Variable(int64_t k) {

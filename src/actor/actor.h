@@ -17,6 +17,7 @@
 #include "base/status.h"
 #include "base/tensor.h"
 #include "graph/graph.h"
+#include "ops/op.h"
 #include "plan/plan.h"
 
 namespace fr::actor {
@@ -46,6 +47,9 @@ class Actor {
   // the movement starts while the thread computes the rest.
   bool feeds_movement() const { return feeds_movement_; }
   void RunNext();
+  // A grouped variable waiting for its group (Runtime::JoinUpdate): its update's kernel context,
+  // on the inputs it holds for the act.
+  KernelCtx UpdateCtx() const;
 
  private:
   // One regst seen from this actor. Act k uses the port iff skip <= k < skip + pieces * ratio; it
@@ -69,6 +73,8 @@ class Actor {
   void ActOnce();
   void Finish();  // gives back what act next_ read, announces what it wrote
   bool Communicates() const;
+  // Whether act k updates the parameter with its update group, not alone.
+  bool JoinsGroup(int64_t k) const { return task_.update_group >= 0 && k > 0; }
   Status Body(int64_t k);
   Status Compute(int64_t step, int64_t micro);
   Status Variable(int64_t k);
@@ -91,7 +97,9 @@ class Actor {
   std::map<std::pair<int, int>, std::shared_ptr<Event>> marks_;
   int64_t total_ = 0;
   int64_t next_ = 0;           // the next act
-  bool in_flight_ = false;     // a data movement started and not finished
+  bool in_flight_ = false;     // a data movement started and not finished, or a group update
+  std::vector<Tensor> update_in_;  // JoinsGroup: the update node's inputs for the act
+  int64_t update_step_ = 0;        // and its step
   bool deferred_ = false;
   bool announced_ = false;     // deferred: its next act is in the thread's ready set
   bool feeds_movement_ = false;

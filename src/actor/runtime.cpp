@@ -60,6 +60,7 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
     if (t.rank != rank_ || t.kind != ir::TaskKind::kVariable) continue;
     Slot(t.out[0], 0).CopyFrom(plan.consts[static_cast<size_t>(t.param_piece)]);
     if (t.node < 0) continue;
+    if (t.update_group >= 0) ++update_groups_[t.update_group].members;
     const ir::TensorType& piece = plan.regsts[static_cast<size_t>(t.out[0])].type;  // the state's shape
     for (size_t i = 0; i < plan.nodes[static_cast<size_t>(t.node)].out.size(); ++i)
       state_[static_cast<size_t>(t.id)].emplace_back(piece.dtype, piece.shape, t.device);
@@ -210,6 +211,29 @@ Status Runtime::Feed(int regst, int64_t step, int64_t micro, const Tensor& out) 
     return Status::Ok();
   }
   return Status::Runtime("[actor] no placement for data regst " + std::to_string(regst));
+}
+
+Status Runtime::JoinUpdate(Actor* a, int64_t act) {
+  UpdateGroup& g = update_groups_.at(a->task().update_group);
+  g.joined.push_back(a);
+  if (g.joined.size() < g.members) return Status::Ok();
+  std::vector<KernelCtx> members;
+  for (const Actor* m : g.joined) members.push_back(m->UpdateCtx());
+  const ir::TaskDesc& t = a->task();
+  const GroupKernelFn kernel = GroupKernel(plan_.nodes[static_cast<size_t>(t.node)].op, t.device.type);
+  FR_CHECK(kernel != nullptr, t.name + ": an update group of an op without a group kernel");
+  Status s;
+  if (opt_.on_device_act && t.device.type != DeviceType::kCpu) {  // the group's device time, as the last member's
+    DeviceStream& stream = ComputeStream(t.device);
+    std::shared_ptr<Event> begin = stream.RecordTimed();
+    s = kernel(members);
+    opt_.on_device_act(t, act, std::move(begin), stream.RecordTimed());
+  } else {
+    s = kernel(members);
+  }
+  for (const Actor* m : g.joined) Send(Msg{MsgKind::kCommDone, m->task().id, t.id, -1, -1});
+  g.joined.clear();
+  return s;
 }
 
 Status Runtime::StartComm(Actor* actor, const boxing::Task& t, std::vector<Tensor> in, std::vector<Tensor> out) {
@@ -445,6 +469,7 @@ Status Runtime::Run(const RunOptions& opt) {
   streams_.clear();
   progress_.reset();
   ready_.clear();
+  for (auto& [id, g] : update_groups_) g.joined.clear();
   finished_ = 0;
   next_emit_ = first_step_;
   // A run that begins winding down begins no step of its own (Watch).

@@ -163,6 +163,10 @@ class Runtime {
   void ReportGradNormSq(int64_t step, double sq);
   void ReportStat(ir::ValueId stat, int64_t step, int64_t micro, const Tensor& x) const;
   void Fail(const Status& s);
+  // A grouped variable's update (TaskDesc::update_group): `a` has joined its group for act `act`
+  // and waits in flight. The last member of the group to join runs the group kernel for all and
+  // sends each kCommDone (on the compute thread, which runs every member).
+  Status JoinUpdate(Actor* a, int64_t act);
   // Starts a communicating boxing task for `actor`, which gets kCommDone when it completes.
   Status StartComm(Actor* actor, const boxing::Task& t, std::vector<Tensor> in, std::vector<Tensor> out);
   void ActorFinished();
@@ -227,6 +231,11 @@ class Runtime {
   int64_t bucket_bytes_ = 0;                 // laid out by LayOutBucket
   RegstPool pool_;
   std::vector<std::vector<Tensor>> state_;  // by task id: a variable's optimizer state
+  struct UpdateGroup {
+    size_t members = 0;          // on this rank
+    std::vector<Actor*> joined;  // waiting for the rest (JoinUpdate)
+  };
+  std::map<int, UpdateGroup> update_groups_;  // by TaskDesc::update_group
   int64_t first_step_ = 0, steps_ = 0;      // this run's (RunOptions)
   int64_t steps_done_ = 0;                  // the last run's, where it ended
   bool wound_down_ = false;

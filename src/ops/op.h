@@ -61,6 +61,10 @@ class GradCtx;
 using InferFn = Result<std::vector<ir::TensorType>> (*)(const ir::Node&, std::span<const ir::TensorType>);
 using GradFn = void (*)(GradCtx&);
 using KernelFn = Status (*)(const KernelCtx&);
+// An optimizer update's multi-tensor form: updates every member of an update group (plan/plan.h)
+// at once, each member's context as its own kernel would get it; the same bits as one kernel
+// call per member.
+using GroupKernelFn = Status (*)(std::span<const KernelCtx> members);
 using SbpFn = std::vector<sbp::Signature> (*)(const ir::Node& n, std::span<const ir::TensorType> in,
                                               std::span<const ir::TensorType> out, int64_t parts);
 using PhysicalFn = void (*)(ir::Node& physical, std::span<const ir::TensorType> logical_in,
@@ -84,6 +88,8 @@ std::string SupportedOnnxOps();
 // The kernel for a device type; for a device whose backend is not built, a kernel that fails with a
 // clear message.
 KernelFn Kernel(OpKind k, DeviceType d);
+// Op k's group kernel for a device type (the optimizer updates have one); null for other ops.
+GroupKernelFn GroupKernel(OpKind k, DeviceType d);
 
 // Appends nodes to a graph, inferring output types as it goes. Used by ONNX import, autodiff and
 // the training-graph builder.

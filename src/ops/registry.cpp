@@ -157,4 +157,22 @@ KernelFn Kernel(OpKind k, DeviceType d) {
   return kernels == DeviceType::kCpu ? Def(k).cpu : cuda::KernelFor(k);
 }
 
+namespace {
+
+// A CPU group kernel: the member kernels one after another.
+template <KernelFn f>
+Status EachMember(std::span<const KernelCtx> members) {
+  for (const KernelCtx& c : members) RETURN_IF_ERROR(f(c));
+  return Status::Ok();
+}
+
+}  // namespace
+
+GroupKernelFn GroupKernel(OpKind k, DeviceType d) {
+  if (k != OpKind::kSgdUpdate && k != OpKind::kAdamWUpdate) return nullptr;
+  const Backend* b = BackendOf(d);
+  if ((b ? b->kernels() : d) != DeviceType::kCpu) return cuda::GroupKernelFor(k);
+  return k == OpKind::kSgdUpdate ? EachMember<cpu::SgdUpdate> : EachMember<cpu::AdamWUpdate>;
+}
+
 }  // namespace fr

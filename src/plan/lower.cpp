@@ -73,6 +73,7 @@ class Lowering {
       }
     }
     PlaceOnDevices();
+    GroupUpdates();
     return Status::Ok();
   }
 
@@ -557,6 +558,45 @@ class Lowering {
         if (!(d == p_.regsts[r].device)) elsewhere[{d.type, d.index}].push_back(c);
       }
       for (const auto& [where, consumers] : elsewhere) AddCopy(static_cast<int>(r), Device{where.first, where.second}, consumers);
+    }
+  }
+
+  // Update groups: the variables of a device whose update nodes are alike (one op, the same
+  // attributes and clip coefficient) and whose gradients become ready together (the same gradient
+  // bucket, or none) update in one call of the op's group kernel: a few launches a step on a GPU
+  // instead of one per parameter. A group waits for its last gradient; without a bucket, that is
+  // the end of the backward, when the compute stream is free for the updates anyway.
+  void GroupUpdates() {
+    std::map<ValueId, int> bucket_of;  // a gradient's bucket
+    for (const ir::BoxingEdge& e : p_.edges)
+      if (e.bucket >= 0 && g_.value(e.value).kind != ir::ValueKind::kParam) bucket_of[e.value] = e.bucket;
+    struct Group {
+      const TaskDesc* first;
+      int bucket;
+      std::vector<int> tasks;
+    };
+    std::vector<Group> groups;
+    auto coef = [](const TaskDesc& t) { return t.in.size() > 2 ? t.in[2].regst : -1; };
+    for (const TaskDesc& t : p_.tasks) {
+      if (t.kind != TaskKind::kVariable || t.node < 0) continue;
+      const ir::Node& u = p_.nodes[static_cast<size_t>(t.node)];
+      const auto b = bucket_of.find(g_.node(t.logical).in[1]);
+      const int bucket = b == bucket_of.end() ? -1 : b->second;
+      auto alike = [&](const Group& gr) {
+        const TaskDesc& f = *gr.first;
+        const ir::Node& fu = p_.nodes[static_cast<size_t>(f.node)];
+        return f.rank == t.rank && f.device == t.device && f.stream == t.stream && fu.op == u.op &&
+               fu.attrs.all() == u.attrs.all() && coef(f) == coef(t) && gr.bucket == bucket;
+      };
+      auto it = std::find_if(groups.begin(), groups.end(), alike);
+      if (it == groups.end()) it = groups.insert(groups.end(), Group{&t, bucket, {}});
+      it->tasks.push_back(t.id);
+    }
+    int next = 0;
+    for (const Group& gr : groups) {
+      if (gr.tasks.size() < 2) continue;
+      for (int id : gr.tasks) p_.tasks[static_cast<size_t>(id)].update_group = next;
+      ++next;
     }
   }
 

@@ -17,6 +17,11 @@
 // the token embedding's (64 KiB). Under ZeRO the parameters' per-step all-gathers ride in
 // parameter buckets the same way, in the order the step first reads them.
 //
+// Update groups: a device's variables with alike update nodes (one op, the same attributes and
+// clip coefficient) whose gradients are in one bucket, or in none, form a group (TaskDesc::
+// update_group) that updates in one call of the op's group kernel (ops/op.h): a GPT-2's ~150
+// parameters are a few multi-tensor launches a step, not ~150.
+//
 // Streams: "compute" for ops and variables, "data" for the loader (it prefetches: its regsts get
 // two slots), "comm" for boxing. Other regsts get one slot, except in a pipeline of S stages:
 //   - the regsts of a per-micro-batch edge between two stages, the producer's and every regst of

@@ -77,6 +77,9 @@ struct TaskDesc {
   NodeId logical = -1;         // the logical node, for dumps
   ValueId param = kNoValue;    // kVariable: the parameter; kStatSink: the statistic it reports
   int param_piece = -1;        // kVariable: index into Plan::consts of its initial piece
+  // kVariable: the update group it belongs to (plan/lower.h), or -1 where it updates alone.
+  // Variables of one group update in one call of their op's group kernel (ops/op.h).
+  int update_group = -1;
   std::vector<TaskInput> in;   // per node input (kCompute, kVariable: in[0] is the parameter itself)
   std::vector<int> out;        // regsts it writes
   bool per_step = false;

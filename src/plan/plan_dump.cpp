@@ -88,6 +88,7 @@ std::string DumpText(const Plan& p, const Graph& g) {
       if (devices) os << " on " << ToString(t->device);
       if (t->kind == TaskKind::kBoxing && !t->move.group.empty()) os << " (collective " << t->move.collective << ")";
       if (t->kind == TaskKind::kBoxing && t->move.peer >= 0) os << " (peer " << t->move.peer << ", tag " << t->move.tag << ")";
+      if (t->update_group >= 0) os << " (update group " << t->update_group << ")";
       if (t->kind == TaskKind::kCompute && p.nodes[static_cast<size_t>(t->node)].attrs.Int("accumulate")) {
         os << " (runs " << Def(p.nodes[static_cast<size_t>(t->node)].op).name << ", adding into the step's sum)";
       }

@@ -115,6 +115,7 @@ void Put(const TaskDesc& t, bool with_group, wire::Task* w) {
   w->set_logical(t.logical);
   w->set_param(t.param);
   w->set_param_piece(t.param_piece);
+  w->set_update_group(t.update_group);
   for (const TaskInput& in : t.in) {
     wire::TaskInput* wi = w->add_in();
     wi->set_regst(in.regst);

@@ -289,6 +289,31 @@ TEST(Runtime, SimDeviceTrainsAsTheCpu_1n1d) {
   }
 }
 
+// The variables of an update group wait for each other and update in one group kernel call:
+// the same losses and parameters, bit for bit, as each updating alone, with micro-batches and
+// the sim device's copies between them.
+TEST(Runtime, UpdateGroupsTrainAsOneByOne_1n1d) {
+  ir::TrainingGraph tg = TinyMlp(2, 3);
+  auto grouped = boxing::LowerOneDevice(tg, 5, 2, DeviceType::kSim);
+  ASSERT_TRUE(grouped.ok()) << grouped.status().message();
+  ir::Plan alone = *grouped;
+  int members = 0;
+  for (ir::TaskDesc& t : alone.tasks) {
+    members += t.update_group == 0;
+    t.update_group = -1;
+  }
+  EXPECT_EQ(members, 3) << "the three layers' weights are one group";
+  std::vector<Tensor> grouped_params, alone_params;
+  const auto grouped_steps = RunPlan(*grouped, tg.graph, &grouped_params);
+  const auto alone_steps = RunPlan(alone, tg.graph, &alone_params);
+  ASSERT_EQ(grouped_steps.size(), 5u);
+  ASSERT_EQ(alone_steps.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(grouped_steps[i].loss, alone_steps[i].loss) << "step " << i;
+  ASSERT_EQ(grouped_params.size(), alone_params.size());
+  for (size_t i = 0; i < alone_params.size(); ++i)
+    EXPECT_EQ(std::memcmp(grouped_params[i].raw(), alone_params[i].raw(), alone_params[i].bytes()), 0) << "parameter " << i;
+}
+
 // Copies onto the sim device that take 3 ms each, with 4 micro-batches of different data: the
 // consumers of a copied slot wait for the copy's event (else they read the last micro-batch's
 // data, or none), and the data task waits for the copy that reads its slot before filling it

@@ -413,6 +413,61 @@ TEST(Plan, BucketSizeFromConfig_1n2d) {
   EXPECT_GT(count(small->plan, small->training.graph, 32 << 10), count(base->plan, base->training.graph, fr::boxing::kDefaultBucketBytes));
 }
 
+// Update groups: a device's variables with alike updates whose gradients share a bucket (or have
+// none) update as one group, one group kernel call. gpt_mini on one rank: its 29 parameters, all
+// AdamW with the same clip coefficient and no buckets, are one group. On 2 data-parallel ranks:
+// one group per rank and gradient bucket that holds two or more parameters, and no group mixes
+// ranks, buckets, ops, attributes or coefficients.
+TEST(Plan, UpdateGroupsFollowGradientBuckets) {
+  for (const int ranks : {1, 2}) {
+    SCOPED_TRACE(std::to_string(ranks) + " rank(s)");
+    auto c = ranks == 1 ? Build("configs/gpt.yaml", 1, {}) : Build("configs/gpt.yaml", 2, {"parallel.sbp={idx: [\"S(0)\"]}"});
+    ASSERT_BUILT(c);
+    const Plan& p = c->plan;
+    const Graph& g = c->training.graph;
+    auto bucket_of = [&](const TaskDesc& t) {
+      for (const BoxingEdge* e : EdgesOf(p, g.node(t.logical).in[1]))
+        if (e->bucket >= 0) return e->bucket;
+      return -1;
+    };
+    std::map<int, std::vector<const TaskDesc*>> groups;
+    std::map<std::pair<int, int>, int> per_bucket;  // (rank, bucket) -> variables
+    int variables = 0;
+    for (const TaskDesc& t : p.tasks) {
+      if (t.kind != TaskKind::kVariable) continue;
+      ++variables;
+      ++per_bucket[{t.rank, bucket_of(t)}];
+      if (t.update_group >= 0) groups[t.update_group].push_back(&t);
+    }
+    ASSERT_EQ(variables, 29 * ranks);
+    for (const auto& [id, members] : groups) {
+      ASSERT_GE(members.size(), 2u) << "group " << id;
+      const TaskDesc& f = *members[0];
+      for (const TaskDesc* t : members) {
+        EXPECT_EQ(t->rank, f.rank) << t->name;
+        EXPECT_EQ(t->device, f.device) << t->name;
+        EXPECT_EQ(p.nodes[static_cast<size_t>(t->node)].op, fr::OpKind::kAdamWUpdate) << t->name;
+        EXPECT_TRUE(p.nodes[static_cast<size_t>(t->node)].attrs.all() == p.nodes[static_cast<size_t>(f.node)].attrs.all()) << t->name;
+        ASSERT_EQ(t->in.size(), 3u) << t->name << ": no clip coefficient";
+        EXPECT_EQ(t->in[2].regst, f.in[2].regst) << t->name;
+        EXPECT_EQ(bucket_of(*t), bucket_of(f)) << t->name;
+      }
+    }
+    int expected = 0, grouped = 0;
+    for (const auto& [key, n] : per_bucket) expected += n >= 2;
+    for (const auto& [id, members] : groups) grouped += static_cast<int>(members.size());
+    EXPECT_EQ(static_cast<int>(groups.size()), expected);
+    int alone = 0;
+    for (const auto& [key, n] : per_bucket) alone += n == 1;
+    EXPECT_EQ(grouped + alone, variables) << "a variable that could join a group updates alone";
+    if (ranks == 1) {
+      EXPECT_EQ(groups.size(), 1u);
+    } else {
+      EXPECT_GE(groups.size(), 4u) << "gpt_mini's buckets are several per rank";
+    }
+  }
+}
+
 // gpt_mini's 29 gradients (550 KiB) on 2 data-parallel ranks fill several buckets, none over
 // kDefaultBucketBytes: the runtime starts each when its last gradient is accumulated, so all but
 // the last reduce while backward still runs. The loss's sum over the micro-batches, partial on

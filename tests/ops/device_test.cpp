@@ -412,6 +412,19 @@ class DeviceRun {
     stream_->Synchronize();
     return BackendOf(dev_.type)->TakeDataError(*stream_);
   }
+  // The graph's nodes, all updates of one op, as one update group: one call of the group kernel.
+  Status RunGroup(int64_t step) {
+    std::vector<std::vector<Tensor>> in(g_.nodes.size()), out(g_.nodes.size());
+    std::vector<KernelCtx> members;
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      for (ValueId v : g_.nodes[i].in) in[i].push_back(v == ir::kNoValue ? Tensor{} : env_[static_cast<size_t>(v)]);
+      for (ValueId v : g_.nodes[i].out) out[i].push_back(env_[static_cast<size_t>(v)]);
+      members.push_back(KernelCtx{g_.nodes[i], in[i], out[i], step, 0, 1, stream_.get()});
+    }
+    RETURN_IF_ERROR(GroupKernel(g_.nodes[0].op, dev_.type)(members));
+    stream_->Synchronize();
+    return BackendOf(dev_.type)->TakeDataError(*stream_);
+  }
   Tensor Host(ValueId v) const { return env_[static_cast<size_t>(v)].ToHost(); }
 
  private:
@@ -479,6 +492,44 @@ TEST_P(DeviceParity, EveryCase) {
                                 std::to_string(micro),
                             net[id], dev.Host(id), exact));
         }
+      }
+    }
+  }
+}
+
+// An update group's kernel (ops/op.h) on the device gives what the CPU's kernel gives one
+// parameter at a time: 40 members, more than one launch takes, of sizes around a block's chunk
+// and empty, some without the clip coefficient, over 3 steps.
+TEST_P(DeviceParity, UpdateGroupsMatchOneByOne) {
+  const ir::Attrs adamw = A({{"lr", 1e-2}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1},
+                             {"schedule", int64_t{2}}, {"warmup", int64_t{1}}, {"min_lr", 1e-3}, {"steps", int64_t{3}}});
+  const ir::Attrs nesterov = A({{"lr", 0.1}, {"momentum", 0.9}, {"weight_decay", 0.01}, {"nesterov", int64_t{1}}, {"steps", int64_t{3}}});
+  const ir::Attrs plain = A({{"lr", 0.1}, {"weight_decay", 0.01}, {"steps", int64_t{3}}});
+  const std::vector<Shape> sizes = {{1}, {8191}, {8192}, {8193}, {3, 7000}, {0}, {17}};
+  for (const auto& [op, attrs, what] : {std::tuple{OpKind::kAdamWUpdate, adamw, "AdamW"},
+                                        std::tuple{OpKind::kSgdUpdate, nesterov, "SGD with Nesterov momentum"},
+                                        std::tuple{OpKind::kSgdUpdate, plain, "SGD"}}) {
+    SCOPED_TRACE(what);
+    Net net;
+    const ValueId coef = net.Input("coef", Tensor::Full({}, 0.5f));
+    for (uint32_t i = 0; i < 40; ++i) {
+      const Shape& s = sizes[i % sizes.size()];
+      const ValueId w = net.Input("w" + std::to_string(i), Rand(s, 200 + 2 * i));
+      const ValueId g = net.Input("g" + std::to_string(i), Rand(s, 201 + 2 * i));
+      std::vector<ValueId> in{w, g};
+      if (i % 3 != 0) in.push_back(coef);
+      net.OpN(op, in, attrs);
+    }
+    DeviceRun dev(net.graph(), Device{GetParam(), 0});
+    for (int step = 0; step < 3; ++step) {
+      const Status on_dev = dev.RunGroup(step);
+      ASSERT_TRUE(on_dev.ok()) << on_dev.message();
+      const Status on_cpu = net.Run(step, 0);
+      ASSERT_TRUE(on_cpu.ok()) << on_cpu.message();
+      for (size_t v = 0; v < net.graph().values.size(); ++v) {
+        const auto id = static_cast<ValueId>(v);
+        EXPECT_TRUE(Agree(net.graph().values[v].name + " at step " + std::to_string(step), net[id], dev.Host(id),
+                          GetParam() == DeviceType::kSim));
       }
     }
   }

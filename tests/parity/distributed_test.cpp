@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <tuple>
 #include <string>
 #include <thread>
@@ -508,7 +509,8 @@ TEST(Distributed, GptBucketsReduceDuringBackward) {
 }
 
 // On a device, --trace has a track of the kernels' device time beside each stream that queues
-// them: an event per compute and variable act, inside its act on the host's clock. The sim
+// them: an event per compute and variable act, inside its act on the host's clock, except that
+// an update group's kernels are one event, on the act of the member that queued them. The sim
 // device runs its kernels as the act queues them, so there the device's time lies within the
 // act's (on CUDA it starts when the GPU gets to the kernels, after the act has queued them), up
 // to the clock's stated uncertainty: early by at most that, never late.
@@ -547,7 +549,18 @@ TEST(Distributed, SimDeviceTraceHasTheKernelsTrack_1n1d) {
   EXPECT_TRUE(named) << "no \"compute (device)\" track";
   ASSERT_GE(uncertainty, 0) << "no device_clock event";
   ASSERT_FALSE(host.empty());
-  EXPECT_EQ(device.size(), host.size()) << "a device event per compute and variable act";
+  // The plan's update groups: each of the 3 updating acts of a group's variables is one event.
+  const std::string dump = Shell(std::string(bin ? bin : "build/src/flowrun") + " plan " + kGpt +
+                                     " --set parallel.device=sim --dump", &code);
+  ASSERT_EQ(code, 0) << dump;
+  const std::regex member(R"(\(update group (\d+)\))");
+  std::set<std::string> groups;
+  size_t grouped = 0;
+  for (auto it = std::sregex_iterator(dump.begin(), dump.end(), member); it != std::sregex_iterator(); ++it, ++grouped)
+    groups.insert((*it)[1]);
+  ASSERT_GT(grouped, groups.size()) << "gpt_mini's updates are not grouped";
+  EXPECT_EQ(device.size(), host.size() - 3 * (grouped - groups.size()))
+      << "a device event per compute act, per variable act alone and per update group's";
   for (const auto& [key, d] : device) {
     auto h = host.find(key);
     ASSERT_NE(h, host.end()) << std::get<0>(key);

@@ -30,6 +30,9 @@ Result<int> InitDevice(int local_rank);
 void AllowTf32(bool allow);
 // Op k's CUDA kernel; a kernel that fails with a clear message where there is none.
 KernelFn KernelFor(OpKind k);
+// Op k's CUDA group kernel (ops/op.h), null for an op without one; a kernel that fails with a
+// clear message without the module.
+GroupKernelFn GroupKernelFor(OpKind k);
 // Whether op k has a CUDA kernel (flowrun ops lists it); false without the module.
 bool HasKernel(OpKind k);
 
@@ -60,6 +63,7 @@ struct Api {
   Result<int> (*init_device)(int local_rank);
   void (*allow_tf32)(bool);
   KernelFn (*kernel_for)(OpKind k);  // null where op k has no CUDA kernel
+  GroupKernelFn (*group_kernel_for)(OpKind k);  // null where op k has no group kernel
   Status (*nccl_new_id)(GroupId* id);
   Result<std::unique_ptr<CollectiveGroup>> (*nccl_make_group)(int members, const GroupId& id, int index);
   std::string (*nccl_version)();
@@ -67,7 +71,7 @@ struct Api {
   Result<GpuInfo> (*gpu)();
   Result<double> (*gemm_seconds)(int n, bool tf32, int reps);
 };
-inline constexpr int kApiVersion = 2;
+inline constexpr int kApiVersion = 3;
 
 }  // namespace fr::cuda
 

@@ -28,6 +28,11 @@ namespace fr::cuda {
 FR_CUDA_OPS(FR_CUDA_KERNEL_DECL)
 #undef FR_CUDA_KERNEL_DECL
 
+// The optimizer updates' group kernels (ops/op.h): a few multi-tensor launches for a whole
+// update group. SgdUpdate and AdamWUpdate are these with one member.
+Status SgdUpdateGroup(std::span<const KernelCtx> members);
+Status AdamWUpdateGroup(std::span<const KernelCtx> members);
+
 // TF32 tensor cores for the float32 GEMMs and convolutions (matmul.cu), and whether allowed.
 void AllowTf32Math(bool allow);
 bool Tf32Math();

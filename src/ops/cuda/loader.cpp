@@ -68,6 +68,8 @@ const Loaded& Module() {
 
 Status NotLoaded(const KernelCtx& ctx) { return Status::Runtime(Module().why.message() + " (op " + ctx.node.name + ")"); }
 
+Status GroupNotLoaded(std::span<const KernelCtx> members) { return NotLoaded(members[0]); }
+
 Status NoKernel(const KernelCtx& ctx) {
   return Status::Runtime("[cuda] " + ctx.node.name + ": op " + Def(ctx.node.op).name +
                          " has no CUDA kernel in this version of flowrun (flowrun ops lists the devices of each op)");
@@ -92,6 +94,11 @@ KernelFn KernelFor(OpKind k) {
   if (!Module().api) return NotLoaded;
   const KernelFn f = Module().api->kernel_for(k);
   return f ? f : NoKernel;
+}
+
+GroupKernelFn GroupKernelFor(OpKind k) {
+  if (!Module().api) return GroupNotLoaded;
+  return Module().api->group_kernel_for(k);
 }
 
 Status NcclNewId(GroupId* id) {

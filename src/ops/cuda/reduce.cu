@@ -1,6 +1,6 @@
 // CUDA kernels of the reductions, the losses and the optimizer: SumTo and the Reduce ops, cross
 // entropy and MSE with their gradients, the gradient norm (SquareSum, AddN, ClipCoef), and the
-// SGD and AdamW updates. Sums accumulate in double, as on the CPU, and always combine in the same
+// SGD and AdamW updates, multi-tensor. Sums accumulate in double, as on the CPU, and always combine in the same
 // order: a whole-tensor sum is a fixed number of blocks (a function of the size alone) whose
 // partial sums one block then adds in order; an output of a reduction is one column of threads.
 #include <cmath>
@@ -236,36 +236,103 @@ __global__ void ClipCoefK(const float* sq, double max_norm, float* out) {
   out[0] = static_cast<float>(fmin(1.0, max_norm / (norm + 1e-6)));
 }
 
-__global__ void SgdK(float* w, const float* g, float* buf, const float* coef_p, int64_t n, float lr, float mu, float wd,
-                     bool nesterov, bool first) {
-  const float coef = coef_p ? coef_p[0] : 1.f;
-  FR_GRID_LOOP(i, n) {
-    float d = g[i] * coef + wd * w[i];
-    if (buf) {
-      buf[i] = first ? d : mu * buf[i] + d;
-      d = nesterov ? d + mu * buf[i] : buf[i];
-    }
-    w[i] -= lr * d;
-  }
-}
+// Multi-tensor updates: one launch updates up to kMembers tensors, each cut into chunks of
+// kChunk elements, one block per chunk; a block finds its tensor by the members' first blocks.
+// The list travels as the kernel's argument (under 2 KiB), so a launch needs no copy.
+constexpr int kMembers = 32;
+constexpr int64_t kChunk = 8192;
+
+struct Members {
+  int count = 0;
+  float* w[kMembers];
+  const float* g[kMembers];
+  float* s0[kMembers];  // SGD: momentum (or null); AdamW: m
+  float* s1[kMembers];  // AdamW: v
+  const float* coef[kMembers];  // the clip coefficient, or null
+  int64_t n[kMembers];
+  int64_t first[kMembers + 1];  // member t's chunks are blocks first[t] .. first[t + 1] - 1
+};
+
+struct SgdConsts {
+  float lr, mu, wd;
+  bool nesterov, first;
+};
 
 struct AdamConsts {
   float decay, b1, b2, eps, step_size, bc2_sqrt;
 };
 
-__global__ void AdamWK(float* w, const float* g, float* m, float* v, const float* coef_p, int64_t n, AdamConsts k) {
-  const float coef = coef_p ? coef_p[0] : 1.f;
-  FR_GRID_LOOP(i, n) {
-    const float gi = g[i] * coef;
-    w[i] *= k.decay;
-    m[i] = m[i] * k.b1 + gi * (1.f - k.b1);
-    v[i] = v[i] * k.b2 + gi * gi * (1.f - k.b2);
-    const float denom = sqrtf(v[i]) / k.bc2_sqrt + k.eps;
-    w[i] -= k.step_size * (m[i] / denom);
+// Block b's member, and the element range [*begin, *end) of it this block updates.
+__device__ int MemberOf(const Members& m, int64_t b, int64_t* begin, int64_t* end) {
+  int t = 0;
+  while (m.first[t + 1] <= b) ++t;
+  *begin = (b - m.first[t]) * kChunk;
+  *end = min(m.n[t], *begin + kChunk);
+  return t;
+}
+
+__global__ void SgdK(Members m, SgdConsts k) {
+  int64_t begin, end;
+  const int t = MemberOf(m, blockIdx.x, &begin, &end);
+  float* w = m.w[t];
+  const float* g = m.g[t];
+  float* buf = m.s0[t];
+  const float coef = m.coef[t] ? m.coef[t][0] : 1.f;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    float d = g[i] * coef + k.wd * w[i];
+    if (buf) {
+      buf[i] = k.first ? d : k.mu * buf[i] + d;
+      d = k.nesterov ? d + k.mu * buf[i] : buf[i];
+    }
+    w[i] -= k.lr * d;
   }
 }
 
-const float* CoefOf(const KernelCtx& c) { return c.in.size() > 2 && c.in[2].defined() ? c.in[2].data<float>() : nullptr; }
+__global__ void AdamWK(Members m, AdamConsts k) {
+  int64_t begin, end;
+  const int t = MemberOf(m, blockIdx.x, &begin, &end);
+  float* w = m.w[t];
+  const float* g = m.g[t];
+  float* mo = m.s0[t];
+  float* v = m.s1[t];
+  const float coef = m.coef[t] ? m.coef[t][0] : 1.f;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float gi = g[i] * coef;
+    w[i] *= k.decay;
+    mo[i] = mo[i] * k.b1 + gi * (1.f - k.b1);
+    v[i] = v[i] * k.b2 + gi * gi * (1.f - k.b2);
+    const float denom = sqrtf(v[i]) / k.bc2_sqrt + k.eps;
+    w[i] -= k.step_size * (mo[i] / denom);
+  }
+}
+
+// Launches `kernel` over the members, kMembers at a time; every member shares the first one's
+// node attributes and step (the lowering groups only such), so the constants are the same.
+template <typename Consts>
+Status LaunchGroup(std::span<const KernelCtx> members, void (*kernel)(Members, Consts), const Consts& k, int states) {
+  Members m{};
+  auto launch = [&]() -> Status {
+    if (m.first[m.count] == 0) return Status::Ok();
+    kernel<<<static_cast<unsigned>(m.first[m.count]), kThreads, 0, StreamOf(members[0])>>>(m, k);
+    return Launched(members[0]);
+  };
+  m.first[0] = 0;
+  for (const KernelCtx& c : members) {
+    const int t = m.count++;
+    m.w[t] = c.in[0].data<float>();
+    m.g[t] = c.in[1].data<float>();
+    m.s0[t] = states > 0 && !c.out.empty() ? c.out[0].data<float>() : nullptr;
+    m.s1[t] = states > 1 ? c.out[1].data<float>() : nullptr;
+    m.coef[t] = c.in.size() > 2 && c.in[2].defined() ? c.in[2].data<float>() : nullptr;
+    m.n[t] = c.in[0].numel();
+    m.first[t + 1] = m.first[t] + (m.n[t] + kChunk - 1) / kChunk;
+    if (m.count == kMembers) {
+      RETURN_IF_ERROR(launch());
+      m.count = 0;
+    }
+  }
+  return m.count > 0 ? launch() : Status::Ok();
+}
 
 }  // namespace
 
@@ -384,33 +451,30 @@ Status ClipCoef(const KernelCtx& c) {
   return Launched(c);
 }
 
-Status SgdUpdate(const KernelCtx& c) {
-  const ir::Attrs& a = c.node.attrs;
-  const int64_t n = c.in[0].numel();
-  if (n == 0) return Status::Ok();
+Status SgdUpdateGroup(std::span<const KernelCtx> members) {
+  if (members.empty()) return Status::Ok();
+  const ir::Attrs& a = members[0].node.attrs;
   const float mu = static_cast<float>(a.Float("momentum"));
-  SgdK<<<Blocks(n), kThreads, 0, StreamOf(c)>>>(c.in[0].data<float>(), c.in[1].data<float>(),
-                                                mu > 0 ? c.out[0].data<float>() : nullptr, CoefOf(c), n,
-                                                static_cast<float>(ScheduleOf(a).At(c.step)), mu,
-                                                static_cast<float>(a.Float("weight_decay")), a.Int("nesterov") != 0, c.step == 0);
-  return Launched(c);
+  const SgdConsts k{static_cast<float>(ScheduleOf(a).At(members[0].step)), mu, static_cast<float>(a.Float("weight_decay")),
+                    a.Int("nesterov") != 0, members[0].step == 0};
+  return LaunchGroup(members, SgdK, k, mu > 0 ? 1 : 0);
 }
 
-Status AdamWUpdate(const KernelCtx& c) {
-  const ir::Attrs& a = c.node.attrs;
-  const int64_t n = c.in[0].numel();
-  if (n == 0) return Status::Ok();
-  const double lr = ScheduleOf(a).At(c.step);
-  const double b1 = a.Float("beta1"), b2 = a.Float("beta2"), t = static_cast<double>(c.step + 1);
+Status AdamWUpdateGroup(std::span<const KernelCtx> members) {
+  if (members.empty()) return Status::Ok();
+  const ir::Attrs& a = members[0].node.attrs;
+  const double lr = ScheduleOf(a).At(members[0].step);
+  const double b1 = a.Float("beta1"), b2 = a.Float("beta2"), t = static_cast<double>(members[0].step + 1);
   const AdamConsts k{static_cast<float>(1.0 - lr * a.Float("weight_decay")),
                      static_cast<float>(b1),
                      static_cast<float>(b2),
                      static_cast<float>(a.Float("eps")),
                      static_cast<float>(lr / (1.0 - std::pow(b1, t))),
                      static_cast<float>(std::sqrt(1.0 - std::pow(b2, t)))};
-  AdamWK<<<Blocks(n), kThreads, 0, StreamOf(c)>>>(c.in[0].data<float>(), c.in[1].data<float>(), c.out[0].data<float>(),
-                                                  c.out[1].data<float>(), CoefOf(c), n, k);
-  return Launched(c);
+  return LaunchGroup(members, AdamWK, k, 2);
 }
+
+Status SgdUpdate(const KernelCtx& c) { return SgdUpdateGroup({&c, 1}); }
+Status AdamWUpdate(const KernelCtx& c) { return AdamWUpdateGroup({&c, 1}); }
 
 }  // namespace fr::cuda

@@ -22,12 +22,20 @@ const std::array<KernelFn, kNumOps>& Table() {
 
 KernelFn KernelOf(OpKind k) { return Table()[static_cast<size_t>(k)]; }
 
+GroupKernelFn GroupKernelOf(OpKind k) {
+  switch (k) {
+    case OpKind::kSgdUpdate: return SgdUpdateGroup;
+    case OpKind::kAdamWUpdate: return AdamWUpdateGroup;
+    default: return nullptr;
+  }
+}
+
 }  // namespace
 }  // namespace fr::cuda
 
 extern "C" __attribute__((visibility("default"))) const fr::cuda::Api* flowrun_cuda_api() {
   static const fr::cuda::Api api{fr::cuda::kApiVersion, fr::cuda::CountDevices,  fr::cuda::SelectDevice,
-                                 fr::cuda::AllowTf32Math,  fr::cuda::KernelOf,      fr::cuda::MakeNcclId,
+                                 fr::cuda::AllowTf32Math,  fr::cuda::KernelOf,      fr::cuda::GroupKernelOf, fr::cuda::MakeNcclId,
                                  fr::cuda::MakeNcclGroup,  fr::cuda::NcclVersionString, fr::cuda::PciBusId,
                                  fr::cuda::DescribeGpu,    fr::cuda::TimeSgemm};
   return &api;
