@@ -1,6 +1,7 @@
 #include "base/file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,6 +69,36 @@ Result<std::string> ReadWholeFile(const std::string& path) {
   }
   bytes.resize(have);
   return bytes;
+}
+
+Result<MappedFile> MappedFile::Open(const std::string& path) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  if (f.fd < 0) return Cannot(path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) return Cannot(path, std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) return Cannot(path, std::strerror(EISDIR));
+  if (!S_ISREG(st.st_mode)) return Cannot(path, "not a regular file");
+  const auto size = static_cast<size_t>(st.st_size);
+  if (size == 0) return MappedFile(nullptr, 0);
+  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, f.fd, 0);
+  if (data == MAP_FAILED) return Cannot(path, std::strerror(errno));
+  ::madvise(data, size, MADV_SEQUENTIAL);  // a hint: readers checksum it front to back first
+  return MappedFile(data, size);
+}
+
+MappedFile::MappedFile(MappedFile&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+  if (this != &o) {
+    if (data_) ::munmap(data_, size_);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
 }
 
 std::optional<FileId> IdOf(const std::string& path) {

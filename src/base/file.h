@@ -1,4 +1,4 @@
-// Files: reading an input whole, and writing an output whole or not at all.
+// Files: reading an input whole or mapping it, and writing an output whole or not at all.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,28 @@ namespace fr {
 // device or a socket is an error. Errors (Invalid) read "cannot read 'PATH': REASON"; callers put
 // their component and key in front.
 Result<std::string> ReadWholeFile(const std::string& path);
+
+// A regular file's bytes, mapped read-only: they stay in the kernel's page cache, shared by the
+// processes of a node that map the same file and dropped under memory pressure, instead of being
+// copied into this process's memory (a checkpoint restored onto another layout reads every rank's
+// file, which read whole would hold the whole checkpoint in every rank). The file must not shrink
+// while mapped. Errors (Invalid) read as ReadWholeFile's.
+class MappedFile {
+ public:
+  static Result<MappedFile> Open(const std::string& path);
+  MappedFile() = default;  // empty
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile& operator=(MappedFile&& o) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+  std::string_view bytes() const { return {static_cast<const char*>(data_), size_}; }
+
+ private:
+  MappedFile(void* data, size_t size) : data_(data), size_(size) {}
+  void* data_ = nullptr;  // null for an empty file
+  size_t size_ = 0;
+};
 
 // Which file a path names, following symbolic links: two paths name the same file exactly when
 // their ids are equal (hard links, symbolic links and "a/./b" spellings included). Empty when

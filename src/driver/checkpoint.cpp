@@ -321,16 +321,19 @@ Status Commit(const Config& cfg, int64_t step, uint64_t plan_hash, int ranks, co
   return Status::Ok();
 }
 
-// A safetensors file read whole and checked against the manifest: its tensors by key.
+// A safetensors file, mapped (base/file.h: not copied into memory) and checked against the
+// manifest: its tensors by key.
 struct StoredFile {
-  std::string bytes;
+  MappedFile file;
+  std::string_view bytes;  // file's
   std::map<std::string, std::pair<size_t, size_t>> at;  // key -> [begin, end) in `bytes`
 };
 
 Result<StoredFile> ReadStored(const std::string& path, int64_t size, const std::string& crc32) {
   const std::string bad = "[checkpoint] " + path + ": ";
   StoredFile f;
-  ASSIGN_OR_RETURN(f.bytes, ReadWholeFile(path));
+  ASSIGN_OR_RETURN(f.file, MappedFile::Open(path));
+  f.bytes = f.file.bytes();
   if (static_cast<int64_t>(f.bytes.size()) != size)
     return Status::Invalid(bad + std::to_string(f.bytes.size()) + " bytes where the manifest says " + std::to_string(size) +
                            " (truncated or replaced)");
@@ -340,7 +343,7 @@ Result<StoredFile> ReadStored(const std::string& path, int64_t size, const std::
     n |= static_cast<uint64_t>(static_cast<unsigned char>(f.bytes[static_cast<size_t>(i)])) << (8 * i);
   if (f.bytes.size() < 8 || n > f.bytes.size() - 8) return Status::Invalid(bad + "not a safetensors file");
   try {
-    const YAML::Node h = YAML::Load(f.bytes.substr(8, n));
+    const YAML::Node h = YAML::Load(std::string(f.bytes.substr(8, n)));
     for (const auto& kv : h) {
       const std::string key = kv.first.as<std::string>();
       if (key == "__metadata__") continue;

@@ -294,6 +294,28 @@ TEST(Outputs, AtomicFileThroughALinkAndGivenUp) {
   EXPECT_EQ((Extra(tmp.path(), {})), (std::vector<std::string>{"link", "real.txt", "sub"}));
 }
 
+// A mapped file (what a checkpoint's restore reads) has the file's bytes, moves with them, and
+// is refused with the path for a folder, a FIFO (at once, not waiting for a writer) and nothing.
+TEST(Outputs, MappedFileReadsRegularFilesOnly) {
+  TempDir tmp;
+  const std::string text(100000, 'x');
+  ASSERT_TRUE(fr::WriteFileAtomically(tmp / "f", text + "end").ok());
+  auto m = fr::MappedFile::Open(tmp / "f");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  fr::MappedFile moved = std::move(*m);
+  EXPECT_EQ(moved.bytes(), text + "end");
+  ASSERT_TRUE(fr::WriteFileAtomically(tmp / "empty", "").ok());
+  auto e = fr::MappedFile::Open(tmp / "empty");
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ(e->bytes(), "");
+  ASSERT_EQ(::mkfifo((tmp / "fifo").c_str(), 0600), 0);
+  for (const char* bad : {"sub-missing", "fifo", "."}) {
+    auto b = fr::MappedFile::Open(tmp / bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.status().message().find("cannot read '" + (tmp / bad) + "'"), std::string::npos) << b.status().message();
+  }
+}
+
 // Two outputs not written yet, one named through a symbolic link to the other's folder, are one file.
 TEST(Outputs, OutputsNotWrittenYetAreComparedByResolvedPath) {
   TempDir tmp;
