@@ -189,7 +189,16 @@ int Train(const Args& a) {
     if (comm) comm->Abort(1);
     std::_Exit(1);
   });
-  auto world = actor::JoinWorld(nullptr, nullptr);
+  // The config first, for its parallel.timeout: MPI_Init waits for every rank, and a rank that
+  // hangs or stops before it gets there would hold the others in it forever. Its errors are
+  // reported once the world is joined, as every rank's are.
+  auto cfg = LoadConfig(a.config, a.set);
+  Result<actor::World> world = Status::Runtime("not joined");
+  {
+    if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) rank = std::atoi(r);  // for the watchdog's message
+    Watchdog::Phase phase(dog, "starting MPI with the other ranks (MPI_Init)", cfg.ok() ? cfg->parallel.timeout : ParallelConfig{}.timeout);
+    world = actor::JoinWorld(nullptr, nullptr);
+  }
   if (!world.ok()) return Fail(world.status());
   comm = world->comm.get();
   rank = world->rank;
@@ -205,7 +214,6 @@ int Train(const Args& a) {
     if (world->comm && world->size > 1) world->comm->Abort(code);
     return code;
   };
-  auto cfg = LoadConfig(a.config, a.set);
   if (!cfg.ok()) return fail(cfg.status());
   CatchStopSignals(!cfg->checkpoint.dir.empty());
   if (cfg->parallel.ranks > 0 && cfg->parallel.ranks != world->size) {

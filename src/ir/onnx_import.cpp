@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -31,10 +32,12 @@ constexpr int64_t kMinOpset = kMinOnnxOpset, kMaxOpset = kMaxOnnxOpset;
 // position tables of a few MiB), or an eighth of the memory budget where that is less.
 double FoldLimitBytes() { return std::min(double{1 << 30}, MemoryBudgetBytes() / 8); }
 
-Result<std::shared_ptr<OnnxModel>> Parse(const std::string& bytes, const std::string& path) {
+Result<std::shared_ptr<OnnxModel>> Parse(std::string_view bytes, const std::string& path) {
   auto m = std::make_shared<OnnxModel>();
   m->path = path;
-  if (bytes.empty() || !m->proto.ParseFromString(bytes) || !m->proto.has_graph()) {
+  // Over 2 GiB is past protobuf's limit on one message (such models keep their weights outside).
+  if (bytes.empty() || bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
+      !m->proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) || !m->proto.has_graph()) {
     return Status::Invalid("[onnx] " + path + ": not a valid ONNX model (empty, truncated or not an ONNX protobuf)");
   }
   return m;
@@ -831,9 +834,16 @@ class ExternalData {
 }  // namespace
 
 Result<std::shared_ptr<const OnnxModel>> ReadOnnx(const std::string& path) {
-  auto bytes = ReadWholeFile(path);
-  if (!bytes.ok()) return bytes.status().With("[onnx] ");
-  ASSIGN_OR_RETURN(std::shared_ptr<OnnxModel> model, Parse(*bytes, path));
+  // A regular file is parsed from its mapping, not from a copy (a GPT-2's is 650 MB); anything
+  // else (a pipe) is read whole, which also gives the errors for what cannot be read at all.
+  Result<MappedFile> mapped = MappedFile::Open(path);
+  std::string read;
+  if (!mapped.ok()) {
+    auto bytes = ReadWholeFile(path);
+    if (!bytes.ok()) return bytes.status().With("[onnx] ");
+    read = std::move(*bytes);
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<OnnxModel> model, Parse(mapped.ok() ? mapped->bytes() : std::string_view(read), path));
   ExternalData external(path);
   for (auto& t : *model->proto.mutable_graph()->mutable_initializer()) {
     if (t.data_location() != onnx::TensorProto::EXTERNAL) continue;
