@@ -72,6 +72,12 @@ Result<std::string> ReadWholeFile(const std::string& path) {
 }
 
 Result<MappedFile> MappedFile::Open(const std::string& path) {
+  // Not even opened unless regular: opening a pipe would let its writer go on, and closing it
+  // again would cut the writer off before a ReadWholeFile of it.
+  struct stat named {};
+  if (::stat(path.c_str(), &named) != 0) return Cannot(path, std::strerror(errno));
+  if (S_ISDIR(named.st_mode)) return Cannot(path, std::strerror(EISDIR));
+  if (!S_ISREG(named.st_mode)) return Cannot(path, "not a regular file");
   Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
   if (f.fd < 0) return Cannot(path, std::strerror(errno));
   struct stat st {};

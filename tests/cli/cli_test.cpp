@@ -513,6 +513,24 @@ TEST(Cli, DataFromAPipe) {
   EXPECT_EQ(losses(pipe.out), losses(file.out));
 }
 
+// The model through a pipe (a regular file is parsed from its mapping, anything else read whole):
+// the same losses as from the file.
+TEST(Cli, ModelFromAPipe) {
+  Output file = Flowrun({"train", "tests/golden/mlp_sgd.yaml", "--set", "train.steps=3"});
+  Output pipe = Flowrun({"train", "tests/golden/mlp_sgd.yaml", "--set", "train.steps=3", "--set", "model.onnx=/dev/stdin"},
+                        "cat models/mlp.onnx | ");
+  ASSERT_EQ(file.code, 0) << file.out;
+  ASSERT_EQ(pipe.code, 0) << pipe.out;
+  auto losses = [](const std::string& out) {
+    std::string l;
+    for (size_t at = out.find("| loss "); at != std::string::npos; at = out.find("| loss ", at + 1))
+      l += out.substr(at, out.find(" |", at + 2) - at) + "\n";
+    return l;
+  };
+  EXPECT_FALSE(losses(file.out).empty()) << file.out;
+  EXPECT_EQ(losses(pipe.out), losses(file.out));
+}
+
 TEST(Cli, OutOfMemoryIsAnError) {
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)  // clang's spelling
