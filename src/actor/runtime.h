@@ -66,8 +66,9 @@ struct RunOptions {
   Feeder* feeder = nullptr;
   // Called on a runtime thread, in step order; an error stops the run with it (Run returns it).
   std::function<Status(const StepRecord&)> on_step;
-  // Called on rank 0's compute thread with each micro-batch's BatchNorm statistic (a stat-sink
-  // task's `param`), in micro-batch order per statistic; `x` is valid only during the call.
+  // Called on the compute thread with each micro-batch's BatchNorm statistic (a stat-sink task's
+  // `param`: on rank 0 and on its stage's ranks), in micro-batch order per statistic; `x` is valid
+  // only during the call.
   std::function<void(ir::ValueId stat, int64_t step, int64_t micro, const Tensor& x)> on_stat;
   // Called on the actor's stream thread right before (begin) and after each act: traces, tests.
   std::function<void(const ir::TaskDesc&, int64_t act, bool begin)> on_act;

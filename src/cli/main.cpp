@@ -321,7 +321,7 @@ int Train(const Args& a) {
     if (eval && !preempted && due(ev.every, step)) {
       const auto began = std::chrono::steady_clock::now();
       g_running.store(true);
-      Result<double> loss = eval->Evaluate(rt, c->training.graph, ro);
+      Result<double> loss = eval->Evaluate(rt, c->training.graph, running, ro);
       g_running.store(false);
       if (!loss.ok()) {
         run = loss.status();
@@ -378,7 +378,7 @@ int Train(const Args& a) {
 
 // What plan says about the model beside the plan: what trains, what is held constant and why,
 // ties, BatchNorm's running statistics and dropout.
-void PrintModelSummary(const ir::Graph& g, const std::vector<std::string>& frozen, bool dump) {
+void PrintModelSummary(const ir::Graph& g, const std::vector<std::string>& frozen, bool evaluated, bool dump) {
   int64_t values = 0;
   for (ir::ValueId p : g.params) values += g.type(p).shape.numel();
   std::cout << "trains " << g.params.size() << " parameter tensors (" << values << " values)";
@@ -403,7 +403,8 @@ void PrintModelSummary(const ir::Graph& g, const std::vector<std::string>& froze
   }
   if (!g.running.empty()) {
     std::cout << "batchnorm: " << g.running.size()
-              << " running statistics follow each micro-batch's with the node's momentum and are saved, not trained" << std::endl;
+              << " running statistics follow each micro-batch's with the node's momentum and are saved, not trained"
+              << (evaluated ? "; evaluations normalize with them" : "") << std::endl;
   }
   std::set<double> ratios;
   int drops = 0;
@@ -453,7 +454,7 @@ int Plan(const Args& a) {
               << std::endl;
   }
   if (a.format == "text") {
-    PrintModelSummary(g, c->training.frozen, a.dump);
+    PrintModelSummary(g, c->training.frozen, c->eval_dataset != nullptr, a.dump);
     if (cfg->eval.given) {  // checked here as train checks it: a config train would refuse is refused
       ir::TrainingGraph eg;
       auto ep = CompileEval(*cfg, *c, static_cast<int>(actor::SetUpCollectives(p).groups.size()), &eg);

@@ -535,20 +535,19 @@ Status RestoreCheckpoint(const CheckpointInfo& c, const Config& cfg, const ir::P
       target.CopyFrom(host);
     }
   }
-  if (rank == 0) {
-    for (const auto& [name, stat] : running.Exact()) {
-      auto it = tensors.find(name);
-      if (it == tensors.end() || it->second.role != "running_stat" || it->second.pieces.size() != 1)
-        return Status::Invalid(where + "no running statistic '" + name + "'");
-      const auto& [fname, begin, end] = it->second.pieces[0];
-      ASSIGN_OR_RETURN(const StoredFile* f, file(fname));
-      auto at = f->at.find(name);
-      if (at == f->at.end() || at->second.second - at->second.first != stat.second.size() * sizeof(double))
-        return Status::Invalid(where + fname + ": running statistic '" + name + "' is not " + stat.first.ToString());
-      std::vector<double> v(stat.second.size());
-      std::memcpy(v.data(), f->bytes.data() + at->second.first, v.size() * sizeof(double));
-      running.Restore(name, v);
-    }
+  // Every rank: an evaluation reads the running averages of its stages.
+  for (const auto& [name, stat] : running.Exact()) {
+    auto it = tensors.find(name);
+    if (it == tensors.end() || it->second.role != "running_stat" || it->second.pieces.size() != 1)
+      return Status::Invalid(where + "no running statistic '" + name + "'");
+    const auto& [fname, begin, end] = it->second.pieces[0];
+    ASSIGN_OR_RETURN(const StoredFile* f, file(fname));
+    auto at = f->at.find(name);
+    if (at == f->at.end() || at->second.second - at->second.first != stat.second.size() * sizeof(double))
+      return Status::Invalid(where + fname + ": running statistic '" + name + "' is not " + stat.first.ToString());
+    std::vector<double> v(stat.second.size());
+    std::memcpy(v.data(), f->bytes.data() + at->second.first, v.size() * sizeof(double));
+    running.Restore(name, v);
   }
   return Status::Ok();
 }

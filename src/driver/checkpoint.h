@@ -53,7 +53,7 @@ struct CheckpointInfo {
 Result<CheckpointInfo> LatestCheckpoint(const std::string& dir);
 
 // Loads this rank's pieces of every parameter and its optimizer state into `rt` (before its first
-// run), and on rank 0 the running statistics. Invalid "[checkpoint] PATH: ..." naming the file or
+// run), and the running statistics (every rank keeps them: running_stats.h). Invalid "[checkpoint] PATH: ..." naming the file or
 // tensor for a checkpoint that does not fit: another model, a missing tensor, a wrong shape, a
 // changed train.seed or train.global_batch, a failed checksum, a truncated file.
 Status RestoreCheckpoint(const CheckpointInfo& c, const Config& cfg, const ir::Plan& plan, const ir::Graph& g,

@@ -1,6 +1,10 @@
 #include "driver/evaluate.h"
 
 #include <algorithm>
+#include <set>
+
+#include "boxing/simulate.h"
+#include "sbp/sbp.h"
 
 namespace fr {
 
@@ -13,11 +17,31 @@ Result<std::unique_ptr<Evaluator>> Evaluator::Make(const Config& cfg, const Comp
   e->loader_ = std::make_unique<data::Loader>(*train.eval_dataset, train.input_field, in_order, cfg.train);
   e->rt_ = std::make_unique<actor::Runtime>(e->plan_, e->graph_.graph, rank, comm);
   e->steps_ = cfg.eval.steps;
+  e->rank_ = rank;
+  std::set<std::string> stats;
+  for (const ir::Graph::Running& r : train.training.graph.running) stats.insert(r.initializer);
+  for (ir::ValueId p : e->graph_.graph.params)
+    if (stats.count(e->graph_.graph.value(p).name)) e->running_.push_back(p);
   return e;
 }
 
-Result<double> Evaluator::Evaluate(const actor::Runtime& train, const ir::Graph& train_graph, actor::RunOptions ro) {
+Result<double> Evaluator::Evaluate(const actor::Runtime& train, const ir::Graph& train_graph, const RunningStats& running,
+                                   actor::RunOptions ro) {
   RETURN_IF_ERROR(rt_->ShareParams(train, train_graph));
+  if (!running_.empty()) {
+    const std::map<std::string, Tensor> now = running.Values();
+    for (ir::ValueId v : running_) {
+      const Tensor mine = rt_->Param(v);
+      if (!mine.defined()) continue;  // another stage's
+      const std::string& name = graph_.graph.value(v).name;
+      auto whole = now.find(name);
+      auto vp = std::find_if(plan_.values.begin(), plan_.values.end(), [&](const ir::ValuePlacement& p) { return p.value == v; });
+      if (whole == now.end() || vp == plan_.values.end())
+        return Status::Runtime("[eval] rank " + std::to_string(rank_) + " has no running statistic '" + name + "'");
+      const sbp::Placement& pl = plan_.stages[static_cast<size_t>(vp->stage)];
+      mine.CopyFrom(boxing::SliceOf(whole->second, sbp::PieceRanges(whole->second.shape(), vp->sbp, pl, pl.IndexOf(rank_))));
+    }
+  }
   double sum = 0;
   ro.feeder = loader_.get();
   ro.first_step = 0;

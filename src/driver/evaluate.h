@@ -6,6 +6,8 @@
 // evaluation copies nothing. Both runtimes share the communicator: the evaluation's collectives
 // are numbered after the training's (EvalCollectives). Each evaluation reads eval.steps batches
 // of train.global_batch from the start of the held-out data, in order: the same batches every time.
+// A BatchNormalization that training updates normalizes with its running statistics (PyTorch's
+// eval mode): the evaluation's variables of them are set from this rank's RunningStats each time.
 #pragma once
 
 #include <memory>
@@ -15,6 +17,7 @@
 #include "config/config.h"
 #include "data/dataset.h"
 #include "driver/pipeline.h"
+#include "driver/running_stats.h"
 
 namespace fr {
 
@@ -26,7 +29,8 @@ class Evaluator {
   const ir::Plan& plan() const { return plan_; }
   // The mean loss of the held-out batches with `train`'s parameters now (call between its runs).
   // `ro`: the training's run options (deadlines, signals, threads); the rest is the evaluation's.
-  Result<double> Evaluate(const actor::Runtime& train, const ir::Graph& train_graph, actor::RunOptions ro);
+  Result<double> Evaluate(const actor::Runtime& train, const ir::Graph& train_graph, const RunningStats& running,
+                          actor::RunOptions ro);
 
  private:
   Evaluator() = default;
@@ -35,6 +39,8 @@ class Evaluator {
   std::unique_ptr<data::Loader> loader_;
   std::unique_ptr<actor::Runtime> rt_;
   int64_t steps_ = 0;
+  int rank_ = 0;
+  std::vector<ir::ValueId> running_;  // variables of running statistics, in graph_
 };
 
 // The collectives `train` and `eval` need, in one list for Communicator::Prepare: the training's

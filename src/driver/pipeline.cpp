@@ -249,15 +249,14 @@ Result<Compiled> Compile(const Config& cfg, int ranks) {
 
 Result<ir::Plan> CompileEval(const Config& cfg, const Compiled& train, int first_collective, ir::TrainingGraph* graph) {
   const std::string where = "[config] " + cfg.path + ": eval: ";
-  if (!train.training.graph.running.empty())
-    return Status::Invalid(where + "the model has BatchNormalization, whose evaluation uses its running statistics; flowrun does not evaluate such models yet");
   std::map<std::string, ir::TensorType> bound;
   for (const auto& [input, field] : cfg.model.inputs) {
     const ir::ValueId v = train.training.graph.Find(input);
     if (v != ir::kNoValue) bound[input] = train.training.graph.type(v);
   }
-  const ir::ImportOptions rules{cfg.model.trainable, cfg.model.frozen, "[config] " + cfg.path + ": ", cfg.model.untie,
-                                cfg.model.tie, /*dropout=*/false, cfg.train.seed};
+  ir::ImportOptions rules{cfg.model.trainable, cfg.model.frozen, "[config] " + cfg.path + ": ", cfg.model.untie,
+                          cfg.model.tie, /*dropout=*/false, cfg.train.seed};
+  rules.batchnorm_inference = true;
   ASSIGN_OR_RETURN(ir::Graph forward, ir::ImportOnnx(train.model, bound, rules));
   ir::Rewrite(forward, RewriteOptionsOf(cfg, forward));
   ir::TrainingSpec spec = SpecOf(cfg, *train.eval_dataset);
@@ -269,6 +268,9 @@ Result<ir::Plan> CompileEval(const Config& cfg, const Compiled& train, int first
     ASSIGN_OR_RETURN(plan, boxing::LowerOneDevice(*graph, cfg.eval.steps, cfg.accumulation(), cfg.parallel.device));
   } else {
     // Every value and op as training lays it out, found by name: the same model on the same layout.
+    // What training has not got, a BatchNorm's running statistics (variables here) and the
+    // Reshapes that read them, is B on the stage of the node that reads it: boxing gives that
+    // node what its training signature takes.
     const ir::Graph& tg = train.training.graph;
     const sbp::Assignment& ta = *train.assignment;
     std::map<std::string, ir::NodeId> train_node;
@@ -276,18 +278,45 @@ Result<ir::Plan> CompileEval(const Config& cfg, const Compiled& train, int first
     sbp::Assignment a;
     boxing::LowerOptions lo = train.lower;
     lo.steps = cfg.eval.steps;
-    lo.node_stage.assign(g.nodes.size(), 0);
-    for (size_t v = 0; v < g.values.size(); ++v) {
-      const ir::ValueId t = tg.Find(g.values[v].name);
-      if (t == ir::kNoValue) return Status::Invalid(where + "internal: value '" + g.values[v].name + "' is not in the training graph");
-      a.value_stage.push_back(ta.value_stage[static_cast<size_t>(t)]);
-      a.value_sbp.push_back(g.values[v].kind == ir::ValueKind::kConst ? sbp::NdSbp() : ta.value_sbp[static_cast<size_t>(t)]);
-    }
+    lo.node_stage.assign(g.nodes.size(), -1);
+    a.node_sig.resize(g.nodes.size());
     for (size_t n = 0; n < g.nodes.size(); ++n) {
       auto t = train_node.find(g.nodes[n].name);
-      if (t == train_node.end()) return Status::Invalid(where + "internal: node '" + g.nodes[n].name + "' is not in the training graph");
-      a.node_sig.push_back(ta.node_sig[static_cast<size_t>(t->second)]);
+      if (t == train_node.end()) continue;
+      a.node_sig[n] = ta.node_sig[static_cast<size_t>(t->second)];
       lo.node_stage[n] = train.lower.node_stage[static_cast<size_t>(t->second)];
+    }
+    std::vector<std::vector<ir::NodeId>> readers(g.values.size());
+    for (size_t n = 0; n < g.nodes.size(); ++n)
+      for (ir::ValueId v : g.nodes[n].in)
+        if (v != ir::kNoValue) readers[static_cast<size_t>(v)].push_back(static_cast<ir::NodeId>(n));
+    auto read_on = [&](ir::ValueId v) {  // the stage of a node that reads v, or -1
+      for (ir::NodeId r : readers[static_cast<size_t>(v)])
+        if (lo.node_stage[static_cast<size_t>(r)] >= 0) return lo.node_stage[static_cast<size_t>(r)];
+      return -1;
+    };
+    auto broadcast = [&](int stage) { return sbp::NdSbp::Broadcast(lo.stages[static_cast<size_t>(stage)].ndim()); };
+    for (size_t n = g.nodes.size(); n-- > 0;) {  // readers first
+      if (lo.node_stage[n] >= 0) continue;
+      int stage = -1;
+      for (ir::ValueId v : g.nodes[n].out) stage = stage >= 0 ? stage : read_on(v);
+      if (stage < 0) return Status::Invalid(where + "internal: node '" + g.nodes[n].name + "' is neither in the training graph nor read");
+      lo.node_stage[n] = stage;
+      a.node_sig[n].in.assign(g.nodes[n].in.size(), broadcast(stage));
+      a.node_sig[n].out.assign(g.nodes[n].out.size(), broadcast(stage));
+    }
+    for (size_t v = 0; v < g.values.size(); ++v) {
+      const ir::Value& val = g.values[v];
+      const ir::ValueId t = tg.Find(val.name);
+      if (t != ir::kNoValue && (val.kind != ir::ValueKind::kParam || tg.value(t).kind == ir::ValueKind::kParam)) {
+        a.value_stage.push_back(ta.value_stage[static_cast<size_t>(t)]);
+        a.value_sbp.push_back(val.kind == ir::ValueKind::kConst ? sbp::NdSbp() : ta.value_sbp[static_cast<size_t>(t)]);
+        continue;
+      }
+      const int stage = val.producer >= 0 ? lo.node_stage[static_cast<size_t>(val.producer)] : read_on(static_cast<ir::ValueId>(v));
+      if (stage < 0) return Status::Invalid(where + "internal: value '" + val.name + "' is neither in the training graph nor read");
+      a.value_stage.push_back(stage);
+      a.value_sbp.push_back(val.kind == ir::ValueKind::kConst ? sbp::NdSbp() : broadcast(stage));
     }
     auto lowered = boxing::Lower(*graph, a, lo);
     if (!lowered.ok()) return lowered.status().With("[boxing] " + cfg.path + ": eval: ");

@@ -1,7 +1,8 @@
-// BatchNormalization's running statistics (ir::Graph::Running) as training updates them. Rank 0
+// BatchNormalization's running statistics (ir::Graph::Running) as training updates them. A rank
 // receives every micro-batch's statistic from a stat-sink task (Runtime::on_stat) and folds it
-// into the running average in micro-batch order, as PyTorch updates its buffers at each forward;
-// `save:` writes the result in place of the initializers.
+// into the running average in micro-batch order, as PyTorch updates its buffers at each forward.
+// Rank 0 receives every statistic: `save:` and checkpoints write its averages. The ranks of a
+// statistic's stage receive it too: an evaluation there normalizes with their averages.
 #pragma once
 
 #include <map>

@@ -356,8 +356,8 @@ class Importer {
   // inference mode the running statistics (inputs 3 and 4) in their place. Made of ReduceMean,
   // its statistics follow the SBP rules: data parallel, a split batch's ReduceMean is a partial
   // sum that boxing all-reduces, so the statistics are the global batch's (synchronised batch
-  // norm) with no special case. The running statistics are held constant: training does not
-  // update them yet, and `save:` writes them as exported.
+  // norm) with no special case. Training updates the running statistics of a training-mode node
+  // (Graph::running); an evaluation (ImportOptions::batchnorm_inference) normalizes with them.
   Status AddBatchNorm(const onnx::NodeProto& n, ValueId x, const Attrs& a) {
     const Shape& xs = g_.type(x).shape;
     if (g_.type(x).dtype != DType::kF32 || xs.rank() < 2) {
@@ -373,7 +373,9 @@ class Importer {
       }
       in.push_back(v);
     }
-    const bool training = a.Int("training_mode", n.output_size() > 1 ? 1 : 0) != 0;
+    // A training-mode node updates its running statistics; an evaluation reads them instead.
+    const bool updates = a.Int("training_mode", n.output_size() > 1 ? 1 : 0) != 0;
+    const bool training = updates && !rules_.batchnorm_inference;
     for (int i : {3, 4}) {
       if (g_.value(in[static_cast<size_t>(i)]).kind != ValueKind::kParam && !IsConst(in[static_cast<size_t>(i)])) {
         return NodeErr(n, std::string(i == 3 ? "input_mean" : "input_var") + " must be an initializer (a running statistic)");
@@ -422,7 +424,7 @@ class Importer {
       if (!n.output(i).empty()) used_aux_[n.output(i)] = n.name();
     running_stats_.insert(in[3]);
     running_stats_.insert(in[4]);
-    if (training) {
+    if (updates) {
       const double momentum = a.Float("momentum", 0.9);
       if (!(momentum >= 0 && momentum <= 1)) return NodeErr(n, "momentum " + std::to_string(momentum) + " is outside [0, 1]");
       const auto count = static_cast<double>(per_channel_count);
@@ -431,8 +433,10 @@ class Importer {
           return NodeErr(n, "updates the running statistic '" + g_.value(in[static_cast<size_t>(i)]).name + "', which another BatchNormalization updates too");
         }
       }
-      g_.running.push_back({g_.value(in[3]).name, mean, momentum, 1.0, g_.value(in[3]).data});
-      g_.running.push_back({g_.value(in[4]).name, var, momentum, count / (count - 1), g_.value(in[4]).data});
+      if (training) {
+        g_.running.push_back({g_.value(in[3]).name, mean, momentum, 1.0, g_.value(in[3]).data});
+        g_.running.push_back({g_.value(in[4]).name, var, momentum, count / (count - 1), g_.value(in[4]).data});
+      }
     }
     return Status::Ok();
   }
@@ -660,8 +664,11 @@ class Importer {
       const Value& val = g_.value(p);
       std::string why;
       if (running_stats_.count(p)) {
-        why = running_updated_.count(val.name) ? "a BatchNormalization's running statistic: updated from each batch, saved, not trained"
-                                               : "a BatchNormalization's running statistic, read in inference mode";
+        const bool updated = running_updated_.count(val.name) > 0;
+        // An evaluation's copy of what training updates: a variable, which the trainer sets.
+        if (!updated || !rules_.batchnorm_inference)
+          why = updated ? "a BatchNormalization's running statistic: updated from each batch, saved, not trained"
+                        : "a BatchNormalization's running statistic, read in inference mode";
       } else if (matches(rules_.frozen, frozen_hit, val.name)) {
         why = "model.frozen";
       } else if (matches(rules_.trainable, trainable_hit, val.name)) {

@@ -62,6 +62,9 @@ struct ImportOptions {
   std::vector<std::string> tie;    // model.tie: merged initializers to train as one
   bool dropout = true;  // model.dropout: false imports Dropout as the identity
   int64_t seed = 0;     // train.seed: dropout masks derive from it and the node's name
+  // Evaluation: a BatchNormalization in training mode normalizes with its running statistics, as
+  // in inference mode, and those become parameters (variables) for the trainer to set each time.
+  bool batchnorm_inference = false;
 };
 
 Result<Graph> ImportOnnx(const std::string& path, const std::map<std::string, TensorType>& inputs,

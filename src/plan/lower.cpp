@@ -515,23 +515,32 @@ class Lowering {
   // micro-batches, partial under data parallelism, is then all-reduced once a step in the first
   // gradient bucket (it is ready before any gradient), and rank 0 keeps no receive in flight for
   // it (docs/performance-history.md, "the loss once a step"). Otherwise (a pipeline whose last
-  // stage is elsewhere) v goes to rank 0, once a step.
+  // stage is elsewhere) v goes to rank 0, once a step. A BatchNorm statistic, every micro-batch,
+  // gets a sink on each rank of its stage as well: each keeps the running average, which an
+  // evaluation there reads (driver/running_stats.h); rank 0's is the one saved.
   Status AddSink(TaskKind kind, const std::string& name, ValueId v) {
-    int stage = a_.value_stage[static_cast<size_t>(v)];
-    const std::vector<int>& ranks = p_.stages[static_cast<size_t>(stage)].ranks();
-    auto at = static_cast<size_t>(std::find(ranks.begin(), ranks.end(), 0) - ranks.begin());
-    if (at == ranks.size()) {
-      stage = SinkStage();
-      at = 0;
-    }
+    const bool stat = kind == TaskKind::kStatSink;
+    auto sink = [&](int rank, int regst) {
+      TaskDesc& t = NewTask(kind, stat ? TaskName("stat:" + g_.value(v).name, rank) : name, rank, kComputeStream, !stat);
+      t.param = stat ? v : ir::kNoValue;
+      t.in.push_back(ir::TaskInput{regst, -1});
+    };
+    const int stage = a_.value_stage[static_cast<size_t>(v)];
+    const std::vector<int> ranks = p_.stages[static_cast<size_t>(stage)].ranks();
     const int ndim = p_.stages[static_cast<size_t>(stage)].ndim();
-    ASSIGN_OR_RETURN(std::vector<int> regs, Deliver(v, stage, sbp::NdSbp::Broadcast(ndim), name));
-    // The loss and the norm a step; a BatchNorm statistic every micro-batch, which its running
-    // average takes in order.
-    TaskDesc& t = NewTask(kind, kind == TaskKind::kStatSink ? "stat:" + g_.value(v).name : name, 0, kComputeStream,
-                          kind != TaskKind::kStatSink);
-    t.param = kind == TaskKind::kStatSink ? v : ir::kNoValue;
-    t.in.push_back(ir::TaskInput{regs[at], -1});
+    const auto at = static_cast<size_t>(std::find(ranks.begin(), ranks.end(), 0) - ranks.begin());
+    if (at < ranks.size() || stat) {
+      ASSIGN_OR_RETURN(std::vector<int> regs, Deliver(v, stage, sbp::NdSbp::Broadcast(ndim), name));
+      if (!stat) {
+        sink(0, regs[at]);
+        return Status::Ok();
+      }
+      for (size_t d = 0; d < ranks.size(); ++d) sink(ranks[d], regs[d]);
+      if (at < ranks.size()) return Status::Ok();
+    }
+    const int to = SinkStage();
+    ASSIGN_OR_RETURN(std::vector<int> regs, Deliver(v, to, sbp::NdSbp::Broadcast(p_.stages[static_cast<size_t>(to)].ndim()), name));
+    sink(0, regs[0]);
     return Status::Ok();
   }
 

@@ -33,7 +33,7 @@ enum class TaskKind : uint8_t {
   kBoxing,    // one boxing::Task: data movement
   kLossSink,  // reports the step's loss (its micro-batches' summed, over M) to the step log
   kNormSink,  // collects the squared gradient norm per step
-  kStatSink,  // reports a micro-batch's BatchNorm statistic (its `param`) to the trainer, on rank 0
+  kStatSink,  // reports a micro-batch's BatchNorm statistic (its `param`) to the trainer: rank 0 and its stage's ranks
   kCopy,      // copies a regst to another device of its rank (host to device or back): in[0] -> out[0]
 };
 const char* Name(TaskKind k);
