@@ -20,8 +20,10 @@ DeviceType DeviceOfCopies(const ir::Plan& plan, const ir::RegstDesc& r) {
 
 }  // namespace
 
-Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communicator* comm)
+Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communicator* comm, Runtime* evaluates)
     : plan_(plan), graph_(graph), rank_(rank), comm_(comm) {
+  if (evaluates) pool_ = evaluates->pool_;
+  std::vector<bool> shared(plan.regsts.size(), false);  // a variable that is the training's parameter
   slots_.resize(plan.regsts.size());
   filled_.resize(plan.regsts.size());
   read_done_.resize(plan.regsts.size());
@@ -43,6 +45,19 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
       pooled_[static_cast<size_t>(r.id)] = true;
       continue;
     }
+    if (variable && evaluates) {
+      const std::string& name = graph.value(plan.tasks[static_cast<size_t>(r.producer)].param).name;
+      const ir::ValueId v = evaluates->graph_.Find(name);
+      const Tensor p = v == ir::kNoValue ? Tensor() : evaluates->Param(v);
+      if (p.defined()) {
+        // Evaluation lays every parameter out as training does (driver/pipeline.h: CompileEval).
+        FR_CHECK(p.shape() == r.type.shape && p.dtype() == r.type.dtype && p.device() == r.device && r.regst_num == 1,
+                 "parameter '" + name + "' is laid out differently in training and in evaluation");
+        slots_[static_cast<size_t>(r.id)][0] = p;
+        shared[static_cast<size_t>(r.id)] = true;
+        continue;
+      }
+    }
     for (Tensor& t : slots_[static_cast<size_t>(r.id)]) {
       if (copied_out) {  // pinned for this rank's device, where its copies run
         const size_t bytes = static_cast<size_t>(r.type.shape.numel()) * SizeOf(r.type.dtype);
@@ -58,7 +73,7 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
   state_.resize(plan.tasks.size());
   for (const ir::TaskDesc& t : plan.tasks) {  // a variable's slot starts as its initial piece
     if (t.rank != rank_ || t.kind != ir::TaskKind::kVariable) continue;
-    Slot(t.out[0], 0).CopyFrom(plan.consts[static_cast<size_t>(t.param_piece)]);
+    if (!shared[static_cast<size_t>(t.out[0])]) Slot(t.out[0], 0).CopyFrom(plan.consts[static_cast<size_t>(t.param_piece)]);
     if (t.node < 0) continue;
     if (t.update_group >= 0) ++update_groups_[t.update_group].members;
     const ir::TensorType& piece = plan.regsts[static_cast<size_t>(t.out[0])].type;  // the state's shape
@@ -150,13 +165,13 @@ Status Runtime::Acquire(int regst, int slot) {
   if (!pooled_[static_cast<size_t>(regst)]) return Status::Ok();
   const ir::RegstDesc& r = plan_.regsts[static_cast<size_t>(regst)];
   FR_CHECK(!Slot(regst, slot).defined(), "slot taken twice: regst " + std::to_string(regst));
-  Slot(regst, slot) = pool_.Take(r.type.dtype, r.type.shape, r.device);
+  Slot(regst, slot) = pool_->Take(r.type.dtype, r.type.shape, r.device);
   return Status::Ok();
 }
 
 void Runtime::Release(int regst, int slot) {
   if (!pooled_[static_cast<size_t>(regst)]) return;
-  pool_.Give(std::move(Slot(regst, slot)));
+  pool_->Give(std::move(Slot(regst, slot)));
   Slot(regst, slot) = Tensor();
 }
 
@@ -169,23 +184,6 @@ Tensor Runtime::Param(ir::ValueId v) const {
   for (const ir::TaskDesc& t : plan_.tasks)
     if (t.kind == ir::TaskKind::kVariable && t.param == v && t.rank == rank_) return slots_[static_cast<size_t>(t.out[0])][0];
   return Tensor();
-}
-
-Status Runtime::ShareParams(const Runtime& from, const ir::Graph& from_graph) {
-  for (const ir::TaskDesc& t : plan_.tasks) {
-    if (t.kind != ir::TaskKind::kVariable || t.rank != rank_) continue;
-    const std::string& name = graph_.value(t.param).name;
-    const ir::ValueId v = from_graph.Find(name);
-    const Tensor p = v == ir::kNoValue ? Tensor() : from.Param(v);
-    if (!p.defined()) continue;  // held constant there: its initial value here too
-    Tensor& mine = Slot(t.out[0], 0);
-    if (!(p.shape() == mine.shape()) || p.dtype() != mine.dtype() || !(p.device() == mine.device()))
-      return Status::Runtime("[actor] rank " + std::to_string(rank_) + ": parameter '" + name + "' is " + p.shape().ToString() +
-                             " on " + ToString(p.device()) + " in training and " + mine.shape().ToString() + " on " +
-                             ToString(mine.device()) + " in evaluation: the two plans lay it out differently");
-    mine = p;
-  }
-  return Status::Ok();
 }
 
 std::vector<Tensor> Runtime::OptimizerStateOf(ir::ValueId v) const {

@@ -108,7 +108,12 @@ class Runtime {
  public:
   // `comm` carries this rank's collectives and point-to-point transfers; it may be null for a plan
   // whose boxing is all local (one rank).
-  Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank = 0, Communicator* comm = nullptr);
+  // `evaluates`: this is an evaluation of that (training) runtime. Its variables are the training's
+  // parameters of the same names, the same memory (one the training does not hold, such as a
+  // parameter it keeps constant, starts from its initial piece here), and its registers come from
+  // the training's pool: an evaluation allocates little that training has not. This runtime must
+  // not update them, and its runs never overlap the training's, which must outlive them.
+  Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank = 0, Communicator* comm = nullptr, Runtime* evaluates = nullptr);
   ~Runtime();
   Status Run(const RunOptions& opt);
   // After a Run that succeeded: the steps it ran (RunOptions::steps, or fewer where it wound down)
@@ -118,11 +123,6 @@ class Runtime {
 
   // This rank's piece of a parameter (after Run: the trained value), on its device.
   Tensor Param(ir::ValueId v) const;
-  // Evaluation: this runtime's variables hold `from`'s parameters of the same names, the same
-  // memory (`from_graph` is from's graph); a parameter `from` does not train keeps its initial
-  // value. Invalid where a piece differs in shape or device (the plans' layouts differ). Call
-  // between runs of both; this runtime must not update them.
-  Status ShareParams(const Runtime& from, const ir::Graph& from_graph);
   // This rank's optimizer state for parameter v (the update node's outputs, each the piece's
   // shape; none for a parameter this rank does not hold), on its device. Writing into the tensors
   // between runs sets it (a checkpoint's).
@@ -156,7 +156,7 @@ class Runtime {
   }
   // The most register memory this rank held at once (in use or kept for reuse, and the gradient
   // buckets' memory), after Run.
-  int64_t peak_register_bytes() const { return pool_.peak_bytes() + bucket_bytes_; }
+  int64_t peak_register_bytes() const { return pool_->peak_bytes() + bucket_bytes_; }
   void Send(const Msg& m);
   // Fills data regst `regst` (this rank's piece of a graph input) for a micro-batch.
   Status Feed(int regst, int64_t step, int64_t micro, const Tensor& out);
@@ -230,7 +230,8 @@ class Runtime {
   std::vector<bool> pooled_;                 // per regst
   std::vector<int> in_window_;               // per regst: the collective whose shared slot holds it, or -1
   int64_t bucket_bytes_ = 0;                 // laid out by LayOutBucket
-  RegstPool pool_;
+  RegstPool own_pool_;
+  RegstPool* pool_ = &own_pool_;  // the training's, for an evaluation
   std::vector<std::vector<Tensor>> state_;  // by task id: a variable's optimizer state
   struct UpdateGroup {
     size_t members = 0;          // on this rank

@@ -321,7 +321,7 @@ int Train(const Args& a) {
     if (eval && !preempted && due(ev.every, step)) {
       const auto began = std::chrono::steady_clock::now();
       g_running.store(true);
-      Result<double> loss = eval->Evaluate(rt, c->training.graph, running, ro);
+      Result<double> loss = eval->Evaluate(rt, running, ro);
       g_running.store(false);
       if (!loss.ok()) {
         run = loss.status();
@@ -525,6 +525,9 @@ int main(int argc, char** argv) {
   env->add_flag("--tf32", env_args.tf32, "with --device cuda: TF32 GEMMs, as parallel.tf32 allows them");
   env->add_option("--repeats", env_args.repeats, "measure R times and write each figure's median (default 1)")
       ->check(CLI::Range(1, 100));
+  env->add_option("--timeout", env_args.timeout,
+                  "seconds the ranks may take in all before they stop, naming the wait (default 300 a repeat)")
+      ->check(CLI::PositiveNumber);
   env->add_flag("--launched", env_args.launched, "set by flowrun on the ranks it starts")->group("");
   try {
     app.parse(argc, argv);

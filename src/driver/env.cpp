@@ -31,6 +31,7 @@
 #include "base/affinity.h"
 #include "base/file.h"
 #include "base/output_check.h"
+#include "base/watchdog.h"
 #include "base/process.h"
 #include "base/report.h"
 #include "base/status.h"
@@ -79,7 +80,7 @@ Status CheckWritable(const std::string& file) { return CheckOutput({"--out", fil
 
 int Relaunch(const EnvArgs& a) {
   std::vector<std::string> args = {"env", "--ranks", std::to_string(a.ranks), "--repeats", std::to_string(a.repeats),
-                                   "--device", a.device, "--launched"};
+                                   "--device", a.device, "--timeout", std::to_string(a.Deadline()), "--launched"};
   if (a.tf32) args.push_back("--tf32");
   if (!a.out.empty()) {
     if (Status s = CheckWritable(a.out); !s.ok()) return Fail(s);
@@ -88,8 +89,9 @@ int Relaunch(const EnvArgs& a) {
     args.insert(args.end(), {"--out", ec ? a.out : out});
   }
   // A rank that died or hung would hold the others in their collectives for good; one repeat
-  // takes seconds here, so minutes each is a deadline no working machine meets.
-  Result<int> code = RunUnderMpirun(a.ranks, args, "", 300.0 * a.repeats);
+  // takes seconds here, so minutes each is a deadline no working machine meets. The ranks keep
+  // the same deadline themselves (Measured); mpirun's is a little later, for their message.
+  Result<int> code = RunUnderMpirun(a.ranks, args, "", a.Deadline() + 30);
   if (code.ok()) return *code;
   std::string msg = "[env] " + code.status().message();
   if (code.status().exit_code() == 2) {
@@ -869,8 +871,23 @@ int MeasuredGpu(const EnvArgs& a, actor::World& world, const Host& host) {
 
 int Measured(const EnvArgs& a, int* argc, char*** argv) {
   const std::string pinned = PinUnboundRank();  // as `flowrun train` runs its ranks
+  // A rank that died or hung would hold the others in MPI_Init or a collective for good, and an
+  // mpirun started by hand has no deadline of its own: every rank gives up after --timeout. Made
+  // before the world, so that it outlives MPI_Finalize (the world's destructor).
+  actor::Communicator* comm = nullptr;
+  const char* rank_env = std::getenv("OMPI_COMM_WORLD_RANK");
+  const int rank = rank_env ? std::atoi(rank_env) : 0;
+  Watchdog dog([&comm, rank](const std::string& what, double seconds) {
+    std::fprintf(stderr, "flowrun: [env] rank %d: %s took more than %d s (--timeout): another rank may have died or hung\n", rank,
+                 what.c_str(), static_cast<int>(seconds));
+    std::fflush(stderr);
+    if (comm) comm->Abort(1);
+    std::_Exit(1);
+  });
+  dog.Arm("measuring with the other ranks", a.Deadline());
   auto world = actor::JoinWorld(argc, argv);
   if (!world.ok()) return Fail(world.status());
+  comm = world->comm.get();
   const bool lead = world->rank == 0;
   if (lead && !pinned.empty()) std::cerr << "[env] " << pinned << "\n";
   const int p = world->size;

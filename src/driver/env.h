@@ -36,6 +36,8 @@ struct EnvArgs {
   bool launched = false;     // set on the re-launched ranks: never re-launch again
   std::string device = "cpu";  // "cuda": each rank's GPU (MeasuredGpu in env.cpp)
   bool tf32 = false;           // with cuda: TF32 GEMMs (parallel.tf32)
+  double timeout = 0;          // seconds the ranks may take in all before they give up; 0: 300 a repeat
+  double Deadline() const { return timeout > 0 ? timeout : 300.0 * repeats; }
 };
 
 // Runs the command; returns the process exit code. argc/argv go to MPI_Init (may be null).

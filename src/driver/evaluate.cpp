@@ -15,7 +15,7 @@ Result<std::unique_ptr<Evaluator>> Evaluator::Make(const Config& cfg, const Comp
   DataConfig in_order = cfg.data;
   in_order.order = DataConfig::Order::kSequential;
   e->loader_ = std::make_unique<data::Loader>(*train.eval_dataset, train.input_field, in_order, cfg.train);
-  e->rt_ = std::make_unique<actor::Runtime>(e->plan_, e->graph_.graph, rank, comm);
+  e->comm_ = comm;
   e->steps_ = cfg.eval.steps;
   e->rank_ = rank;
   std::set<std::string> stats;
@@ -25,9 +25,8 @@ Result<std::unique_ptr<Evaluator>> Evaluator::Make(const Config& cfg, const Comp
   return e;
 }
 
-Result<double> Evaluator::Evaluate(const actor::Runtime& train, const ir::Graph& train_graph, const RunningStats& running,
-                                   actor::RunOptions ro) {
-  RETURN_IF_ERROR(rt_->ShareParams(train, train_graph));
+Result<double> Evaluator::Evaluate(actor::Runtime& train, const RunningStats& running, actor::RunOptions ro) {
+  if (!rt_) rt_ = std::make_unique<actor::Runtime>(plan_, graph_.graph, rank_, comm_, &train);
   if (!running_.empty()) {
     const std::map<std::string, Tensor> now = running.Values();
     for (ir::ValueId v : running_) {

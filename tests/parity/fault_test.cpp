@@ -109,6 +109,25 @@ TEST(Fault, RankStoppedWhileStartingEndsTheJob_1n2d) {
   EXPECT_EQ(r.left, 0) << r.out;
 }
 
+// `mpirun -n 2 flowrun env` started by hand, one rank stopped: the other gives up after --timeout
+// (a healthy run takes a few seconds here), naming the wait, and the job ends. (Before, it waited
+// in its collectives forever: only flowrun env's own launch had a deadline.)
+TEST(Fault, EnvWithAStoppedRankEndsAfterItsTimeout_1n2d) {
+  constexpr int kEnvTimeout = 8;
+  Job j("exec mpirun --oversubscribe --allow-run-as-root -n 2 " + Bin() + " env --timeout " + std::to_string(kEnvTimeout));
+  const std::vector<pid_t> ranks = WaitForRanks(j, 2);
+  ASSERT_EQ(ranks.size(), 2u) << j.out();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // measuring
+  ::kill(ranks[1], SIGSTOP);
+  Output r = j.Finish(kEnvTimeout + 30);
+  EXPECT_FALSE(r.timed_out) << r.out;
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_LT(r.seconds, kEnvTimeout + 5.0) << r.out;
+  EXPECT_NE(r.out.find("measuring with the other ranks took more than " + std::to_string(kEnvTimeout) + " s (--timeout)"),
+            std::string::npos) << r.out;
+  EXPECT_EQ(r.left, 0) << r.out;
+}
+
 // A signal that reaches the ranks (a scheduler signalling the job's processes) ends each with
 // 128 + signal, and mpirun passes that on.
 TEST(Fault, SigtermToTheRanksStopsTheJobWith143_1n2d) {
