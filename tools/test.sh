@@ -50,11 +50,12 @@ step tsan tsan
 # With GCC, as the release build (and its OpenMP runtime); warnings are not errors here, as the
 # sanitizers' instrumentation makes GCC warn where the release build does not. The sanitizer
 # builds keep line tables only (-g1): their reports still name files and lines, with less to
-# compile and link than full debug info.
+# compile and link than full debug info. This one compiles at -O1, as ASan's authors advise: a
+# third less time to build than -O2 and 2% more to run the suite (docs/testing.md).
 asan() {
   local t0=$SECONDS
   { [ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Dcuda=disabled \
-      -Dwerror=false -Dbuildtype=debugoptimized "-Dcpp_args=-fno-sanitize-recover=all -g1" >/dev/null; } &&
+      -Dwerror=false -Dbuildtype=debugoptimized -Doptimization=1 "-Dcpp_args=-fno-sanitize-recover=all -g1" >/dev/null; } &&
     ninja -C build-asan >/dev/null &&
     echo "test.sh: the asan build took $((SECONDS - t0)) s" &&
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$PWD/tools/lsan.supp:print_suppressions=0 \
