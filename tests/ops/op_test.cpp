@@ -5,9 +5,11 @@
 //                against central finite differences of L = sum(out * R), R fixed and random.
 //  - Registry.*  the table itself; Infer.* shape-inference errors.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <optional>
@@ -1468,6 +1470,53 @@ TEST(VMath, ExpAndErfAccuracy) {
 }
 
 // ---- The table. ----
+
+// Kernels spread rows and elements over the kernel threads (ops/cpu/parallel.h) only where each
+// output is computed as the serial loop computes it: a forward and backward through the kernels
+// that do, on tensors large enough to split, gives the same bits on 1 thread and on 4.
+std::vector<std::vector<float>> ThreadedNetValues(int threads) {
+  omp_set_num_threads(threads);
+  const int64_t rows = 128, cols = 512;  // 64K elements: two threads' worth at least
+  Net net;
+  ValueId x = net.Input("x", Rand({rows, cols}, 900, -3, 3));
+  ValueId b = net.Input("b", Rand({cols}, 901));
+  ValueId scale = net.Input("scale", Rand({cols}, 902, 0.5, 1.5));
+  ValueId shift = net.Input("shift", Rand({cols}, 903));
+  std::vector<int> mask(static_cast<size_t>(cols));
+  for (size_t j = 0; j < mask.size(); ++j) mask[j] = j % 3 == 0;
+  ValueId biased = net.Op(OpKind::kAdd, {x, b});                               // broadcast rows
+  ValueId act = net.Op(OpKind::kGelu, {biased}, GeluAttrs(1.4142135f, 1, 0.5));
+  ValueId sq = net.Op(OpKind::kMul, {act, act});                               // same shapes
+  ValueId ln = net.OpN(OpKind::kLayerNormalization, {sq, scale, shift}, A({{"axis", int64_t{-1}}}))[0];
+  ValueId soft = net.Op(OpKind::kSoftmax, {ln}, A({{"axis", int64_t{-1}}}));
+  ValueId masked = net.Op(OpKind::kMaskedSoftmax, {net.Op(OpKind::kAdd, {soft, ln}), net.Const("mask", Bools({1, cols}, mask))},
+                          A({{"scale", 0.5}, {"divide", I(false)}, {"fill", -1e4}, {"fill_if", I(true)}}));
+  ValueId logits = net.Op(OpKind::kAdd, {masked, ln});
+  std::vector<int64_t> labels(static_cast<size_t>(rows));
+  for (size_t r = 0; r < labels.size(); ++r) labels[r] = static_cast<int64_t>((r * 37) % cols);
+  ValueId loss = net.Op(OpKind::kCrossEntropy, {logits, net.Input("labels", Ints({rows}, labels))});
+  net.Op(OpKind::kAccumulate, {logits});
+  auto grads = ir::Backward(net.builder(), loss, net.Const("seed", Tensor::Full({}, 1.f)), {x, b, scale, shift});
+  EXPECT_TRUE(grads.ok()) << grads.status().message();
+  EXPECT_TRUE(net.Run(0, 1).ok());
+  std::vector<std::vector<float>> out;
+  for (size_t v = 0; v < net.graph().values.size(); ++v) {
+    const Tensor& t = net[static_cast<ValueId>(v)];
+    if (t.defined() && t.dtype() == DType::kF32) out.emplace_back(t.data<float>(), t.data<float>() + t.numel());
+  }
+  return out;
+}
+TEST(Threads, KernelsGiveTheSameBitsOnAnyNumberOfThreads) {
+  const int before = omp_get_max_threads();
+  const auto one = ThreadedNetValues(1), four = ThreadedNetValues(4);
+  omp_set_num_threads(before);
+  ASSERT_EQ(one.size(), four.size());
+  ASSERT_GT(one.size(), 20u);
+  for (size_t v = 0; v < one.size(); ++v) {
+    ASSERT_EQ(one[v].size(), four[v].size());
+    EXPECT_EQ(std::memcmp(one[v].data(), four[v].data(), one[v].size() * sizeof(float)), 0) << "value " << v;
+  }
+}
 
 TEST(Registry, EveryOpIsComplete) {
   struct Row {

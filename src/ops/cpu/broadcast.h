@@ -19,18 +19,29 @@ inline std::vector<int64_t> BroadcastStrides(const fr::Shape& in, const fr::Shap
   return st;
 }
 
-// Calls row(offset_a, offset_b, out_offset, inner, stride_a_inner, stride_b_inner) for every
-// innermost row of `out`, where a and b are broadcast to `out`.
+// Calls row(offset_a, offset_b, out_offset, inner, stride_a_inner, stride_b_inner) for the
+// innermost rows [first, last) of `out`, in order, where a and b are broadcast to `out`.
 template <typename Row>
-void ForEachRow(const fr::Shape& a, const fr::Shape& b, const fr::Shape& out, Row row) {
+void ForEachRowIn(const fr::Shape& a, const fr::Shape& b, const fr::Shape& out, int64_t first, int64_t last, Row row) {
   int r = out.rank();
-  if (r == 0) { row(0, 0, 0, 1, 0, 0); return; }
+  if (r == 0) {
+    if (first < last) row(0, 0, 0, 1, 0, 0);
+    return;
+  }
   auto sa = BroadcastStrides(a, out), sb = BroadcastStrides(b, out);
-  int64_t inner = out[r - 1], outer = out.numel() / (inner ? inner : 1);
+  int64_t inner = out[r - 1];
   if (inner == 0) return;
   std::vector<int64_t> idx(static_cast<size_t>(r), 0);
   int64_t oa = 0, ob = 0;
-  for (int64_t o = 0; o < outer; ++o) {
+  int64_t rest = first;
+  for (int d = r - 2; d >= 0; --d) {  // row `first`'s index and offsets
+    auto du = static_cast<size_t>(d);
+    idx[du] = rest % out[d];
+    rest /= out[d];
+    oa += idx[du] * sa[du];
+    ob += idx[du] * sb[du];
+  }
+  for (int64_t o = first; o < last; ++o) {
     row(oa, ob, o * inner, inner, sa[static_cast<size_t>(r - 1)], sb[static_cast<size_t>(r - 1)]);
     for (int d = r - 2; d >= 0; --d) {
       auto du = static_cast<size_t>(d);
@@ -42,6 +53,13 @@ void ForEachRow(const fr::Shape& a, const fr::Shape& b, const fr::Shape& out, Ro
       idx[du] = 0;
     }
   }
+}
+
+// The same for every innermost row of `out`.
+template <typename Row>
+void ForEachRow(const fr::Shape& a, const fr::Shape& b, const fr::Shape& out, Row row) {
+  const int64_t inner = out.rank() ? out[out.rank() - 1] : 1;
+  ForEachRowIn(a, b, out, 0, inner ? out.numel() / inner : 0, row);
 }
 
 // The same for three inputs: row(offsets {a, b, c}, out_offset, inner, inner strides {a, b, c}).

@@ -8,6 +8,7 @@
 
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/parallel.h"
 #include "ops/cpu/vmath.h"
 
 namespace fr::cpu {
@@ -19,26 +20,31 @@ void BinaryT(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   const T* pb = b.data<T>();
   T* po = out.data<T>();
   if (a.shape() == out.shape() && b.shape() == out.shape()) {
-    for (int64_t i = 0, n = out.numel(); i < n; ++i) po[i] = f(pa[i], pb[i]);
+    ParallelFor(out.numel(), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) po[i] = f(pa[i], pb[i]);
+    });
     return;
   }
-  ForEachRow(a.shape(), b.shape(), out.shape(),
-             [&](int64_t oa, int64_t ob, int64_t oo, int64_t n, int64_t sa, int64_t sb) {
-               const T* x = pa + oa;
-               const T* y = pb + ob;
-               T* z = po + oo;
-               if (sa == 1 && sb == 1) {
-                 for (int64_t i = 0; i < n; ++i) z[i] = f(x[i], y[i]);
-               } else if (sa == 1) {
-                 const T yv = y[0];
-                 for (int64_t i = 0; i < n; ++i) z[i] = f(x[i], yv);
-               } else if (sb == 1) {
-                 const T xv = x[0];
-                 for (int64_t i = 0; i < n; ++i) z[i] = f(xv, y[i]);
-               } else {
-                 for (int64_t i = 0; i < n; ++i) z[i] = f(x[0], y[0]);
-               }
-             });
+  const int64_t inner = out.shape().rank() ? out.shape()[out.shape().rank() - 1] : 1;
+  ParallelFor(inner ? out.numel() / inner : 0, inner, [&](int64_t first, int64_t last) {
+    ForEachRowIn(a.shape(), b.shape(), out.shape(), first, last,
+                 [&](int64_t oa, int64_t ob, int64_t oo, int64_t n, int64_t sa, int64_t sb) {
+                   const T* x = pa + oa;
+                   const T* y = pb + ob;
+                   T* z = po + oo;
+                   if (sa == 1 && sb == 1) {
+                     for (int64_t i = 0; i < n; ++i) z[i] = f(x[i], y[i]);
+                   } else if (sa == 1) {
+                     const T yv = y[0];
+                     for (int64_t i = 0; i < n; ++i) z[i] = f(x[i], yv);
+                   } else if (sb == 1) {
+                     const T xv = x[0];
+                     for (int64_t i = 0; i < n; ++i) z[i] = f(xv, y[i]);
+                   } else {
+                     for (int64_t i = 0; i < n; ++i) z[i] = f(x[0], y[0]);
+                   }
+                 });
+  });
 }
 
 template <typename F>
@@ -54,7 +60,9 @@ template <typename F>
 Status Unary(const KernelCtx& c, F f) {
   const float* x = c.in[0].data<float>();
   float* y = c.out[0].data<float>();
-  for (int64_t i = 0, n = c.out[0].numel(); i < n; ++i) y[i] = f(x[i]);
+  ParallelFor(c.out[0].numel(), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = f(x[i]);
+  });
   return Status::Ok();
 }
 
@@ -64,7 +72,9 @@ Status UnaryGrad(const KernelCtx& c, F f) {
   const float* dy = c.in[0].data<float>();
   const float* z = c.in[1].data<float>();
   float* dx = c.out[0].data<float>();
-  for (int64_t i = 0, n = c.out[0].numel(); i < n; ++i) dx[i] = f(dy[i], z[i]);
+  ParallelFor(c.out[0].numel(), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) dx[i] = f(dy[i], z[i]);
+  });
   return Status::Ok();
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/parallel.h"
 #include "ops/cpu/vmath.h"
 
 namespace fr::cpu {
@@ -145,13 +146,19 @@ Status Gelu(const KernelCtx& c) {
   const float* x = c.in[0].data<float>();
   float* y = c.out[0].data<float>();
   const float* bias = c.in.size() > 1 && c.in[1].defined() ? c.in[1].data<float>() : nullptr;
-  if (c.node.attrs.Int("tanh") != 0) {
-    GeluTanhRows(x, bias, y, rows, n);
-  } else if (bias) {
-    GeluRows<true>(GeluOf(c.node), x, c.in[1].data<float>(), y, rows, n);
-  } else {
-    GeluRows<false>(GeluOf(c.node), x, nullptr, y, rows, n);
-  }
+  const bool tanh = c.node.attrs.Int("tanh") != 0;
+  const GeluConsts k = GeluOf(c.node);
+  ParallelFor(rows, n, [&](int64_t begin, int64_t end) {
+    const float* xs = x + begin * n;
+    float* ys = y + begin * n;
+    if (tanh) {
+      GeluTanhRows(xs, bias, ys, end - begin, n);
+    } else if (bias) {
+      GeluRows<true>(k, xs, bias, ys, end - begin, n);
+    } else {
+      GeluRows<false>(k, xs, nullptr, ys, end - begin, n);
+    }
+  });
   return Status::Ok();
 }
 
@@ -162,13 +169,18 @@ Status GeluGrad(const KernelCtx& c) {
   const float* x = c.in[1].data<float>();
   float* dx = c.out[0].data<float>();
   const float* bias = c.in.size() > 2 && c.in[2].defined() ? c.in[2].data<float>() : nullptr;
-  if (c.node.attrs.Int("tanh") != 0) {
-    GeluTanhGradRows(dy, x, bias, dx, rows, n);
-  } else if (bias) {
-    GeluGradRows<true>(GeluOf(c.node), dy, x, c.in[2].data<float>(), dx, rows, n);
-  } else {
-    GeluGradRows<false>(GeluOf(c.node), dy, x, nullptr, dx, rows, n);
-  }
+  const bool tanh = c.node.attrs.Int("tanh") != 0;
+  const GeluConsts k = GeluOf(c.node);
+  ParallelFor(rows, n, [&](int64_t begin, int64_t end) {
+    const int64_t at = begin * n;
+    if (tanh) {
+      GeluTanhGradRows(dy + at, x + at, bias, dx + at, end - begin, n);
+    } else if (bias) {
+      GeluGradRows<true>(k, dy + at, x + at, bias, dx + at, end - begin, n);
+    } else {
+      GeluGradRows<false>(k, dy + at, x + at, nullptr, dx + at, end - begin, n);
+    }
+  });
   return Status::Ok();
 }
 
@@ -179,20 +191,22 @@ Status MaskedSoftmax(const KernelCtx& c) {
   const fr::Shape& s = c.in[0].shape();
   const int64_t n = s[s.rank() - 1], rows = c.in[0].numel() / n;
   const RowMask mask(c, 1, s);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * n;
-    float* yr = y + r * n;
-    if (k.divide) {
-      for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] / k.scale;
-    } else {
-      for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] * k.scale;
+  ParallelFor(rows, n, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* xr = x + r * n;
+      float* yr = y + r * n;
+      if (k.divide) {
+        for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] / k.scale;
+      } else {
+        for (int64_t j = 0; j < n; ++j) yr[j] = xr[j] * k.scale;
+      }
+      mask.Apply(r, yr, n, k.fill_if, k.fill);
+      const float m = MaxOf(yr, n);
+      for (int64_t j = 0; j < n; ++j) yr[j] = Exp(yr[j] - m);
+      const float inv = 1.f / SumOf(n, [&](int64_t j) { return yr[j]; });
+      for (int64_t j = 0; j < n; ++j) yr[j] *= inv;
     }
-    mask.Apply(r, yr, n, k.fill_if, k.fill);
-    const float m = MaxOf(yr, n);
-    for (int64_t j = 0; j < n; ++j) yr[j] = Exp(yr[j] - m);
-    const float inv = 1.f / SumOf(n, [&](int64_t j) { return yr[j]; });
-    for (int64_t j = 0; j < n; ++j) yr[j] *= inv;
-  }
+  });
   return Status::Ok();
 }
 
@@ -204,18 +218,20 @@ Status MaskedSoftmaxGrad(const KernelCtx& c) {
   const fr::Shape& s = c.in[1].shape();
   const int64_t n = s[s.rank() - 1], rows = c.in[1].numel() / n;
   const RowMask mask(c, 2, s);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *dyr = dy + r * n, *yr = y + r * n;
-    float* dxr = dx + r * n;
-    const float dot = SumOf(n, [&](int64_t j) { return dyr[j] * yr[j]; });
-    for (int64_t j = 0; j < n; ++j) dxr[j] = yr[j] * (dyr[j] - dot);
-    mask.Apply(r, dxr, n, k.fill_if, 0.f);
-    if (k.divide) {
-      for (int64_t j = 0; j < n; ++j) dxr[j] /= k.scale;
-    } else {
-      for (int64_t j = 0; j < n; ++j) dxr[j] *= k.scale;
+  ParallelFor(rows, n, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *dyr = dy + r * n, *yr = y + r * n;
+      float* dxr = dx + r * n;
+      const float dot = SumOf(n, [&](int64_t j) { return dyr[j] * yr[j]; });
+      for (int64_t j = 0; j < n; ++j) dxr[j] = yr[j] * (dyr[j] - dot);
+      mask.Apply(r, dxr, n, k.fill_if, 0.f);
+      if (k.divide) {
+        for (int64_t j = 0; j < n; ++j) dxr[j] /= k.scale;
+      } else {
+        for (int64_t j = 0; j < n; ++j) dxr[j] *= k.scale;
+      }
     }
-  }
+  });
   return Status::Ok();
 }
 

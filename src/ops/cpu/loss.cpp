@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/parallel.h"
 #include "ops/cpu/vmath.h"
 
 namespace fr::cpu {
@@ -52,20 +53,23 @@ Status CrossEntropyGrad(const KernelCtx& c) {
   const float* x = L.data<float>();
   const int64_t* y = c.in[2].data<int64_t>();
   float* dx = c.out[0].data<float>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * classes;
-    float* d = dx + r * classes;
-    if (Ignored(c, y[r])) {
-      std::fill(d, d + classes, 0.f);
-      continue;
+  for (int64_t r = 0; r < rows; ++r)
+    if (!Ignored(c, y[r]) && (y[r] < 0 || y[r] >= classes)) return BadLabel(c, y[r], classes);
+  ParallelFor(rows, classes, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = x + r * classes;
+      float* d = dx + r * classes;
+      if (Ignored(c, y[r])) {
+        std::fill(d, d + classes, 0.f);
+        continue;
+      }
+      const float m = MaxOf(row, classes);
+      for (int64_t j = 0; j < classes; ++j) d[j] = Exp(row[j] - m);
+      const float inv = scale / SumOf(classes, [&](int64_t j) { return d[j]; });
+      for (int64_t j = 0; j < classes; ++j) d[j] *= inv;
+      d[y[r]] -= scale;
     }
-    if (y[r] < 0 || y[r] >= classes) return BadLabel(c, y[r], classes);
-    const float m = MaxOf(row, classes);
-    for (int64_t j = 0; j < classes; ++j) d[j] = Exp(row[j] - m);
-    const float inv = scale / SumOf(classes, [&](int64_t j) { return d[j]; });
-    for (int64_t j = 0; j < classes; ++j) d[j] *= inv;
-    d[y[r]] -= scale;
-  }
+  });
   return Status::Ok();
 }
 

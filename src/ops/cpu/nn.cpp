@@ -5,17 +5,22 @@
 #include <vector>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/parallel.h"
 #include "ops/cpu/vmath.h"
 
 namespace fr::cpu {
 namespace {
 
-// Applies f(row_in, row_out, stride, n) on every softmax row.
+// Applies f(base, stride, n) on every softmax row, the rows spread over the kernel threads.
 template <typename F>
 void Rows(const KernelCtx& c, F f) {
   AxisView v = ViewAround(c.in[0].shape(), AxisOf(c, c.in[0].shape()));
-  for (int64_t o = 0; o < v.outer; ++o)
-    for (int64_t i = 0; i < v.inner; ++i) f(o * v.dim * v.inner + i, v.inner, v.dim);
+  ParallelFor(v.outer * v.inner, v.dim, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t o = k / v.inner, i = k % v.inner;
+      f(o * v.dim * v.inner + i, v.inner, v.dim);
+    }
+  });
 }
 
 }  // namespace
@@ -121,19 +126,21 @@ Status LayerNormalization(const KernelCtx& c) {
   float* y = c.out[0].data<float>();
   float* mean = c.out[1].data<float>();
   float* rstd = c.out[2].data<float>();
-  for (int64_t o = 0; o < outer; ++o) {
-    const float* xr = x + o * inner;
-    float* yr = y + o * inner;
-    float s = 0.f;
-    for (int64_t j = 0; j < inner; ++j) s += xr[j];
-    const float mu = s / static_cast<float>(inner);
-    float v = 0.f;
-    for (int64_t j = 0; j < inner; ++j) v += (xr[j] - mu) * (xr[j] - mu);
-    const float r = 1.f / std::sqrt(v / static_cast<float>(inner) + eps);
-    for (int64_t j = 0; j < inner; ++j) yr[j] = (xr[j] - mu) * r * g[j] + (b ? b[j] : 0.f);
-    mean[o] = mu;
-    rstd[o] = r;
-  }
+  ParallelFor(outer, inner, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      const float* xr = x + o * inner;
+      float* yr = y + o * inner;
+      float s = 0.f;
+      for (int64_t j = 0; j < inner; ++j) s += xr[j];
+      const float mu = s / static_cast<float>(inner);
+      float v = 0.f;
+      for (int64_t j = 0; j < inner; ++j) v += (xr[j] - mu) * (xr[j] - mu);
+      const float r = 1.f / std::sqrt(v / static_cast<float>(inner) + eps);
+      for (int64_t j = 0; j < inner; ++j) yr[j] = (xr[j] - mu) * r * g[j] + (b ? b[j] : 0.f);
+      mean[o] = mu;
+      rstd[o] = r;
+    }
+  });
   return Status::Ok();
 }
 
@@ -213,25 +220,38 @@ Status LayerNormGrad(const KernelCtx& c) {
   c.out[1].Zero();
   c.out[2].Zero();
   const float inv_n = 1.f / static_cast<float>(inner);
-  for (int64_t o = 0; o < outer; ++o) {
-    const float* dyr = dy + o * inner;
-    const float* xr = x + o * inner;
-    float* dxr = dx + o * inner;
-    const float mu = mean[o], r = rstd[o];
-    float sum_g = 0.f, sum_gx = 0.f;
-    for (int64_t j = 0; j < inner; ++j) {
-      const float xh = (xr[j] - mu) * r;
-      const float gj = dyr[j] * scale[j];
-      sum_g += gj;
-      sum_gx += gj * xh;
-      dscale[j] += dyr[j] * xh;
-      dbias[j] += dyr[j];
+  // dx row by row; dscale and dbias column by column, each column's rows summed in order as one
+  // pass over the rows would: the threads split the rows, then the columns.
+  ParallelFor(outer, inner, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      const float* dyr = dy + o * inner;
+      const float* xr = x + o * inner;
+      float* dxr = dx + o * inner;
+      const float mu = mean[o], r = rstd[o];
+      float sum_g = 0.f, sum_gx = 0.f;
+      for (int64_t j = 0; j < inner; ++j) {
+        const float xh = (xr[j] - mu) * r;
+        const float gj = dyr[j] * scale[j];
+        sum_g += gj;
+        sum_gx += gj * xh;
+      }
+      for (int64_t j = 0; j < inner; ++j) {
+        const float xh = (xr[j] - mu) * r;
+        dxr[j] = r * (dyr[j] * scale[j] - sum_g * inv_n - xh * sum_gx * inv_n);
+      }
     }
-    for (int64_t j = 0; j < inner; ++j) {
-      const float xh = (xr[j] - mu) * r;
-      dxr[j] = r * (dyr[j] * scale[j] - sum_g * inv_n - xh * sum_gx * inv_n);
+  });
+  ParallelFor(inner, outer, [&](int64_t begin, int64_t end) {
+    for (int64_t o = 0; o < outer; ++o) {
+      const float* dyr = dy + o * inner;
+      const float* xr = x + o * inner;
+      const float mu = mean[o], r = rstd[o];
+      for (int64_t j = begin; j < end; ++j) {
+        dscale[j] += dyr[j] * ((xr[j] - mu) * r);
+        dbias[j] += dyr[j];
+      }
     }
-  }
+  });
   return Status::Ok();
 }
 

@@ -4,6 +4,7 @@
 
 #include "base/schedule.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/parallel.h"
 
 namespace fr::cpu {
 namespace {
@@ -20,7 +21,9 @@ Status Accumulate(const KernelCtx& c) {
   }
   const float* g = c.in[0].data<float>();
   float* acc = c.out[0].data<float>();
-  for (int64_t i = 0, n = c.in[0].numel(); i < n; ++i) acc[i] += g[i];
+  ParallelFor(c.in[0].numel(), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) acc[i] += g[i];
+  });
   return Status::Ok();
 }
 
