@@ -16,6 +16,17 @@
 
 namespace fr::actor {
 
+std::function<void(const std::string&, double)> GiveUpWaiting(std::string tag, std::string knob, Communicator* const* comm,
+                                                              const int* rank) {
+  return [tag = std::move(tag), knob = std::move(knob), comm, rank](const std::string& what, double seconds) {
+    std::fprintf(stderr, "flowrun: [%s] rank %d: %s took more than %d s (%s): another rank may have died or hung\n", tag.c_str(),
+                 *rank, what.c_str(), static_cast<int>(seconds), knob.c_str());
+    std::fflush(stderr);
+    if (*comm) (*comm)->Abort(1);
+    std::_Exit(1);
+  };
+}
+
 Result<World> JoinWorld(int* argc, char*** argv) {
   World w;
   if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return w;

@@ -32,6 +32,14 @@ Result<World> JoinWorld(int* argc, char*** argv);
 // for any device (auto, the default: as above). Returns the path taken, for the start-up line; empty for one rank or the CPU.
 Result<std::string> UseDeviceCollectives(World& w, DeviceType type);
 
+// A rank's watchdog action (base/watchdog.h) for its waits on the other ranks that nothing can
+// interrupt (MPI_Init, blocking collectives): prints "flowrun: [TAG] rank R: WHAT took more than S
+// s (KNOB): another rank may have died or hung", ends the job through *comm once that is set
+// (before, this process alone, which mpirun then ends everywhere) and exits 1. `comm` and `rank`
+// are read when it fires.
+std::function<void(const std::string& what, double seconds)> GiveUpWaiting(std::string tag, std::string knob,
+                                                                           Communicator* const* comm, const int* rank);
+
 // NCCL's groups, on this process's GPU: member 0 of each makes its unique id and sends it to the
 // others over MPI (actor/nccl_groups.cpp).
 std::unique_ptr<GroupMaker> NcclGroups();

@@ -182,13 +182,7 @@ int Train(const Args& a) {
   // MPI_Finalize (the world's destructor).
   actor::Communicator* comm = nullptr;
   int rank = 0;
-  Watchdog dog([&comm, &rank](const std::string& what, double seconds) {
-    std::fprintf(stderr, "flowrun: [actor] rank %d: %s took more than %d s (parallel.timeout): another rank may have died or hung\n",
-                 rank, what.c_str(), static_cast<int>(seconds));
-    std::fflush(stderr);
-    if (comm) comm->Abort(1);
-    std::_Exit(1);
-  });
+  Watchdog dog(actor::GiveUpWaiting("actor", "parallel.timeout", &comm, &rank));
   // The config first, for its parallel.timeout: MPI_Init waits for every rank, and a rank that
   // hangs or stops before it gets there would hold the others in it forever. Its errors are
   // reported once the world is joined, as every rank's are.

@@ -877,13 +877,7 @@ int Measured(const EnvArgs& a, int* argc, char*** argv) {
   actor::Communicator* comm = nullptr;
   const char* rank_env = std::getenv("OMPI_COMM_WORLD_RANK");
   const int rank = rank_env ? std::atoi(rank_env) : 0;
-  Watchdog dog([&comm, rank](const std::string& what, double seconds) {
-    std::fprintf(stderr, "flowrun: [env] rank %d: %s took more than %d s (--timeout): another rank may have died or hung\n", rank,
-                 what.c_str(), static_cast<int>(seconds));
-    std::fflush(stderr);
-    if (comm) comm->Abort(1);
-    std::_Exit(1);
-  });
+  Watchdog dog(actor::GiveUpWaiting("env", "--timeout", &comm, &rank));
   dog.Arm("measuring with the other ranks", a.Deadline());
   auto world = actor::JoinWorld(argc, argv);
   if (!world.ok()) return Fail(world.status());

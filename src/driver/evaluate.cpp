@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <set>
 
-#include "boxing/simulate.h"
-#include "sbp/sbp.h"
-
 namespace fr {
 
 Result<std::unique_ptr<Evaluator>> Evaluator::Make(const Config& cfg, const Compiled& train, int rank, actor::Communicator* comm,
@@ -34,11 +31,8 @@ Result<double> Evaluator::Evaluate(actor::Runtime& train, const RunningStats& ru
       if (!mine.defined()) continue;  // another stage's
       const std::string& name = graph_.graph.value(v).name;
       auto whole = now.find(name);
-      auto vp = std::find_if(plan_.values.begin(), plan_.values.end(), [&](const ir::ValuePlacement& p) { return p.value == v; });
-      if (whole == now.end() || vp == plan_.values.end())
-        return Status::Runtime("[eval] rank " + std::to_string(rank_) + " has no running statistic '" + name + "'");
-      const sbp::Placement& pl = plan_.stages[static_cast<size_t>(vp->stage)];
-      mine.CopyFrom(boxing::SliceOf(whole->second, sbp::PieceRanges(whole->second.shape(), vp->sbp, pl, pl.IndexOf(rank_))));
+      if (whole == now.end()) return Status::Runtime("[eval] rank " + std::to_string(rank_) + " has no running statistic '" + name + "'");
+      mine.CopyFrom(whole->second);  // whole: CompileEval lays what training has not got out as B
     }
   }
   double sum = 0;

@@ -531,11 +531,8 @@ class Lowering {
     const auto at = static_cast<size_t>(std::find(ranks.begin(), ranks.end(), 0) - ranks.begin());
     if (at < ranks.size() || stat) {
       ASSIGN_OR_RETURN(std::vector<int> regs, Deliver(v, stage, sbp::NdSbp::Broadcast(ndim), name));
-      if (!stat) {
-        sink(0, regs[at]);
-        return Status::Ok();
-      }
-      for (size_t d = 0; d < ranks.size(); ++d) sink(ranks[d], regs[d]);
+      for (size_t d = 0; d < ranks.size(); ++d)
+        if (stat || d == at) sink(ranks[d], regs[d]);
       if (at < ranks.size()) return Status::Ok();
     }
     const int to = SinkStage();
