@@ -15,7 +15,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev                # CPU GEMM (oneDNN; its CMake config looks for OpenCL)
   libgtest-dev                                  # tests
 )
-[ "${1:-}" = "--test" ] && packages+=(clang libclang-rt-14-dev)  # fuzz targets, sanitizers
+[ "${1:-}" = "--test" ] && packages+=(clang libclang-rt-14-dev libomp-dev)  # fuzz targets (clang, its OpenMP), sanitizers
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
