@@ -196,6 +196,26 @@ const std::vector<Case>& Cases() {
                           A({{"scale", 8.0}, {"divide", int64_t{1}}, {"fill", -1e9}, {"fill_if", int64_t{1}}}));
          return Built{y, {s}};
        }},
+      {"NonFinite", [](Net& n) {  // NaN and infinities pass through exp and softmax as on the CPU
+         Tensor x = Rand({4, 9}, 55, -3, 3);
+         float* p = x.data<float>();
+         p[2] = std::numeric_limits<float>::quiet_NaN();
+         p[9 + 4] = std::numeric_limits<float>::infinity();
+         p[18 + 1] = -std::numeric_limits<float>::infinity();
+         for (int j = 0; j < 9; ++j) p[27 + j] = -std::numeric_limits<float>::infinity();
+         ValueId v = n.Input("x", x);
+         return Built{n.Op(OpKind::kAdd, {n.Op(OpKind::kExp, {v}), n.Op(OpKind::kSoftmax, {v})}), {}};
+       }},
+      {"MaskedSoftmax_row_masked_to_minus_inf", [](Net& n) {
+         std::vector<int> mask(4 * 5, 0);
+         for (int j = 0; j < 5; ++j) mask[j] = 1;  // row 0 entirely masked: exp(-inf - -inf) is NaN
+         mask[5 + 2] = 1;
+         ValueId s = n.Input("s", Rand({2, 4, 5}, 56, -3, 3));
+         return Built{n.Op(OpKind::kMaskedSoftmax, {s, n.Const("mask", Bools({4, 5}, mask))},
+                           A({{"scale", 1.0}, {"fill", -static_cast<double>(std::numeric_limits<float>::infinity())},
+                              {"fill_if", int64_t{1}}})),
+                      {}};
+       }},
       {"MaskedSoftmax_nomask", [](Net& n) { return Unary(n, OpKind::kMaskedSoftmax, Rand({4, 70}, 54, -3, 3), A({{"scale", 0.5}})); }},
       {"Reshape_Transpose", [](Net& n) {
          ValueId x = n.Input("x", Rand({2, 3, 4, 5}, 55));
@@ -216,6 +236,13 @@ const std::vector<Case>& Cases() {
       {"Tile", [](Net& n) { return Unary(n, OpKind::kTile, Rand({2, 3}, 60), A({{"repeats", std::vector<int64_t>{2, 3}}})); }},
       {"Pad_constant", [](Net& n) {
          return Unary(n, OpKind::kPad, Rand({2, 3}, 61), A({{"pads", std::vector<int64_t>{1, 0, 2, 1}}, {"value", 0.5}}));
+       }},
+      {"Pad_integer_values", [](Net& n) {  // the value cast to the element type, as ONNX pads
+         ValueId i64 = n.Input("x", RandInts({2, 3}, 65, -9, 9));
+         ValueId i32 = n.Op(OpKind::kCast, {i64}, A({{"dtype", static_cast<int64_t>(DType::kI32)}}));
+         const ir::Attrs pad = A({{"pads", std::vector<int64_t>{1, 0, 0, 2}}, {"value", 7.0}});
+         ValueId a = n.Op(OpKind::kCast, {n.Op(OpKind::kPad, {i32}, pad)}, A({{"dtype", static_cast<int64_t>(DType::kI64)}}));
+         return Built{n.Op(OpKind::kAdd, {a, n.Op(OpKind::kPad, {i64}, pad)}), {}};
        }},
       {"Pad_reflect", [](Net& n) {
          return Unary(n, OpKind::kPad, Rand({3, 4}, 62), A({{"pads", std::vector<int64_t>{2, 1, 1, 3}}, {"mode", int64_t{1}}}));
@@ -445,15 +472,20 @@ class DeviceRun {
     return ::testing::AssertionFailure() << what << ": the bits differ (" << dev.ToString() << " vs " << cpu.ToString() << ")";
   }
   constexpr double kRtol = 1e-5;
-  double biggest = 0;
-  for (float x : cpu.span<float>()) biggest = std::max(biggest, static_cast<double>(std::fabs(x)));
+  double biggest = 0;  // of the finite values: an infinity would excuse any difference
+  for (float x : cpu.span<float>())
+    if (std::isfinite(x)) biggest = std::max(biggest, static_cast<double>(std::fabs(x)));
   int bad = 0;
   std::ostringstream msg;
   msg.precision(9);
   for (int64_t i = 0; i < cpu.numel(); ++i) {
     const double want = cpu.data<float>()[i], got = dev.data<float>()[i];
     if (std::isnan(want) && std::isnan(got)) continue;
-    if (std::fabs(got - want) <= kRtol * (std::fabs(want) + biggest)) continue;
+    if (!std::isfinite(want) || !std::isfinite(got)) {
+      if (want == got) continue;  // the same infinity
+    } else if (std::fabs(got - want) <= kRtol * (std::fabs(want) + biggest)) {
+      continue;
+    }
     if (++bad <= 4) msg << "\n  [" << i << "] device " << got << ", cpu " << want;
   }
   if (bad == 0) return ::testing::AssertionSuccess();

@@ -148,9 +148,7 @@ Status SumTo(const KernelCtx& c) {
                if (sy == 1) {
                  for (int64_t i = 0; i < n; ++i) o[i] += r[i];
                } else {
-                 double s = 0;
-                 for (int64_t i = 0; i < n; ++i) s += r[i];
-                 o[0] += s;
+                 o[0] += SumOf<double>(n, [r](int64_t i) { return static_cast<double>(r[i]); });
                }
              });
   float* py = y.data<float>();

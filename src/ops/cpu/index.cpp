@@ -124,8 +124,12 @@ Status Pad(const KernelCtx& c) {
       Y.data<float>()[o] = static_cast<float>(value);
     } else if (Y.dtype() == DType::kI64) {
       Y.data<int64_t>()[o] = static_cast<int64_t>(value);
+    } else if (Y.dtype() == DType::kI32) {
+      Y.data<int32_t>()[o] = static_cast<int32_t>(value);
+    } else if (Y.dtype() == DType::kU8) {
+      static_cast<uint8_t*>(Y.raw())[o] = static_cast<uint8_t>(value);
     } else {
-      std::memset(static_cast<char*>(Y.raw()) + static_cast<size_t>(o) * SizeOf(Y.dtype()), value != 0, SizeOf(Y.dtype()));
+      Y.data<bool>()[o] = value != 0;
     }
   });
   return Status::Ok();

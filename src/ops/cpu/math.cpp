@@ -67,9 +67,7 @@ void SumInto(const KernelCtx& c) {
       if (sk == 1) {
         for (int64_t i = 0; i < len; ++i) acc[static_cast<size_t>(ok + i)] += px[ox + i];
       } else {
-        double s = 0;
-        for (int64_t i = 0; i < len; ++i) s += px[ox + i];
-        acc[static_cast<size_t>(ok)] += s;
+        acc[static_cast<size_t>(ok)] += SumOf<double>(len, [r = px + ox](int64_t i) { return static_cast<double>(r[i]); });
       }
     });
     for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(acc[static_cast<size_t>(i)]);

@@ -130,11 +130,8 @@ Status LayerNormalization(const KernelCtx& c) {
     for (int64_t o = begin; o < end; ++o) {
       const float* xr = x + o * inner;
       float* yr = y + o * inner;
-      float s = 0.f;
-      for (int64_t j = 0; j < inner; ++j) s += xr[j];
-      const float mu = s / static_cast<float>(inner);
-      float v = 0.f;
-      for (int64_t j = 0; j < inner; ++j) v += (xr[j] - mu) * (xr[j] - mu);
+      const float mu = SumOf(inner, [xr](int64_t j) { return xr[j]; }) / static_cast<float>(inner);
+      const float v = SumOf(inner, [xr, mu](int64_t j) { return (xr[j] - mu) * (xr[j] - mu); });
       const float r = 1.f / std::sqrt(v / static_cast<float>(inner) + eps);
       for (int64_t j = 0; j < inner; ++j) yr[j] = (xr[j] - mu) * r * g[j] + (b ? b[j] : 0.f);
       mean[o] = mu;
@@ -160,8 +157,7 @@ Status RMSNorm(const KernelCtx& c) {
   for (int64_t o = 0; o < outer; ++o) {
     const float* xr = x + o * inner;
     float* yr = y + o * inner;
-    double s = 0;
-    for (int64_t j = 0; j < inner; ++j) s += static_cast<double>(xr[j] * xr[j]);
+    const double s = SumOf<double>(inner, [xr](int64_t j) { return static_cast<double>(xr[j] * xr[j]); });
     const float r = 1.f / std::sqrt(static_cast<float>(s / static_cast<double>(inner)) + eps);
     for (int64_t j = 0; j < inner; ++j) yr[j] = (xr[j] * r) * g[j];
     inv[o] = r;
@@ -190,12 +186,8 @@ Status RMSNormGrad(const KernelCtx& c) {
     const float* xr = x + o * inner;
     float* dxr = dx + o * inner;
     const float r = inv[o];
-    float sum_gx = 0.f;
-    for (int64_t j = 0; j < inner; ++j) {
-      const float xh = xr[j] * r;
-      sum_gx += dyr[j] * scale[j] * xh;
-      dscale[j] += dyr[j] * xh;
-    }
+    const float sum_gx = SumOf(inner, [&](int64_t j) { return dyr[j] * scale[j] * (xr[j] * r); });
+    for (int64_t j = 0; j < inner; ++j) dscale[j] += dyr[j] * (xr[j] * r);
     for (int64_t j = 0; j < inner; ++j) dxr[j] = r * (dyr[j] * scale[j] - xr[j] * r * sum_gx * inv_n);
   }
   return Status::Ok();
@@ -228,13 +220,8 @@ Status LayerNormGrad(const KernelCtx& c) {
       const float* xr = x + o * inner;
       float* dxr = dx + o * inner;
       const float mu = mean[o], r = rstd[o];
-      float sum_g = 0.f, sum_gx = 0.f;
-      for (int64_t j = 0; j < inner; ++j) {
-        const float xh = (xr[j] - mu) * r;
-        const float gj = dyr[j] * scale[j];
-        sum_g += gj;
-        sum_gx += gj * xh;
-      }
+      const float sum_g = SumOf(inner, [&](int64_t j) { return dyr[j] * scale[j]; });
+      const float sum_gx = SumOf(inner, [&](int64_t j) { return dyr[j] * scale[j] * ((xr[j] - mu) * r); });
       for (int64_t j = 0; j < inner; ++j) {
         const float xh = (xr[j] - mu) * r;
         dxr[j] = r * (dyr[j] * scale[j] - sum_g * inv_n - xh * sum_gx * inv_n);

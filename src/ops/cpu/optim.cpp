@@ -5,6 +5,7 @@
 #include "base/schedule.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/parallel.h"
+#include "ops/cpu/vmath.h"
 
 namespace fr::cpu {
 namespace {
@@ -28,18 +29,8 @@ Status Accumulate(const KernelCtx& c) {
 }
 
 Status SquareSum(const KernelCtx& c) {
-  // In double, over kLanes partial sums so that the loop vectorises (one running sum is a chain
-  // of dependent adds).
-  constexpr int64_t kLanes = 8;
   const float* x = c.in[0].data<float>();
-  const int64_t n = c.in[0].numel();
-  double lane[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) lane[l] += static_cast<double>(x[i + l]) * x[i + l];
-  double s = 0;
-  for (double v : lane) s += v;
-  for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  const double s = SumOf<double>(c.in[0].numel(), [x](int64_t i) { return static_cast<double>(x[i]) * x[i]; });
   c.out[0].data<float>()[0] = static_cast<float>(s);
   return Status::Ok();
 }

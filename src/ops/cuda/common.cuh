@@ -183,7 +183,9 @@ __device__ inline void ReportDataError(DataError* e, int kind, int64_t value, in
 // ops/cpu/vmath.h's Exp and ErfGivenExp, the same operations in the same order.
 __device__ inline float VExp(float x) {
   constexpr float kLo = -87.33654f, kHi = 88.f;
-  const float xc = fminf(fmaxf(x, kLo), kHi);
+  // std::max then std::min, as the CPU's: a NaN stays NaN (fmaxf and fminf would drop it).
+  const float lo = x < kLo ? kLo : x;
+  const float xc = kHi < lo ? kHi : lo;
   const float t = __fadd_rn(__fmul_rn(xc, 1.44269504088896341f), 12582912.f);
   const float n = __fsub_rn(t, 12582912.f);
   const float r = __fadd_rn(__fsub_rn(xc, __fmul_rn(n, 0.693359375f)), __fmul_rn(n, 2.12194440e-4f));

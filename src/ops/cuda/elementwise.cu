@@ -301,8 +301,14 @@ Status Greater(const KernelCtx& c) { return Compare(c, [] __device__(auto a, aut
 Status GreaterOrEqual(const KernelCtx& c) { return Compare(c, [] __device__(auto a, auto b) { return a >= b; }); }
 Status And(const KernelCtx& c) { return Compare(c, [] __device__(auto a, auto b) { return a && b; }); }
 Status Or(const KernelCtx& c) { return Compare(c, [] __device__(auto a, auto b) { return a || b; }); }
+// One input: Compare would read a second.
 Status Not(const KernelCtx& c) {
-  return Compare(c, [] __device__(auto a, auto) { return !a; });
+  const int64_t n = c.out[0].numel();
+  if (n == 0) return Status::Ok();
+  const bool* x = c.in[0].data<bool>();
+  BinarySame<<<Blocks(n), kThreads, 0, StreamOf(c)>>>(x, x, c.out[0].data<bool>(), n,
+                                                      [] __device__(bool a, bool) { return !a; });
+  return Launched(c);
 }
 
 Status Cast(const KernelCtx& c) {

@@ -89,7 +89,7 @@ enum class Fold { kSum, kMax, kIntSum };
 template <Fold kFold, typename T, typename Acc>
 __global__ void ReduceK(const T* x, Reduction r, T* y, bool adds, double divisor) {
   __shared__ Acc part[kLanes][32];
-  const int64_t o = blockIdx.x * 32 + static_cast<int64_t>(threadIdx.x);
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   Acc acc = kFold == Fold::kMax ? Acc(-INFINITY) : Acc(0);
   if (o < r.outputs) {
     const int64_t base = r.Out(o);

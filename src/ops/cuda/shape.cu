@@ -112,8 +112,10 @@ class SortedKeys {
     // Keys shifted by one, so that -1 sorts first as 0 and the bit range stays small.
     const int bits = Bits(rows + 1);
     size_t temp = 0;
-    cub::DeviceRadixSort::SortPairs(nullptr, temp, static_cast<int64_t*>(nullptr), static_cast<int64_t*>(nullptr),
-                                    static_cast<int64_t*>(nullptr), static_cast<int64_t*>(nullptr), n, 0, bits, s_);
+    if (const cudaError_t e = cub::DeviceRadixSort::SortPairs(nullptr, temp, static_cast<int64_t*>(nullptr), static_cast<int64_t*>(nullptr),
+                                                              static_cast<int64_t*>(nullptr), static_cast<int64_t*>(nullptr), n, 0, bits, s_);
+        e != cudaSuccess)
+      return Launched(c, e);
     // CUB's scratch after the four arrays, on a 256-byte boundary as CUB allocates.
     const size_t words = (static_cast<size_t>(n) * 4 * sizeof(int64_t) + 255) / 256 * 256;
     mem_.emplace(words + temp, s_);
@@ -124,7 +126,9 @@ class SortedKeys {
     items_ = v_in + n;
     ShiftKeys<<<Blocks(n), kThreads, 0, s_>>>(keys, k_in, n, 1);
     Iota<<<Blocks(n), kThreads, 0, s_>>>(v_in, n);
-    cub::DeviceRadixSort::SortPairs(mem_->as<char>() + words, temp, k_in, keys_, v_in, items_, n, 0, bits, s_);
+    if (const cudaError_t e = cub::DeviceRadixSort::SortPairs(mem_->as<char>() + words, temp, k_in, keys_, v_in, items_, n, 0, bits, s_);
+        e != cudaSuccess)
+      return Launched(c, e);
     ShiftKeys<<<Blocks(n), kThreads, 0, s_>>>(keys_, keys_, n, -1);
     return Launched(c);
   }
@@ -330,7 +334,9 @@ Status Concat(const KernelCtx& c) {
   size_t at = 0;
   for (const Tensor& x : c.in) {
     const size_t block = static_cast<size_t>(x.shape()[a] * inner) * es;
-    if (block && outer)
+    if (block && outer == 1)  // one run: a 2-D copy's pitch may not exceed 2 GiB
+      cudaMemcpyAsync(static_cast<char*>(Y.raw()) + at, x.raw(), block, cudaMemcpyDeviceToDevice, s);
+    else if (block && outer)
       cudaMemcpy2DAsync(static_cast<char*>(Y.raw()) + at, row, x.raw(), block, block, static_cast<size_t>(outer),
                         cudaMemcpyDeviceToDevice, s);
     at += block;
@@ -347,7 +353,9 @@ Status Split(const KernelCtx& c) {
   size_t at = 0;
   for (const Tensor& y : c.out) {
     const size_t block = static_cast<size_t>(y.shape()[a] * inner) * es;
-    if (block && outer)
+    if (block && outer == 1)
+      cudaMemcpyAsync(y.raw(), static_cast<const char*>(X.raw()) + at, block, cudaMemcpyDeviceToDevice, s);
+    else if (block && outer)
       cudaMemcpy2DAsync(y.raw(), block, static_cast<const char*>(X.raw()) + at, row, block, static_cast<size_t>(outer),
                         cudaMemcpyDeviceToDevice, s);
     at += block;
@@ -459,11 +467,11 @@ Status Pad(const KernelCtx& c) {
       PadFillK<<<Blocks(n), kThreads, 0, s>>>(X.data<int64_t>(), src.as<int64_t>(), Y.data<int64_t>(), n, static_cast<int64_t>(value));
       break;
     case DType::kI32:
-      PadFillK<<<Blocks(n), kThreads, 0, s>>>(X.data<int32_t>(), src.as<int64_t>(), Y.data<int32_t>(), n, static_cast<int32_t>(value != 0));
+      PadFillK<<<Blocks(n), kThreads, 0, s>>>(X.data<int32_t>(), src.as<int64_t>(), Y.data<int32_t>(), n, static_cast<int32_t>(value));
       break;
-    default:
+    default:  // one byte: u8 takes the value, bool whether it is non-zero
       PadFillK<<<Blocks(n), kThreads, 0, s>>>(static_cast<const uint8_t*>(X.raw()), src.as<int64_t>(), static_cast<uint8_t*>(Y.raw()), n,
-                                              static_cast<uint8_t>(value != 0));
+                                              Y.dtype() == DType::kU8 ? static_cast<uint8_t>(value) : static_cast<uint8_t>(value != 0));
       break;
   }
   return Launched(c);
