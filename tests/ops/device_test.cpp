@@ -178,6 +178,14 @@ const std::vector<Case>& Cases() {
          ValueId x = n.Input("x", Rand({6, 2, 40}, 44, -2, 2)), g = n.Input("g", Rand({40}, 45)), b = n.Input("b", Rand({40}, 46));
          return Built{n.OpN(OpKind::kLayerNormalization, {x, g, b}, A({{"axis", int64_t{-1}}, {"epsilon", 1e-5}}))[0], {x, g, b}};
        }},
+      {"LayerNormalization_many_rows", [](Net& n) {  // the column sums in chunks (ChunksOf)
+         ValueId x = n.Input("x", Rand({700, 6}, 57, -2, 2)), g = n.Input("g", Rand({6}, 58)), b = n.Input("b", Rand({6}, 59));
+         return Built{n.OpN(OpKind::kLayerNormalization, {x, g, b}, A({{"axis", int64_t{-1}}, {"epsilon", 1e-5}}))[0], {x, g, b}};
+       }},
+      {"RMSNorm_many_rows", [](Net& n) {
+         ValueId x = n.Input("x", Rand({600, 35}, 93, -2, 2)), g = n.Input("g", Rand({35}, 94));
+         return Built{n.OpN(OpKind::kRMSNorm, {x, g}, A({{"axis", int64_t{-1}}, {"epsilon", 1e-6}}))[0], {x, g}};
+       }},
       {"RMSNorm", [](Net& n) {
          ValueId x = n.Input("x", Rand({5, 33}, 47, -2, 2)), g = n.Input("g", Rand({33}, 48));
          return Built{n.OpN(OpKind::kRMSNorm, {x, g}, A({{"axis", int64_t{-1}}, {"epsilon", 1e-6}}))[0], {x, g}};
@@ -317,6 +325,20 @@ const std::vector<Case>& Cases() {
        }},
       {"ReduceMax_int64", [](Net& n) {
          return Built{n.Op(OpKind::kReduceMax, {n.Input("x", RandInts({4, 6}, 88, -9, 9))}, A({{"axes", std::vector<int64_t>{1}}})), {}};
+       }},
+      {"Reductions_in_chunks", [](Net& n) {  // many terms to few outputs: partial results per chunk
+         Tensor x = Rand({3, 900}, 95, -2, 2);
+         x.data<float>()[900 + 444] = std::numeric_limits<float>::quiet_NaN();
+         ValueId v = n.Input("x", x), w = n.Input("w", Rand({2, 700, 3}, 96));
+         ValueId mx = n.Op(OpKind::kReduceMax, {v}, A({{"axes", std::vector<int64_t>{1}}}));
+         ValueId sum = n.Op(OpKind::kReduceSum, {w}, A({{"axes", std::vector<int64_t>{0, 1}}, {"keepdims", int64_t{0}}}));
+         ValueId mean = n.Op(OpKind::kReduceMean, {w}, A({{"axes", std::vector<int64_t>{1}}}));
+         ValueId to = n.Op(OpKind::kSumTo, {w}, A({{"shape", std::vector<int64_t>{1}}}));
+         ValueId ints = n.Op(OpKind::kReduceSum, {n.Input("i", RandInts({800, 2}, 97, -9, 9))}, A({{"axes", std::vector<int64_t>{0}}}));
+         ValueId f = n.Op(OpKind::kCast, {ints}, A({{"dtype", static_cast<int64_t>(DType::kF32)}}));
+         ValueId all = n.Op(OpKind::kAdd, {n.Op(OpKind::kAdd, {n.Op(OpKind::kReduceSum, {mx}, A({{"axes", std::vector<int64_t>{0}}})), sum}),
+                                           n.Op(OpKind::kAdd, {to, n.Op(OpKind::kReduceSum, {f}, A({{"axes", std::vector<int64_t>{0, 1}}}))})});
+         return Built{n.Op(OpKind::kAdd, {all, n.Op(OpKind::kReduceSum, {mean}, A({{"axes", std::vector<int64_t>{0, 1, 2}}}))}), {}};
        }},
       {"SumTo", [](Net& n) {  // a gradient op itself: no backward
          return Built{n.Op(OpKind::kSumTo, {n.Input("x", Rand({4, 3, 50}, 89))}, A({{"shape", std::vector<int64_t>{3, 1}}})), {}};

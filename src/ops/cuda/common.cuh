@@ -86,6 +86,24 @@ inline Status NoScratch(const KernelCtx& c, const std::string& what) {
   return Status::Runtime("[cuda] " + c.node.name + ": out of device memory for " + what);
 }
 
+// Column reductions (32 outputs a block, kLanes lanes of terms each) cut each output's terms into
+// chunks, one block row each, so that a few outputs over many terms (a bias gradient: 768 columns
+// of 8192 rows) still fill the GPU; a second pass adds the chunks' partial results in order. The
+// count depends on the shape alone, and with it the order of the sum.
+constexpr int kLanes = 8;
+inline unsigned ChunksOf(int64_t outputs, int64_t terms) {
+  constexpr int64_t kMinTerms = 256, kBlocks = 2048;
+  const int64_t columns = std::max<int64_t>(1, (outputs + 31) / 32);
+  const int64_t by_terms = (terms + kMinTerms - 1) / kMinTerms, by_blocks = (kBlocks + columns - 1) / columns;
+  return static_cast<unsigned>(std::clamp<int64_t>(std::min(by_terms, by_blocks), 1, 65535));
+}
+// Chunk blockIdx.y's terms, [*begin, *end), of `terms` cut into gridDim.y chunks.
+__device__ inline void ChunkRange(int64_t terms, int64_t* begin, int64_t* end) {
+  const int64_t span = (terms + gridDim.y - 1) / gridDim.y;
+  *begin = blockIdx.y * span;
+  *end = min(terms, *begin + span);
+}
+
 #define FR_GRID_LOOP(i, n) \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 

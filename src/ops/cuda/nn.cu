@@ -2,9 +2,10 @@
 // RMSNorm with saved statistics and their gradients, GELU (erf and tanh forms, with an optional
 // bias), and the fused masked softmax. A row along the last axis is one thread block, whose sums
 // are BlockSum's fixed tree; a softmax over another axis is one thread per (outer, inner) pair.
-// Column sums (a norm's scale and bias gradients) run one thread per column and lane of rows,
-// combined in a fixed order: the same bits every run.
+// Column sums (a norm's scale and bias gradients) run one thread per column, lane and chunk of
+// rows, combined in a fixed order: the same bits every run.
 #include <cmath>
+#include <optional>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/kernels.h"
@@ -173,16 +174,19 @@ __global__ void NormGradRows(const float* dy, const float* x, const float* scale
 }
 
 // dscale[j] = sum over rows of dy * xh, dbias[j] = sum of dy (null for RMSNorm): a block is 32
-// columns by kLanes lanes of rows; each lane sums its rows in order, then lane 0 adds the lanes'.
-constexpr int kLanes = 8;
+// columns by kLanes lanes of one chunk of the rows (ChunksOf); each lane sums its rows in order,
+// then lane 0 adds the lanes'. With several chunks, each writes its sums to `part`
+// ([chunk][column], dbias's after dscale's) and NormGradFinish adds them in order.
 template <bool kRms>
 __global__ void NormGradColumns(const float* dy, const float* x, const float* mean, const float* rstd, float* dscale,
-                                float* dbias, int64_t rows, int64_t n) {
+                                float* dbias, float* part, int64_t rows, int64_t n) {
   __shared__ float ps[kLanes][32], pb[kLanes][32];
-  const int64_t j = blockIdx.x * 32 + threadIdx.x;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float s = 0.f, b = 0.f;
   if (j < n) {
-    for (int64_t o = threadIdx.y; o < rows; o += kLanes) {
+    int64_t begin, end;
+    ChunkRange(rows, &begin, &end);
+    for (int64_t o = begin + threadIdx.y; o < end; o += kLanes) {
       const float xh = (x[o * n + j] - (kRms ? 0.f : mean[o])) * rstd[o];
       s += dy[o * n + j] * xh;
       b += dy[o * n + j];
@@ -197,9 +201,44 @@ __global__ void NormGradColumns(const float* dy, const float* x, const float* me
       ts += ps[l][threadIdx.x];
       tb += pb[l][threadIdx.x];
     }
+    if (gridDim.y == 1) {
+      dscale[j] = ts;
+      if (dbias) dbias[j] = tb;
+    } else {
+      part[blockIdx.y * n + j] = ts;
+      part[(gridDim.y + blockIdx.y) * n + j] = tb;
+    }
+  }
+}
+
+__global__ void NormGradFinish(const float* part, int chunks, int64_t n, float* dscale, float* dbias) {
+  FR_GRID_LOOP(j, n) {
+    float ts = 0.f, tb = 0.f;
+    for (int k = 0; k < chunks; ++k) {
+      ts += part[k * n + j];
+      tb += part[(chunks + k) * n + j];
+    }
     dscale[j] = ts;
     if (dbias) dbias[j] = tb;
   }
+}
+
+// Both column sums of a norm's gradient over `rows` rows of n.
+template <bool kRms>
+Status NormGradSums(const KernelCtx& c, const float* dy, const float* x, const float* mean, const float* rstd, float* dscale,
+                    float* dbias, int64_t rows, int64_t n) {
+  cudaStream_t s = StreamOf(c);
+  const unsigned chunks = ChunksOf(n, rows);
+  std::optional<Scratch> part;
+  if (chunks > 1) {
+    part.emplace(2 * chunks * static_cast<size_t>(n) * sizeof(float), s);
+    if (!part->ok()) return NoScratch(c, "the norm gradient's partial sums");
+  }
+  float* parts = part ? part->as<float>() : nullptr;
+  NormGradColumns<kRms><<<dim3(static_cast<unsigned>((n + 31) / 32), chunks), dim3(32, kLanes), 0, s>>>(
+      dy, x, mean, rstd, dscale, dbias, parts, rows, n);
+  if (chunks > 1) NormGradFinish<<<Blocks(n), kThreads, 0, s>>>(parts, static_cast<int>(chunks), n, dscale, dbias);
+  return Launched(c);
 }
 
 constexpr float kTanhBeta = 0.7978845608028654f, kTanhKappa = 0.044715f;
@@ -310,9 +349,8 @@ Status LayerNormGrad(const KernelCtx& c) {
     NormGradRows<false><<<static_cast<unsigned>(outer), RowThreads(inner), 0, s>>>(dy, x, c.in[2].data<float>(), mean, rstd,
                                                                                    c.out[0].data<float>(), inner);
   }
-  NormGradColumns<false><<<static_cast<unsigned>((inner + 31) / 32), dim3(32, kLanes), 0, s>>>(
-      dy, x, mean, rstd, c.out[1].data<float>(), c.out[2].data<float>(), outer, inner);
-  return Launched(c);
+  RETURN_IF_ERROR(Launched(c));
+  return NormGradSums<false>(c, dy, x, mean, rstd, c.out[1].data<float>(), c.out[2].data<float>(), outer, inner);
 }
 
 Status RMSNorm(const KernelCtx& c) {
@@ -335,9 +373,8 @@ Status RMSNormGrad(const KernelCtx& c) {
     NormGradRows<true><<<static_cast<unsigned>(outer), RowThreads(inner), 0, s>>>(dy, x, c.in[2].data<float>(), nullptr, inv,
                                                                                   c.out[0].data<float>(), inner);
   }
-  NormGradColumns<true><<<static_cast<unsigned>((inner + 31) / 32), dim3(32, kLanes), 0, s>>>(
-      dy, x, nullptr, inv, c.out[1].data<float>(), nullptr, outer, inner);
-  return Launched(c);
+  RETURN_IF_ERROR(Launched(c));
+  return NormGradSums<true>(c, dy, x, nullptr, inv, c.out[1].data<float>(), nullptr, outer, inner);
 }
 
 Status Gelu(const KernelCtx& c) {

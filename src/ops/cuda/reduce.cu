@@ -5,6 +5,7 @@
 // partial sums one block then adds in order; an output of a reduction is one column of threads.
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "base/schedule.h"
 #include "ops/cuda/common.cuh"
@@ -45,13 +46,15 @@ Status SumAll(const KernelCtx& c, int64_t n, F term, float* out, double divisor)
 }
 
 // A reduction of x onto `kept` (x's shape with 1 on the reduced axes): the output's axes and the
-// reduced ones, each with its stride in x.
+// reduced ones, each with its stride in x. Adjacent axes of one kind merge (x is contiguous), so
+// that a bias gradient is one reduced axis and one kept, and finding an offset divides little.
 struct Reduction {
   int out_rank = 0, red_rank = 0;
   int64_t out_dims[kMaxRank] = {}, out_stride[kMaxRank] = {};
   int64_t red_dims[kMaxRank] = {}, red_stride[kMaxRank] = {};
   int64_t outputs = 1, reduced = 1;
   __device__ static int64_t Walk(int64_t i, int rank, const int64_t* dims, const int64_t* stride) {
+    if (rank == 1) return i * stride[0];
     int64_t off = 0;
     for (int d = rank - 1; d >= 0; --d) {
       const int64_t q = i / dims[d];
@@ -67,54 +70,75 @@ struct Reduction {
 bool MakeReduction(const fr::Shape& x, const fr::Shape& kept, Reduction* r) {
   if (x.rank() > kMaxRank) return false;
   const std::vector<int64_t> st = Strides(x);
+  bool last_reduced = false;
   for (int d = 0; d < x.rank(); ++d) {
-    if (kept[d] == 1 && x[d] != 1) {
-      r->red_dims[r->red_rank] = x[d];
-      r->red_stride[r->red_rank++] = st[static_cast<size_t>(d)];
-      r->reduced *= x[d];
+    if (x[d] == 1) continue;  // no offset to add
+    const bool reduced = kept[d] == 1;
+    int& rank = reduced ? r->red_rank : r->out_rank;
+    int64_t* dims = reduced ? r->red_dims : r->out_dims;
+    int64_t* stride = reduced ? r->red_stride : r->out_stride;
+    if (rank > 0 && last_reduced == reduced && stride[rank - 1] == x[d] * st[static_cast<size_t>(d)]) {
+      dims[rank - 1] *= x[d];  // the previous axis of this kind is the one just before: merge
+      stride[rank - 1] = st[static_cast<size_t>(d)];
     } else {
-      r->out_dims[r->out_rank] = x[d];
-      r->out_stride[r->out_rank++] = st[static_cast<size_t>(d)];
-      r->outputs *= x[d];
+      dims[rank] = x[d];
+      stride[rank++] = st[static_cast<size_t>(d)];
     }
+    (reduced ? r->reduced : r->outputs) *= x[d];
+    last_reduced = reduced;
   }
   return true;
 }
 
-// A block is 32 outputs by kLanes lanes; lane l folds reduced elements l, l + kLanes, ... in
-// order, then lane 0 folds the lanes' results in order.
-constexpr int kLanes = 8;
+// A block is 32 outputs by kLanes lanes over one chunk of the reduced terms (ChunksOf); lane l
+// folds its chunk's terms l, l + kLanes, ... in order, then lane 0 folds the lanes' results in
+// order. With one chunk that is the output; with more, each chunk's result goes to `partial`
+// ([chunk][output]) and FinishReduceK folds the chunks in order.
 enum class Fold { kSum, kMax, kIntSum };
 
+template <Fold kFold, typename Acc>
+__device__ Acc FoldIn(Acc acc, Acc v) {
+  if constexpr (kFold == Fold::kSum) return acc + v;
+  else if constexpr (kFold == Fold::kIntSum) return static_cast<Acc>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(v));
+  else return (v > acc || isnan(v)) ? v : acc;
+}
+
 template <Fold kFold, typename T, typename Acc>
-__global__ void ReduceK(const T* x, Reduction r, T* y, bool adds, double divisor) {
-  __shared__ Acc part[kLanes][32];
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
-  Acc acc = kFold == Fold::kMax ? Acc(-INFINITY) : Acc(0);
-  if (o < r.outputs) {
-    const int64_t base = r.Out(o);
-    for (int64_t t = threadIdx.y; t < r.reduced; t += kLanes) {
-      const T v = x[base + r.Red(t)];
-      if constexpr (kFold == Fold::kSum) acc += static_cast<Acc>(v);
-      else if constexpr (kFold == Fold::kIntSum) acc = static_cast<Acc>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(v));
-      else acc = (v > acc || isnan(v)) ? v : acc;
-    }
-  }
-  part[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y != 0 || o >= r.outputs) return;
-  Acc total = part[0][threadIdx.x];
-  for (int l = 1; l < kLanes; ++l) {
-    const Acc v = part[l][threadIdx.x];
-    if constexpr (kFold == Fold::kSum) total += v;
-    else if constexpr (kFold == Fold::kIntSum) total = static_cast<Acc>(static_cast<uint64_t>(total) + static_cast<uint64_t>(v));
-    else total = (v > total || isnan(v)) ? v : total;
-  }
+__device__ void Store(Acc total, T* y, int64_t o, bool adds, double divisor) {
   if constexpr (kFold == Fold::kSum) {
     const float f = static_cast<float>(total / divisor);
     y[o] = adds ? y[o] + f : f;
   } else {
     y[o] = static_cast<T>(total);
+  }
+}
+
+template <Fold kFold, typename T, typename Acc>
+__global__ void ReduceK(const T* x, Reduction r, T* y, Acc* partial, bool adds, double divisor) {
+  __shared__ Acc part[kLanes][32];
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  Acc acc = kFold == Fold::kMax ? Acc(-INFINITY) : Acc(0);
+  if (o < r.outputs) {
+    const int64_t base = r.Out(o);
+    int64_t begin, end;
+    ChunkRange(r.reduced, &begin, &end);
+    for (int64_t t = begin + threadIdx.y; t < end; t += kLanes) acc = FoldIn<kFold>(acc, static_cast<Acc>(x[base + r.Red(t)]));
+  }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || o >= r.outputs) return;
+  Acc total = part[0][threadIdx.x];
+  for (int l = 1; l < kLanes; ++l) total = FoldIn<kFold>(total, part[l][threadIdx.x]);
+  if (gridDim.y == 1) Store<kFold>(total, y, o, adds, divisor);
+  else partial[blockIdx.y * r.outputs + o] = total;
+}
+
+template <Fold kFold, typename T, typename Acc>
+__global__ void FinishReduceK(const Acc* partial, int chunks, int64_t outputs, T* y, bool adds, double divisor) {
+  FR_GRID_LOOP(o, outputs) {
+    Acc total = partial[o];
+    for (int k = 1; k < chunks; ++k) total = FoldIn<kFold>(total, partial[k * outputs + o]);
+    Store<kFold>(total, y, o, adds, divisor);
   }
 }
 
@@ -134,8 +158,19 @@ Status Reduce(const KernelCtx& c, const fr::Shape& kept, bool adds, double divis
   Reduction r;
   if (!MakeReduction(X.shape(), kept, &r)) return TooManyDims(c, X.shape().rank());
   if (r.outputs == 0) return Status::Ok();
-  ReduceK<kFold, T, Acc><<<static_cast<unsigned>((r.outputs + 31) / 32), dim3(32, kLanes), 0, StreamOf(c)>>>(
-      static_cast<const T*>(X.raw()), r, static_cast<T*>(Y.raw()), adds, divisor);
+  cudaStream_t s = StreamOf(c);
+  const unsigned chunks = ChunksOf(r.outputs, r.reduced);
+  std::optional<Scratch> partial;
+  if (chunks > 1) {
+    partial.emplace(chunks * static_cast<size_t>(r.outputs) * sizeof(Acc), s);
+    if (!partial->ok()) return NoScratch(c, "a reduction's partial results");
+  }
+  Acc* parts = partial ? partial->as<Acc>() : nullptr;
+  ReduceK<kFold, T, Acc><<<dim3(static_cast<unsigned>((r.outputs + 31) / 32), chunks), dim3(32, kLanes), 0, s>>>(
+      static_cast<const T*>(X.raw()), r, static_cast<T*>(Y.raw()), parts, adds, divisor);
+  if (chunks > 1)
+    FinishReduceK<kFold, T, Acc><<<Blocks(r.outputs), kThreads, 0, s>>>(parts, static_cast<int>(chunks), r.outputs,
+                                                                         static_cast<T*>(Y.raw()), adds, divisor);
   return Launched(c);
 }
 
