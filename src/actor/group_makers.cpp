@@ -1,7 +1,8 @@
 // Collective groups on MPI over host memory (comm.h: HostGroups): a thread per group runs what is
 // queued on it in order, as a device stream would, with MPI's blocking collectives on a
 // communicator of the group's own. Groups of different collective ids need no common order across
-// ranks, as NCCL's on their own streams need none.
+// ranks. NCCL's, each on a stream of its own and connected when made (ops/cuda/nccl.cpp Connect),
+// are meant to need none either; that is unverified on several GPUs.
 #include <mpi.h>
 
 #include <climits>

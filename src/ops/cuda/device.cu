@@ -28,17 +28,24 @@ class CudaEvent final : public Event {
   ~CudaEvent() override { cudaEventDestroy(event_); }
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
+  // The progress and data threads may query first: make the rank's GPU current, or CUDA would make
+  // a context on GPU 0 for them.
   bool Done() const override {
+    MakeCurrent();
     const cudaError_t e = cudaEventQuery(event_);
     if (e == cudaErrorNotReady) return false;
     Check(e, "cudaEventQuery");
     return true;
   }
-  void Wait() const override { Check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+  void Wait() const override {
+    MakeCurrent();
+    Check(cudaEventSynchronize(event_), "cudaEventSynchronize");
+  }
   cudaEvent_t handle() const { return event_; }
   double MillisSince(const Event& start) const override {
     const auto* s = dynamic_cast<const CudaEvent*>(&start);
     float ms = 0;
+    MakeCurrent();
     if (!s || cudaEventElapsedTime(&ms, s->event_, event_) != cudaSuccess) {
       cudaGetLastError();  // an untimed event, or one not yet done: no time, not an error
       return -1;
@@ -112,6 +119,9 @@ class CudaBackend final : public Backend {
     MakeCurrent();
     Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     Check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
+    // From pageable host memory, and device to device, cudaMemcpy may return before the data lands;
+    // the streams are non-blocking, so nothing else would order later kernels after it.
+    Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
 
  private:
@@ -174,7 +184,7 @@ Status ReadDataError(DeviceStream& stream) {
   DataError e{};
   Check(cudaMemcpyAsync(&e, g_error, sizeof e, cudaMemcpyDeviceToHost, s.handle()), "cudaMemcpyAsync");
   Check(cudaStreamSynchronize(s.handle()), "cudaStreamSynchronize");
-  if (e.kind == 0) return Status::Ok();
+  if (e.kind <= 0) return Status::Ok();  // -1: a kernel is writing it; the next read sees it whole
   Check(cudaMemsetAsync(g_error, 0, sizeof e, s.handle()), "cudaMemsetAsync");
   Check(cudaStreamSynchronize(s.handle()), "cudaStreamSynchronize");
   switch (e.kind) {

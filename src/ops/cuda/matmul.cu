@@ -57,9 +57,9 @@ Status Sgemm(const KernelCtx& c, bool ta, bool tb, int64_t m, int64_t n, int64_t
   cublasSetMathMode(h, g_tf32.load(std::memory_order_relaxed) ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
   const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int64_t lda = ta ? m : k, ldb = tb ? k : n;
-  if (k == 0) {  // cuBLAS wants k >= 1: Y = beta Y
-    return Cublas(c, cublasSgeam(h, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m * count), &beta, y,
-                                 static_cast<int>(n), &beta, y, static_cast<int>(n), y, static_cast<int>(n)));
+  if (k == 0) {  // cuBLAS wants k >= 1: Y = beta Y, where beta is 0 (a product) or 1 (accumulating)
+    if (beta != 0.f) return Status::Ok();
+    return Launched(c, cudaMemsetAsync(y, 0, static_cast<size_t>(m * n * count) * sizeof(float), StreamOf(c)));
   }
   if (count == 1) {
     return Cublas(c, cublasSgemm_64(h, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, y, n));
@@ -162,6 +162,7 @@ Result<double> TimeSgemm(int n, bool tf32, int reps) {
     for (float* p : m) cudaFree(p);
     if (b) cudaEventDestroy(b);
     if (e) cudaEventDestroy(e);
+    cublasSetStream(h, nullptr);  // not left bound to the stream destroyed next
     if (s) cudaStreamDestroy(s);
   };
   for (float*& p : m) {
@@ -171,9 +172,12 @@ Result<double> TimeSgemm(int n, bool tf32, int reps) {
       return Status::Runtime("[cuda] no memory for three " + std::to_string(n) + "^2 matrices");
     }
   }
-  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  cudaEventCreate(&b);
-  cudaEventCreate(&e);
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess ||
+      cudaEventCreate(&e) != cudaSuccess) {
+    const std::string what = cudaGetErrorString(cudaGetLastError());
+    cleanup();
+    return Status::Runtime("[cuda] timing a GEMM: " + what);
+  }
   cublasSetStream(h, s);
   cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
   const float one = 1, zero = 0;

@@ -5,7 +5,9 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "ops/cuda/device.h"
@@ -112,10 +114,38 @@ class NcclGroup final : public CollectiveGroup {
   std::shared_ptr<Event> Record() override { return stream_.Record(); }
   Status Error() override {
     if (!error_.ok()) return error_;
+    if (!comm_) return Status::Runtime("[nccl] the communicator was aborted");
     ncclResult_t async = ncclSuccess;
     const ncclResult_t r = ncclCommGetAsyncError(comm_, &async);
     if (r != ncclSuccess) return NcclStatus(r, "ncclCommGetAsyncError");
     return NcclStatus(async, "a collective");
+  }
+  // Connects this member to every other, for the collectives and for send/recv, by one tiny
+  // operation of each kind. NCCL connects on first use otherwise, a blocking exchange with the
+  // peers inside whatever call comes first; the runtime starts different groups' first
+  // operations in different orders on different ranks, and those exchanges would wait on each
+  // other. Groups are made in plan order on every rank, so these run in one order everywhere.
+  Status Connect() {
+    MakeCurrent();
+    void* buf = nullptr;
+    const size_t bytes = 2 * static_cast<size_t>(members_);
+    RETURN_IF_ERROR(CudaStatus(cudaMalloc(&buf, bytes), "cudaMalloc"));
+    char* b = static_cast<char*>(buf);
+    Status s = CudaStatus(cudaMemset(buf, 0, bytes), "cudaMemset");
+    if (s.ok()) s = NcclStatus(ncclAllReduce(b, b, 1, ncclUint8, ncclSum, comm_, stream_.handle()), "ncclAllReduce");
+    if (s.ok() && members_ > 1) {
+      s = NcclStatus(ncclGroupStart(), "ncclGroupStart");
+      for (int j = 0; j < members_ && s.ok(); ++j) {
+        if (j == index_) continue;
+        s = NcclStatus(ncclSend(b + j, 1, ncclUint8, j, comm_, stream_.handle()), "ncclSend");
+        if (s.ok()) s = NcclStatus(ncclRecv(b + members_ + j, 1, ncclUint8, j, comm_, stream_.handle()), "ncclRecv");
+      }
+      const Status end = NcclStatus(ncclGroupEnd(), "ncclGroupEnd");
+      if (s.ok()) s = end;
+    }
+    if (s.ok()) s = CudaStatus(cudaStreamSynchronize(stream_.handle()), "cudaStreamSynchronize");
+    cudaFree(buf);
+    return s;
   }
   void Abort() override {
     if (!comm_) return;
@@ -149,8 +179,12 @@ Result<std::unique_ptr<CollectiveGroup>> MakeNcclGroup(int members, const GroupI
   ncclUniqueId u;
   std::memcpy(&u, id.data(), sizeof u);
   ncclComm_t comm = nullptr;
+  // Every algorithm's connections at init, not on a collective's first use (see Connect).
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   RETURN_IF_ERROR(NcclStatus(ncclCommInitRank(&comm, members, u, index), "ncclCommInitRank"));
-  return std::unique_ptr<CollectiveGroup>(new NcclGroup(comm, members, index));
+  auto group = std::make_unique<NcclGroup>(comm, members, index);
+  RETURN_IF_ERROR(group->Connect());
+  return std::unique_ptr<CollectiveGroup>(std::move(group));
 }
 
 std::string NcclVersionString() {
