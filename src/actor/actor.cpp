@@ -193,6 +193,9 @@ void Actor::ActOnce() {
 
 void Actor::CommDone() {
   in_flight_ = false;
+  // The group's kernel is queued: holding the gradient on would keep its register from the pool,
+  // which then allocates a fresh one next step.
+  update_in_.clear();
   Finish();
   TryAct();
 }

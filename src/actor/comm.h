@@ -113,7 +113,8 @@ class Communicator {
 
   // Any thread: every wait of this communicator on other ranks (AwaitInputBuffer) fails from now
   // on instead of waiting, so that the threads of a run that has failed (a peer that stalled) can
-  // be joined. Movements in flight stay in flight; the caller then reports and calls Abort.
+  // be joined. Movements in flight stay in flight, except on a device whose collectives the host
+  // cannot otherwise release (NCCL's are aborted); the caller then reports and calls Abort.
   virtual void Cancel() = 0;
 
   // Starts the movement of task `t` (a collective, kSend or kRecv, with t.rank == rank()) with

@@ -92,7 +92,15 @@ class DeviceCommunicator final : public Communicator {
   }
   Status AwaitInputBuffer(int collective) override { return inner_->AwaitInputBuffer(collective); }
   int64_t buffered_acts() const override { return inner_->buffered_acts(); }
-  void Cancel() override { inner_->Cancel(); }
+  // On CUDA, NCCL's kernels may wait for a peer that is gone, and every device synchronisation
+  // after them (a stream thread's, the runtime's at the end of the run) with them: abort the
+  // groups too. A sim device's host groups finish what they run (or are left to the exit).
+  void Cancel() override {
+    inner_->Cancel();
+    if (type_ != DeviceType::kCuda) return;
+    for (auto& [id, g] : groups_) g.group->Abort();
+    for (auto& [key, g] : links_) g.group->Abort();
+  }
 
   // A 2-member group per link this rank is in: NCCL matches a pair's messages by order, and the
   // runtime starts sends and receives of different tags in any order, one tag's in act order.

@@ -97,6 +97,8 @@ Runtime::Runtime(const ir::Plan& plan, const ir::Graph& graph, int rank, Communi
       copy_streams_[{t.device.type, t.device.index}] = BackendOf(t.device.type)->NewStream(t.device.index);
     if (!compute_streams_.count({t.device.type, t.device.index}))
       compute_streams_[{t.device.type, t.device.index}] = BackendOf(t.device.type)->NewStream(t.device.index);
+    if (!BackendOf(t.device.type)->host_visible() && !error_streams_.count({t.device.type, t.device.index}))
+      error_streams_[{t.device.type, t.device.index}] = BackendOf(t.device.type)->NewStream(t.device.index);
     if (t.device.type == DeviceType::kCpu) continue;
     for (const ir::TaskInput& in : t.in) {
       if (in.konst < 0 || device_consts_.count({in.konst, t.device.type, t.device.index})) continue;
@@ -296,6 +298,11 @@ void Runtime::Fail(const Status& s) {
   cv_.notify_all();
 }
 
+Status Runtime::TakeDataErrors() {
+  for (auto& [dev, stream] : error_streams_) RETURN_IF_ERROR(BackendOf(dev.first)->TakeDataError(*stream));
+  return Status::Ok();
+}
+
 void Runtime::ActorFinished() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -404,7 +411,7 @@ void Runtime::Watch(int mine) {
   bool decided = !agree;
   int64_t target = steps_;  // the steps the run ends after
   int64_t last_progress = -1;
-  auto last_change = std::chrono::steady_clock::now();
+  auto last_change = std::chrono::steady_clock::now(), last_error_read = last_change;
   std::chrono::milliseconds ask(1);
   std::unique_lock<std::mutex> lock(mu_);
   while (!failed_ && !(decided && (target == steps_ ? finished_ == mine : Reached(target)))) {
@@ -421,6 +428,16 @@ void Runtime::Watch(int mine) {
     } else if (std::chrono::duration<double>(now - last_change).count() > opt_.stall_timeout) {
       failed_ = true;
       error_ = Status::Runtime(StallReport());
+    }
+    if (!error_streams_.empty() && now - last_error_read > std::chrono::milliseconds(200) && !failed_) {
+      last_error_read = now;
+      lock.unlock();
+      const Status e = TakeDataErrors();
+      lock.lock();
+      if (!e.ok() && !failed_) {
+        failed_ = true;
+        error_ = e;
+      }
     }
     if (opt_.stop_signal && opt_.stop_signal->load() != 0 && !failed_) {
       failed_ = true;
@@ -552,6 +569,12 @@ Status Runtime::Run(const RunOptions& opt) {
   // Kernels queued on a device may still run (the last step's updates): a run ends when they have,
   // so that what reads the parameters next (evaluation on its own streams, a checkpoint) sees them.
   for (auto& [dev, stream] : compute_streams_) stream->Synchronize();
+  if (!failed_) {  // an error in the run's last kernels
+    if (Status e = TakeDataErrors(); !e.ok()) {
+      failed_ = ran_failed_ = true;
+      result = error_ = e;
+    }
+  }
   // Every act is done, but the acks of the last ones may still have been queued when the streams
   // stopped: the slots they free are free, for the next run.
   if (!failed_)

@@ -205,6 +205,9 @@ class Runtime {
   // Run's wait: until every actor has done its acts, a failure, a stall or a signal; with
   // RunOptions::wind_down, the ranks agree on where the run ends on the way.
   void Watch(int mine);
+  // The first data error (an index out of range, a label outside the classes) a kernel met on any
+  // of this rank's devices that host code cannot read directly; read off the actors' streams.
+  Status TakeDataErrors();
   // Where RunOptions::wind_down asks: stops new steps here and says how far this rank had got;
   // once the ranks agreed (Agree), lets them run to the agreed step.
   void Freeze(bool stopping);
@@ -256,6 +259,9 @@ class Runtime {
   std::map<std::pair<DeviceType, int>, std::unique_ptr<DeviceStream>> copy_streams_;  // by device
   // By device: the stream its kernels queue on, which a movement of its tensors is ordered after.
   std::map<std::pair<DeviceType, int>, std::unique_ptr<DeviceStream>> compute_streams_;
+  // By device the host cannot address: the stream TakeDataErrors reads its error word on. A rank
+  // that copies nothing back (data parallel ranks past 0) would not see its errors otherwise.
+  std::map<std::pair<DeviceType, int>, std::unique_ptr<DeviceStream>> error_streams_;
   std::vector<std::unique_ptr<Actor>> actors_;   // by task id; null for other ranks' tasks
   std::vector<std::unique_ptr<Stream>> streams_;  // threads
   std::vector<int> stream_of_;                   // by task id: index into streams_

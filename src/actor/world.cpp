@@ -61,6 +61,7 @@ Result<std::string> UseDeviceCollectives(World& w, DeviceType type) {
     return Status::Runtime("[actor] rank " + std::to_string(w.rank) + ": exchanging the ranks' GPUs failed");
   std::map<std::string, std::vector<int>> by_gpu;
   for (int r = 0; r < w.size; ++r) by_gpu[std::string(&all[static_cast<size_t>(r) * kKey])].push_back(r);
+  w.gpu_sharers = static_cast<int>(by_gpu[std::string(mine)].size());
   for (const auto& [gpu, ranks] : by_gpu) {
     if (ranks.size() < 2) continue;
     std::string list;

@@ -18,6 +18,7 @@ struct World {
   int rank = 0;
   int size = 1;
   std::unique_ptr<Communicator> comm;  // null when not launched by mpirun
+  int gpu_sharers = 1;                  // ranks driving this rank's GPU, itself included (UseDeviceCollectives)
 };
 
 // Under mpirun (Open MPI's OMPI_COMM_WORLD_SIZE is set) initialises MPI and returns this rank;

@@ -59,6 +59,7 @@ class CollectiveGroup {
   // while there is none.
   virtual Status Error() = 0;
   // Stops the group's work where it is, so that the process can exit; the group is unusable after.
+  // Any thread, also while another queues work on the group.
   virtual void Abort() = 0;
 };
 

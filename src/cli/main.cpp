@@ -125,15 +125,17 @@ std::string LargestRegisters(const ir::Plan& plan, const ir::Graph& g, int rank,
   return s;
 }
 
-Status CheckMemory(const ir::Plan& plan, const ir::Graph& g, int rank, DeviceType device) {
+// `sharers`: the ranks that drive this rank's device, which its free memory is shared by.
+Status CheckMemory(const ir::Plan& plan, const ir::Graph& g, int rank, DeviceType device, int sharers) {
   const ir::Plan::Memory m = plan.MemoryOf(rank);
   const Backend* backend = BackendOf(device);
   const double free_on_device = backend ? backend->FreeBytes(0) : -1;
   const bool on_device = free_on_device >= 0;
   const double need = static_cast<double>(m.params + m.state + m.regsts);
-  const double have = on_device ? free_on_device : PhysicalMemoryBytes() / RanksHere();
+  const double have = on_device ? free_on_device / std::max(1, sharers) : PhysicalMemoryBytes() / RanksHere();
   if (have <= 0 || need <= have) return Status::Ok();
-  const std::string where = on_device ? "its " + std::string(Name(device)) + " device has " + HumanBytes(have) + " free"
+  const std::string shared = sharers > 1 ? " (its share: " + std::to_string(sharers) + " ranks drive it)" : "";
+  const std::string where = on_device ? "its " + std::string(Name(device)) + " device has " + HumanBytes(have) + " free" + shared
                                       : "its share of this machine is " + HumanBytes(have) + " of memory (over " +
                                             std::to_string(RanksHere()) + " rank(s) here)";
   return Status::Runtime("[train] rank " + std::to_string(rank) + " needs " + HumanBytes(need) + " (parameters " +
@@ -230,7 +232,7 @@ int Train(const Args& a) {
   auto c = Compile(*cfg, world->size);
   if (!c.ok()) return fail(c.status());
   const ir::Plan& plan = c->plan;
-  if (Status s = CheckMemory(plan, c->training.graph, world->rank, cfg->parallel.device); !s.ok()) return fail(s);
+  if (Status s = CheckMemory(plan, c->training.graph, world->rank, cfg->parallel.device, world->gpu_sharers); !s.ok()) return fail(s);
   if (!cfg->save.onnx.empty()) {  // before training: a run is not lost to a model it cannot save
     if (Status s = ir::CheckOnnxWeights(*c->model, SavedTypes(c->training)); !s.ok())
       return fail(Status::Invalid("[config] " + cfg->path + ": save.onnx: " + s.message()));

@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "ops/cuda/device.h"
 #include "ops/kernel_args.h"
@@ -80,6 +82,52 @@ class Scratch {
  private:
   void* p_ = nullptr;
   cudaStream_t s_;
+};
+
+// A library's handles (cuBLAS, cuDNN), one per thread at a time (they are not for concurrent use):
+// a thread takes a spare one or makes one, and gives it back when it ends instead of destroying it.
+// The runtime's stream threads end with every run; making a handle costs milliseconds, and
+// destroying one synchronises the device, which after a failure can wait for a collective that a
+// lost peer never joins.
+template <typename H>
+class ThreadHandles {
+ public:
+  // This thread's handle; `make(&h)` makes one (true on success) when there is no spare.
+  template <typename Make>
+  static H Get(Make make) {
+    thread_local Held mine;
+    if (mine.h) return mine.h;
+    {
+      std::lock_guard<std::mutex> lock(Spares().mu);
+      if (!Spares().free.empty()) {
+        mine.h = Spares().free.back();
+        Spares().free.pop_back();
+        return mine.h;
+      }
+    }
+    MakeCurrent();
+    H h{};
+    if (make(&h)) mine.h = h;
+    return mine.h;
+  }
+
+ private:
+  struct Pool {
+    std::mutex mu;
+    std::vector<H> free;
+  };
+  static Pool& Spares() {
+    static Pool* pool = new Pool;  // never destroyed: threads may end after static destruction
+    return *pool;
+  }
+  struct Held {
+    H h{};
+    ~Held() {
+      if (!h) return;
+      std::lock_guard<std::mutex> lock(Spares().mu);
+      Spares().free.push_back(h);
+    }
+  };
 };
 
 inline Status NoScratch(const KernelCtx& c, const std::string& what) {

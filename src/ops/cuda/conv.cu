@@ -46,27 +46,18 @@ Status Cudnn(const KernelCtx& c, cudnnStatus_t s, const char* call) {
   return Status::Runtime("[cuda] " + c.node.name + ": cuDNN " + call + ": " + cudnnGetErrorString(s));
 }
 
-// This thread's cuDNN handle, made on its first convolution (as the cuBLAS handles, matmul.cu).
-struct ThreadHandle {
-  cudnnHandle_t h = nullptr;
-  ~ThreadHandle() {
-    if (h) cudnnDestroy(h);
-  }
-};
-
+// This thread's cuDNN handle (ThreadHandles, common.cuh), bound to the kernel's stream.
 Result<cudnnHandle_t> Handle(const KernelCtx& c) {
-  thread_local ThreadHandle mine;
-  if (!mine.h) {
-    MakeCurrent();
-    const cudnnStatus_t s = cudnnCreate(&mine.h);
-    if (s != CUDNN_STATUS_SUCCESS) {
-      mine.h = nullptr;
-      return Status::Runtime("[cuda] " + c.node.name + ": cudnnCreate: " + cudnnGetErrorString(s) +
-                             " (is cuDNN 9 on the library path?)");
-    }
-  }
-  cudnnSetStream(mine.h, StreamOf(c));
-  return mine.h;
+  cudnnStatus_t made = CUDNN_STATUS_SUCCESS;
+  cudnnHandle_t h = ThreadHandles<cudnnHandle_t>::Get([&](cudnnHandle_t* out) {
+    made = cudnnCreate(out);
+    return made == CUDNN_STATUS_SUCCESS;
+  });
+  if (!h)
+    return Status::Runtime("[cuda] " + c.node.name + ": cudnnCreate: " + cudnnGetErrorString(made) +
+                           " (is cuDNN 9 on the library path?)");
+  cudnnSetStream(h, StreamOf(c));
+  return h;
 }
 
 // cuDNN's workspace, at most this much: an algorithm that wants more is passed over.

@@ -2,9 +2,8 @@
 // column-major: a row-major Y = op(A) op(B) is the column-major Y^T = op(B)^T op(A)^T, so every
 // call passes B before A with the same lda/ldb as the CPU's row-major sgemm.
 //
-// A handle per thread (cuBLAS handles are not for concurrent use), bound to the kernel's stream
-// per call, with a workspace of its own: cuBLAS then picks the same algorithm every run, so a
-// GEMM gives the same bits from run to run.
+// A handle per thread (ThreadHandles, common.cuh), bound to the kernel's stream per call: one
+// handle per stream is what cuBLAS needs to give the same bits from run to run.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -21,25 +20,14 @@ std::atomic<bool> g_tf32{false};
 
 const char* CublasName(cublasStatus_t s) { return cublasGetStatusName(s); }
 
-// This thread's handle, made on its first GEMM and destroyed when the thread ends (the runtime's
-// stream threads end with every run).
-struct ThreadHandle {
-  cublasHandle_t h = nullptr;
-  ~ThreadHandle() {
-    if (h) cublasDestroy(h);
-  }
-};
-
 Result<cublasHandle_t> Handle() {
-  thread_local ThreadHandle mine;
-  if (mine.h) return mine.h;
-  MakeCurrent();
-  const cublasStatus_t s = cublasCreate(&mine.h);
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    mine.h = nullptr;
-    return Status::Runtime(std::string("[cuda] cublasCreate: ") + CublasName(s));
-  }
-  return mine.h;
+  cublasStatus_t made = CUBLAS_STATUS_SUCCESS;
+  cublasHandle_t h = ThreadHandles<cublasHandle_t>::Get([&](cublasHandle_t* out) {
+    made = cublasCreate(out);
+    return made == CUBLAS_STATUS_SUCCESS;
+  });
+  if (!h) return Status::Runtime(std::string("[cuda] cublasCreate: ") + CublasName(made));
+  return h;
 }
 
 Status Cublas(const KernelCtx& c, cublasStatus_t s) {

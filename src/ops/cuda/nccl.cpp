@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "ops/cuda/device.h"
@@ -82,18 +83,26 @@ class NcclGroup final : public CollectiveGroup {
   }
   Status AllReduce(const void* in, void* out, size_t count, DType t, GroupReduce op) override {
     MakeCurrent();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!comm_) return Aborted();
     return NcclStatus(ncclAllReduce(in, out, count, NcclType(t), NcclOp(op), comm_, stream_.handle()), "ncclAllReduce");
   }
   Status AllGather(const void* in, void* out, size_t count, DType t) override {
     MakeCurrent();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!comm_) return Aborted();
     return NcclStatus(ncclAllGather(in, out, count, NcclType(t), comm_, stream_.handle()), "ncclAllGather");
   }
   Status ReduceScatter(const void* in, void* out, size_t count, DType t, GroupReduce op) override {
     MakeCurrent();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!comm_) return Aborted();
     return NcclStatus(ncclReduceScatter(in, out, count, NcclType(t), NcclOp(op), comm_, stream_.handle()), "ncclReduceScatter");
   }
   Status Exchange(const std::vector<Part>& parts, DType t) override {
     MakeCurrent();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!comm_) return Aborted();
     const size_t es = SizeOf(t);
     RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "ncclGroupStart"));
     Status s;
@@ -114,7 +123,8 @@ class NcclGroup final : public CollectiveGroup {
   std::shared_ptr<Event> Record() override { return stream_.Record(); }
   Status Error() override {
     if (!error_.ok()) return error_;
-    if (!comm_) return Status::Runtime("[nccl] the communicator was aborted");
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!comm_) return Aborted();
     ncclResult_t async = ncclSuccess;
     const ncclResult_t r = ncclCommGetAsyncError(comm_, &async);
     if (r != ncclSuccess) return NcclStatus(r, "ncclCommGetAsyncError");
@@ -147,7 +157,11 @@ class NcclGroup final : public CollectiveGroup {
     cudaFree(buf);
     return s;
   }
+  // From any thread, also while another queues on the group (the lock) or NCCL's kernels wait for
+  // a peer that is gone (the abort ends them).
   void Abort() override {
+    MakeCurrent();
+    std::lock_guard<std::mutex> lock(mu_);
     if (!comm_) return;
     ncclCommAbort(comm_);
     comm_ = nullptr;
@@ -158,6 +172,9 @@ class NcclGroup final : public CollectiveGroup {
     if (!s.ok() && error_.ok()) error_ = s;
   }
 
+  static Status Aborted() { return Status::Runtime("[nccl] the communicator was aborted"); }
+
+  std::mutex mu_;  // comm_, which Abort may end from another thread
   ncclComm_t comm_;
   const int members_, index_;
   CudaStream stream_;
