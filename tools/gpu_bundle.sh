@@ -2,12 +2,17 @@
 # Packs what a bare GPU machine lacks to run flowrun into .bundle/ (ignored through
 # .git/info/exclude), for tools/gpu_check.sh (issue 30, "A GPU to test on").
 #
-#     bash tools/gpu_bundle.sh [BINARY]        # default build/src/flowrun (bash tools/bootstrap.sh)
+#     bash tools/gpu_bundle.sh            # after tools/bootstrap.sh (the dependencies, nvcc)
+#
+# It builds flowrun, its CUDA module and the tests the check runs in build-bundle/, with CUDA and
+# for x86-64-v3 (-Dmarch=x86-64-v3: AVX2, FMA, BMI2), not this machine's CPU: the GPU machine's
+# may lack what -march=native uses here (AVX-512 VBMI), and would stop on the first such
+# instruction.
 #
 # The GPU machine has PyTorch, nvcc and CUDA's libraries but none of flowrun's Debian dependencies
 # (yaml-cpp, ONNX, protobuf, oneDNN, Open MPI) and no network. This script copies, from this
 # machine:
-#   - BINARY as bin/flowrun, and every shared library `ldd` lists for it that is not part of glibc
+#   - flowrun as bin/flowrun, and every shared library `ldd` lists for it that is not part of glibc
 #     (libdnnl, libonnx_proto, libprotobuf, libyaml-cpp, libmpi, libopen-rte, libopen-pal, libhwloc,
 #     libevent, libudev, libgomp, libOpenCL, libz, ...) into lib/; libstdc++ and libgcc_s go to
 #     lib/compat/, which env.sh uses only when the machine's own are missing or too old (PyTorch's
@@ -34,14 +39,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 
-bin=${1:-build/src/flowrun}
-[ -x "$bin" ] || { echo "gpu_bundle: $bin not found; build it first (bash tools/bootstrap.sh)" >&2; exit 2; }
+bdir=build-bundle
+if [ ! -f "$bdir/build.ninja" ]; then
+  meson setup "$bdir" -Dcuda=enabled -Dmarch=x86-64-v3 >/dev/null || { echo "gpu_bundle: meson setup $bdir failed" >&2; exit 2; }
+fi
+# Meson 1.0 does not track nvcc's header dependencies: rebuild the CUDA objects after a header.
+if [ -f "$bdir/src/libflowrun_cuda.so" ] &&
+   [ -n "$(find src \( -name '*.h' -o -name '*.cuh' \) -newer "$bdir/src/libflowrun_cuda.so" | head -1)" ]; then
+  touch src/ops/cuda/*.cu
+fi
+ninja -C "$bdir" src/flowrun src/libflowrun_cuda.so tests/device_ops_test tests/nccl_test tests/parity_test >/dev/null ||
+  { echo "gpu_bundle: building in $bdir failed (ninja -C $bdir for the errors)" >&2; exit 2; }
+bin=$bdir/src/flowrun
 for t in ldd xz tar; do
   command -v "$t" >/dev/null || { echo "gpu_bundle: needs $t" >&2; exit 2; }
 done
 
 out=$repo/.bundle
-grep -qxF '/.bundle/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo '/.bundle/' >>.git/info/exclude; }
+exclude=$(git rev-parse --git-path info/exclude)
+grep -qxF '/.bundle/' "$exclude" 2>/dev/null || { mkdir -p "$(dirname "$exclude")"; echo '/.bundle/' >>"$exclude"; }
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/flowrun-bundle-stage.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
@@ -204,16 +220,17 @@ fi
 _r=$FLOWRUN_BUNDLE_ROOT
 export PATH=$_r/bin:$_r/ompi/bin:$PATH
 export LD_LIBRARY_PATH=$_r/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-# CUDA's libraries for the CUDA module: the machine's toolkit's, else PyTorch's wheels'.
-for _d in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /opt/*/.venv/lib/python3*/site-packages/nvidia/cu13/lib; do
+# CUDA's libraries for the CUDA module: PyTorch's wheels' (the versions PyTorch runs with, next
+# to which flowrun is measured), else the machine's toolkit's.
+for _d in /opt/*/.venv/lib/python3*/site-packages/nvidia/cu13/lib /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64; do
   if [ -e "$_d/libcublas.so.13" ] && [ -e "$_d/libcudart.so.13" ]; then export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$_d; break; fi
 done
-# NCCL for the CUDA module's collectives: the toolkit's, else the nvidia-nccl wheel's.
-for _d in /usr/local/cuda/lib /usr/local/cuda/lib64 /usr/local/cuda-13*/lib /opt/*/.venv/lib/python3*/site-packages/nvidia/nccl/lib; do
+# NCCL for the CUDA module's collectives: the nvidia-nccl wheel's, else the toolkit's.
+for _d in /opt/*/.venv/lib/python3*/site-packages/nvidia/nccl/lib /usr/local/cuda/lib /usr/local/cuda/lib64 /usr/local/cuda-13*/lib; do
   if [ -e "$_d/libnccl.so.2" ]; then export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$_d; break; fi
 done
-# cuDNN 9 for the convolutions: the toolkit's, else the nvidia-cudnn wheel's.
-for _d in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /opt/*/.venv/lib/python3*/site-packages/nvidia/cudnn/lib; do
+# cuDNN 9 for the convolutions: the nvidia-cudnn wheel's, else the toolkit's.
+for _d in /opt/*/.venv/lib/python3*/site-packages/nvidia/cudnn/lib /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64; do
   if [ -e "$_d/libcudnn.so.9" ]; then export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$_d; break; fi
 done
 unset _d

@@ -2,16 +2,21 @@
 # The GPU machine's check for issue 30 ("A GPU to test on"). Runs there, from the repository root,
 # after tools/gpu_bundle.sh has made .bundle/ here and the call carries it:
 #
-#     bash tools/gpu_check.sh            # writes check.log, summary.txt, baseline.jsonl, nvidia-smi.txt to $OUT
+#     bash tools/gpu_check.sh            # writes check.log, summary.txt, figures.txt, baseline.jsonl,
+#                                        # nvidia-smi.txt and logs.tar.gz to $OUT
+#     GPU_CHECK_STEPS=cuda-ops,cuda-golden bash tools/gpu_check.sh    # only these steps (a rerun)
 #
 # Each step runs under its own `timeout`, a failed step is reported and the next one runs, the
-# whole within GPU_CHECK_BUDGET seconds (default 420; later steps get what is left):
+# whole within GPU_CHECK_BUDGET seconds (default 330, so that a second run fits in a session;
+# later steps get what is left). Every CUDA run of flowrun has parallel.timeout=20, so that a
+# stall ends as flowrun's own report, not a silent kill. Each step's figures go to figures.txt,
+# printed last with the summary (the tool returns the output's tail):
 #   1. the machine: nvidia-smi, CPU, glibc, compilers, Python;
 #   2. the bundle: unpack it, `ldd` of flowrun, its CUDA module, mpirun and Open MPI's plugins with
 #      nothing missing (CUDA's own libraries are the machine's);
 #   3. flowrun on the CPU from the bundle: --version, `train configs/mlp.yaml` on 1 rank and under
 #      `mpirun -n 2` with the bundled Open MPI;
-#   4. the CUDA backend: every op's CUDA kernel against its CPU kernel, forward and gradient
+#   4. the CUDA backend: a smoke run (5 MLP steps); every op's CUDA kernel against its CPU kernel, forward and gradient
 #      (device_ops_test, rtol 1e-5, TF32 off); the device communicator on NCCL with one rank per
 #      communicator (nccl_test); the golden runs on the GPU against PyTorch's
 #      losses (parity_test with parallel.device=cuda, rtol 1e-4); gpt_mini 200 steps on the GPU
@@ -31,14 +36,18 @@ mkdir -p "$OUT"
 export FLOWRUN_BUNDLE_ROOT=${FLOWRUN_BUNDLE_ROOT:-/tmp/flowrun-bundle}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PYTHONUNBUFFERED=1
-BUDGET=${GPU_CHECK_BUDGET:-420}
-export SUMMARY=$OUT/summary.txt
+BUDGET=${GPU_CHECK_BUDGET:-330}
+export SUMMARY=$OUT/summary.txt FIGURES=$OUT/figures.txt
 : >"$SUMMARY"
+: >"$FIGURES"
+# A stall on the GPU ends as flowrun's report (which acts wait on what) within 20 s.
+export CUDA_SETS="--set parallel.device=cuda --set parallel.timeout=20"
 
 # step NAME LIMIT FUNCTION: runs FUNCTION in a fresh bash under timeout min(LIMIT, what the budget
 # leaves), and records its exit status and time.
 step() {
   local name=$1 limit=$2 fn=$3 left lim t0 rc status
+  if [ -n "${GPU_CHECK_STEPS:-}" ] && [[ ",$GPU_CHECK_STEPS," != *",$name,"* ]]; then return; fi
   left=$((BUDGET - SECONDS - 5))
   lim=$((limit < left ? limit : left))
   if [ "$lim" -lt 5 ]; then
@@ -58,15 +67,19 @@ step() {
   printf '%-22s %-28s %4ds\n' "$name" "$status" $((SECONDS - t0)) | tee -a "$SUMMARY"
 }
 
-# Run with the bundle's environment (PATH, LD_LIBRARY_PATH, OPAL_*): only flowrun's steps, never
-# Python's (the bundle's libraries must not shadow PyTorch's).
-bundled() { source "$REPO/.bundle/env.sh" >/dev/null && "$@"; }
+# Run with the bundle's environment (PATH, LD_LIBRARY_PATH, OPAL_*), in a subshell: only flowrun's
+# commands, never Python's (the bundle's libraries must not shadow PyTorch's).
+bundled() { (source "$REPO/.bundle/env.sh" >/dev/null && exec "$@"); }
+# fig LINE: one result line for figures.txt (and the log).
+fig() { echo "$*" | tee -a "$FIGURES"; }
 
 s_machine() {
   date -u; uname -a
   grep -m1 'model name' /proc/cpuinfo; echo "cpus: $(nproc)"; free -g | head -2
-  grep -m1 -o -w -E 'avx512f' /proc/cpuinfo >/dev/null && echo "cpu has avx512f" || echo "cpu has no avx512f"
-  grep -q -w avx2 /proc/cpuinfo && echo "cpu has avx2" || echo "cpu has NO avx2 (flowrun is built -march=native on znver3)"
+  # The bundle is built for x86-64-v3 (tools/gpu_bundle.sh).
+  local f missing=""
+  for f in avx2 fma bmi2 movbe; do grep -q -w "$f" /proc/cpuinfo || missing+=" $f"; done
+  [ -z "$missing" ] && echo "cpu has x86-64-v3 (avx2 fma bmi2 movbe)" || { echo "cpu LACKS$missing: the bundle's x86-64-v3 binaries will not run"; exit 1; }
   . /etc/os-release 2>/dev/null && echo "os: $PRETTY_NAME"
   ldd --version | head -1
   for t in gcc g++ c++ nvcc meson ninja cmake xz zstd python3; do
@@ -78,7 +91,7 @@ s_machine() {
 }
 s_nvidia_smi() {
   nvidia-smi 2>&1 | tee "$OUT/nvidia-smi.txt"
-  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,compute_mode --format=csv 2>&1 | tee -a "$OUT/nvidia-smi.txt"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,compute_mode,persistence_mode --format=csv 2>&1 | tee -a "$OUT/nvidia-smi.txt"
 }
 s_unpack() {
   [ -f "$REPO/.bundle/env.sh" ] || { echo "no .bundle/env.sh: run bash tools/gpu_bundle.sh first and carry .bundle"; exit 1; }
@@ -94,6 +107,7 @@ s_ldd() {
   source "$REPO/.bundle/env.sh" >/dev/null || exit 1
   local r=$FLOWRUN_BUNDLE_ROOT bad=0 f
   ldd "$r/bin/flowrun"
+  echo "the CUDA module's CUDA libraries:"; ldd "$r/bin/libflowrun_cuda.so" | grep -E 'cublas|cudnn|nccl|cudart'
   for f in "$r"/bin/* "$r"/ompi/bin/orterun "$r"/ompi/bin/orted "$r"/ompi/bin/ompi_info "$r"/ompi/pkglib/*.so "$r"/pmix/lib/pmix/*.so "$r"/lib/*.so*; do
     [ -e "$f" ] || continue
     if ldd "$f" 2>&1 | grep -E 'not found'; then echo "  ^ in $f"; bad=1; fi
@@ -107,10 +121,10 @@ s_flowrun_1() {
   bundled flowrun train configs/mlp.yaml --set log.jsonl=/tmp/gc_mlp1.jsonl
 }
 s_mpirun_mlp() {
-  if ! bundled mpirun -n 2 --oversubscribe flowrun train configs/mlp.yaml --set log.jsonl=/tmp/gc_mlp2.jsonl 2>&1 | tee /tmp/gc_mpirun.log; then
+  if ! bundled mpirun -n 2 --oversubscribe flowrun train configs/mlp.yaml --set log.jsonl=/tmp/gc_mlp2.jsonl </dev/null 2>&1 | tee /tmp/gc_mpirun.log; then
     echo "--- again with btl_vader_single_copy_mechanism=none (no CMA in this VM?)"
     bundled mpirun -n 2 --oversubscribe --mca btl_vader_single_copy_mechanism none \
-      flowrun train configs/mlp.yaml --set log.jsonl=/tmp/gc_mlp2.jsonl 2>&1 | tee /tmp/gc_mpirun.log || exit 1
+      flowrun train configs/mlp.yaml --set log.jsonl=/tmp/gc_mlp2.jsonl </dev/null 2>&1 | tee /tmp/gc_mpirun.log || exit 1
     echo "note: mpirun needed --mca btl_vader_single_copy_mechanism none" | tee -a "$SUMMARY"
   fi
   # Open MPI or PMIx opening a plugin outside the bundle (the machine's own, another version).
@@ -119,32 +133,50 @@ s_mpirun_mlp() {
     exit 4
   fi
 }
+# The backend's first contact: 5 MLP steps on the GPU, their loss against the CPU's.
+s_cuda_smoke() {
+  bundled flowrun train configs/mlp.yaml --set train.steps=5 --set log.every=5 2>&1 | tail -1 | tee /tmp/gc_smoke_cpu.txt
+  bundled flowrun train configs/mlp.yaml --set train.steps=5 --set log.every=5 $CUDA_SETS >/tmp/gc_smoke.log 2>&1
+  local rc=$?
+  tail -3 /tmp/gc_smoke.log
+  fig "smoke: MLP 5 steps, CPU: $(grep -o 'final loss [0-9.e+-]*' /tmp/gc_smoke_cpu.txt); CUDA (exit $rc): $(grep -o 'final loss [0-9.e+-]*' /tmp/gc_smoke.log || tail -1 /tmp/gc_smoke.log)"
+  exit "$rc"
+}
 # Every op's CUDA kernel against its CPU kernel; the CUDA cases must run, not skip.
 s_cuda_ops() {
-  bundled device_ops_test --gtest_filter='*cuda*:DeviceParityCases.*' 2>&1 | tee /tmp/gc_ops.log
-  local rc=${PIPESTATUS[0]}
-  if grep -q 'SKIPPED' /tmp/gc_ops.log; then echo "the CUDA cases were skipped"; exit 3; fi
+  bundled device_ops_test --gtest_filter='*cuda*:DeviceParityCases.*' >/tmp/gc_ops.log 2>&1
+  local rc=$?
+  grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|Failure|differ|device .*, cpu' /tmp/gc_ops.log | head -60
+  if grep -q 'SKIPPED \]' /tmp/gc_ops.log; then fig "cuda-ops: the CUDA cases were skipped"; exit 3; fi
+  fig "cuda-ops: exit $rc; cases failing: $(grep -c 'Failure' /tmp/gc_ops.log); $(grep -m1 -o 'Value of: .*\|[^ ]* differ' /tmp/gc_ops.log || true)"
   exit "$rc"
 }
 # The device communicator on NCCL, one rank per communicator: NCCL's calls, the packing on the
 # device and the events, exactly; the cases must run, not skip.
 s_cuda_nccl() {
-  bundled nccl_test 2>&1 | tee /tmp/gc_nccl.log
-  local rc=${PIPESTATUS[0]}
-  if grep -q 'SKIPPED' /tmp/gc_nccl.log; then echo "the NCCL cases were skipped"; exit 3; fi
+  bundled nccl_test >/tmp/gc_nccl.log 2>&1
+  local rc=$?
+  grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|Which is' /tmp/gc_nccl.log | head -40
+  if grep -q 'SKIPPED \]' /tmp/gc_nccl.log; then fig "cuda-nccl: the NCCL cases were skipped"; exit 3; fi
+  fig "cuda-nccl: exit $rc, $(grep -c '^\[ *OK \]' /tmp/gc_nccl.log) passed, $(grep -c '^\[ *FAILED \]' /tmp/gc_nccl.log) failed"
   exit "$rc"
 }
 # The golden runs (tests/golden) on the GPU against PyTorch's 20 losses.
 s_cuda_golden() {
-  FLOWRUN_BIN=$FLOWRUN_BUNDLE_ROOT/bin/flowrun FLOWRUN_PARITY_SET="parallel.device=cuda" bundled parity_test \
-    --gtest_filter='Parity.Golden_*' 2>&1 | grep -E '^\[ parity|OK \]|FAILED|Failure|error|Expected|Which is|step [0-9]+' | head -80
-  exit "${PIPESTATUS[0]}"
+  FLOWRUN_BIN=$FLOWRUN_BUNDLE_ROOT/bin/flowrun FLOWRUN_PARITY_SET="parallel.device=cuda parallel.timeout=20" bundled parity_test \
+    --gtest_filter='Parity.Golden_*' >/tmp/gc_golden.log 2>&1
+  local rc=$?
+  grep '^\[ parity' /tmp/gc_golden.log | head -50
+  grep '^\[  FAILED  \] Parity' /tmp/gc_golden.log | sed 's/ (.*//' | sort -u | head -40
+  grep -m1 -A15 'Failure' /tmp/gc_golden.log
+  fig "cuda-golden: exit $rc, $(grep -c '^\[       OK \] Parity' /tmp/gc_golden.log) passed, $(grep '^\[  FAILED  \] Parity' /tmp/gc_golden.log | sed 's/ (.*//' | sort -u | wc -l) failed"
+  exit "$rc"
 }
 # gpt_mini on the GPU against the CPU, 200 steps; and their step times.
 s_cuda_gpt() {
   local sets=(--set train.steps=200 --set log.every=50)
   bundled flowrun train configs/gpt.yaml "${sets[@]}" 2>&1 | tail -1 | tee /tmp/gc_gpt_cpu.txt
-  bundled flowrun train configs/gpt.yaml "${sets[@]}" --set parallel.device=cuda 2>&1 | tail -3 | tee /tmp/gc_gpt_cuda.txt
+  bundled flowrun train configs/gpt.yaml "${sets[@]}" $CUDA_SETS 2>&1 | tail -3 | tee /tmp/gc_gpt_cuda.txt
   python3 - <<'PY'
 import re, sys
 def read(p):
@@ -158,22 +190,25 @@ r = abs(a - b) / abs(a)
 print(f"gpt_mini 200 steps: CPU {a} ({ta:.2f} ms/step), CUDA {b} ({tb:.2f} ms/step), relative difference {r:.2e}")
 sys.exit(0 if r < 1e-4 else 1)
 PY
+  local rc=$?
+  fig "cuda-gpt: $(tail -1 /tmp/gc_gpt_cpu.txt | grep -o 'final loss.*'); CUDA: $(tail -1 /tmp/gc_gpt_cuda.txt)"
+  exit $rc
 }
 # 2 ranks on the one GPU (NCCL refuses a GPU shared: collectives through host copies and MPI, as
 # the start line must say), data parallel and tensor parallel, against 1 rank on it, gpt_mini 50
 # steps.
 s_cuda_2ranks() {
-  local base=(--set train.steps=50 --set log.every=50 --set parallel.device=cuda --set schedule.warmup=2)
+  local base=(--set train.steps=50 --set log.every=50 $CUDA_SETS --set schedule.warmup=2)
   local tp=(--set 'parallel.sbp={"/blocks.*/attn/qkv/MatMul:1": ["S(1)"], "/blocks.*/mlp/fc/MatMul:1": ["S(1)"]}'
             --set cluster.flops=1.0e+13 --set 'cluster.bandwidth={intra: 1.0e+11, inter: 1.0e+11}')
   bundled flowrun train configs/gpt.yaml "${base[@]}" 2>&1 | tail -1 | tee /tmp/gc_1.txt
-  bundled mpirun -n 2 --oversubscribe flowrun train configs/gpt.yaml "${base[@]}" --set 'parallel.sbp={idx: ["S(0)"]}' >/tmp/gc_dp.txt 2>&1
+  bundled mpirun -n 2 --oversubscribe flowrun train configs/gpt.yaml "${base[@]}" --set 'parallel.sbp={idx: ["S(0)"]}' </dev/null >/tmp/gc_dp.txt 2>&1
   grep -E '^\[train\]' /tmp/gc_dp.txt; tail -1 /tmp/gc_dp.txt
   grep -q 'collectives through host copies and MPI (ranks 0,1 share GPU' /tmp/gc_dp.txt || { echo "not the host path for ranks sharing a GPU"; exit 5; }
-  bundled mpirun -n 2 --oversubscribe flowrun train configs/gpt.yaml "${base[@]}" "${tp[@]}" >/tmp/gc_tp.txt 2>&1
+  bundled mpirun -n 2 --oversubscribe flowrun train configs/gpt.yaml "${base[@]}" "${tp[@]}" </dev/null >/tmp/gc_tp.txt 2>&1
   tail -1 /tmp/gc_tp.txt
   python3 - <<'PY'
-import re, sys
+import os, re, sys
 def loss(p):
     m = re.search(r"final loss ([0-9.e+-]+)", open(p).read())
     return float(m.group(1)) if m else None
@@ -181,33 +216,58 @@ one, dp, tp = loss("/tmp/gc_1.txt"), loss("/tmp/gc_dp.txt"), loss("/tmp/gc_tp.tx
 if None in (one, dp, tp):
     sys.exit("a run has no final loss")
 rd, rt = abs(dp - one) / abs(one), abs(tp - one) / abs(one)
-print(f"gpt_mini 50 steps on one GPU: 1 rank {one}; 2 ranks data parallel {dp} ({rd:.2e}); tensor parallel {tp} ({rt:.2e})")
+line = f"gpt_mini 50 steps on one GPU: 1 rank {one}; 2 ranks data parallel {dp} ({rd:.2e}); tensor parallel {tp} ({rt:.2e})"
+print(line)
+open(os.environ["FIGURES"], "a").write("cuda-2ranks: " + line + "\n")
 sys.exit(0 if max(rd, rt) < 1e-5 else 1)
 PY
 }
 # A GPT-2-small-sized GPT (d=768, 12 layers, T=1024, untied head) on the GPU, FP32 with TF32
-# allowed, batch 8: tokens/s to set beside PyTorch's (torch-baseline: the same model and batch).
+# allowed, batch 8: tokens/s to set beside PyTorch's (torch-baseline: the same model and batch),
+# without a trace; the device's peak memory (nvidia-smi, every 100 ms); then a short traced run
+# for how much of each step the GPU computes.
 s_cuda_speed() {
-  python3 -c 'import onnx, numpy, yaml' 2>/dev/null || { echo "skipped: this machine's Python lacks onnx/numpy/yaml for tools/make_gpt2.py"; exit 3; }
-  [ -f /tmp/gc_gpt2.onnx ] || python3 tools/make_gpt2.py /tmp/gc_gpt2.onnx --vocab 50304 || exit 1
-  bundled flowrun train configs/scale/gpt2_124m.yaml --set model.onnx=/tmp/gc_gpt2.onnx --set parallel.device=cuda \
-    --set parallel.tf32=true --set train.steps=12 --set train.global_batch=8 --set train.micro_batch=8 --set log.every=1 \
-    --set log.jsonl=/tmp/gc_gpt2.jsonl --trace /tmp/gc_gpt2_trace.json 2>&1 | tail -4
-  # How much of each step the GPU computes ("compute (device)" busy; the issue asks >= 95%).
-  python3 tools/trace_report.py /tmp/gc_gpt2_trace.json --steps 3:11
-  python3 - <<'PY'
-import json
-rows = [json.loads(l) for l in open("/tmp/gc_gpt2.jsonl") if l.strip()]
+  python3 -c 'import onnx, numpy, yaml' 2>/dev/null || { fig "cuda-speed: skipped, this machine's Python lacks onnx/numpy/yaml for tools/make_gpt2.py"; exit 3; }
+  if [ ! -s /tmp/gc_gpt2.onnx ]; then
+    python3 tools/make_gpt2.py /tmp/gc_gpt2.onnx --vocab 50304 >/tmp/gc_make_gpt2.log 2>&1 || tail -5 /tmp/gc_make_gpt2.log
+    [ -s /tmp/gc_gpt2.onnx ] || { fig "cuda-speed: the GPT-2 export failed: $(tail -1 /tmp/gc_make_gpt2.log)"; exit 1; }
+  fi
+  local run=(flowrun train configs/scale/gpt2_124m.yaml --set model.onnx=/tmp/gc_gpt2.onnx $CUDA_SETS --set parallel.tf32=true
+             --set train.global_batch=8 --set train.micro_batch=8 --set log.every=1)
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >/tmp/gc_mem.txt 2>/dev/null &
+  local smi=$!
+  bundled "${run[@]}" --set train.steps=12 --set log.jsonl=/tmp/gc_gpt2.jsonl >/tmp/gc_speed.log 2>&1
+  local rc=$?
+  kill $smi 2>/dev/null
+  tail -4 /tmp/gc_speed.log
+  python3 - "$rc" <<'PY'
+import json, os, sys
+rc = sys.argv[1]
+rows = [json.loads(l) for l in open("/tmp/gc_gpt2.jsonl") if l.strip()] if os.path.exists("/tmp/gc_gpt2.jsonl") else []
 ms = sorted(r["step_ms"] for r in rows[2:] if "step_ms" in r)
+mem = [int(x) for x in open("/tmp/gc_mem.txt").read().split() if x.isdigit()] if os.path.exists("/tmp/gc_mem.txt") else []
+line = f"cuda-speed: exit {rc}"
 if ms:
     med = ms[len(ms) // 2]
-    print(f"flowrun CUDA GPT-2-small B=8 T=1024: median {med:.1f} ms/step, {8 * 1024 / (med / 1e3):,.0f} tokens/s")
+    line += f"; flowrun CUDA GPT-2-small B=8 T=1024: median {med:.1f} ms/step, {8 * 1024 / (med / 1e3):,.0f} tokens/s"
+if mem:
+    line += f"; GPU memory used: peak {max(mem)} MiB, at start {mem[0]} MiB (nvidia-smi)"
+print(line)
+open(os.environ["FIGURES"], "a").write(line + "\n")
 PY
+  [ "$rc" = 0 ] || exit "$rc"
+  bundled "${run[@]}" --set train.steps=6 --trace /tmp/gc_gpt2_trace.json >/tmp/gc_speed_trace.log 2>&1 || { tail -3 /tmp/gc_speed_trace.log; exit 1; }
+  # "compute (device)" busy: how much of each step the GPU computes (the issue asks >= 95%).
+  python3 tools/trace_report.py /tmp/gc_gpt2_trace.json --steps 2:5 | tee /tmp/gc_busy.txt
+  fig "cuda-speed trace (steps 2-5): $(grep -i 'compute (device)' /tmp/gc_busy.txt | head -1)"
 }
 # flowrun env on the GPU: cuBLAS SGEMM TFLOP/s and the all-reduce path's latency and bandwidth (two
 # ranks on one GPU: the host path), the cluster: section search would use.
 s_cuda_env() {
-  bundled flowrun env --device cuda --tf32 --ranks 2
+  bundled flowrun env --device cuda --tf32 --ranks 2 --timeout 20 </dev/null 2>&1 | tee /tmp/gc_env.log
+  local rc=${PIPESTATUS[0]}
+  fig "cuda-env (2 ranks sharing the GPU): exit $rc; $(grep -E 'flops|bandwidth|latency' /tmp/gc_env.log | tr -s ' ' | paste -sd';' | cut -c1-300)"
+  exit "$rc"
 }
 s_torch() {
   python3 bench/gpu_baseline.py --parts libs,gemm,eager,sdpa --jsonl "$OUT/baseline.jsonl"
@@ -215,7 +275,7 @@ s_torch() {
 s_torch_compile() {
   python3 bench/gpu_baseline.py --parts compile --jsonl "$OUT/baseline.jsonl"
 }
-export -f bundled s_machine s_nvidia_smi s_unpack s_ldd s_flowrun_1 s_mpirun_mlp s_cuda_ops s_cuda_nccl s_cuda_golden s_cuda_gpt s_cuda_2ranks s_cuda_speed s_cuda_env s_torch s_torch_compile
+export -f bundled fig s_machine s_nvidia_smi s_unpack s_ldd s_flowrun_1 s_mpirun_mlp s_cuda_smoke s_cuda_ops s_cuda_nccl s_cuda_golden s_cuda_gpt s_cuda_2ranks s_cuda_speed s_cuda_env s_torch s_torch_compile
 
 main() {
   echo "gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET}s, OUT=$OUT"
@@ -226,18 +286,22 @@ main() {
   step bundle-ldd 30 s_ldd
   step flowrun-1rank 60 s_flowrun_1
   step mpirun-2ranks-mlp 90 s_mpirun_mlp
-  step cuda-ops 120 s_cuda_ops
-  step cuda-nccl 60 s_cuda_nccl
+  step cuda-smoke 40 s_cuda_smoke
+  step cuda-ops 60 s_cuda_ops
+  step cuda-nccl 30 s_cuda_nccl
   step cuda-golden 90 s_cuda_golden
-  step cuda-gpt 90 s_cuda_gpt
-  step cuda-2ranks 90 s_cuda_2ranks
+  step cuda-gpt 60 s_cuda_gpt
+  step cuda-2ranks 60 s_cuda_2ranks
   step cuda-speed 150 s_cuda_speed
-  step cuda-env 60 s_cuda_env
+  step cuda-env 30 s_cuda_env
   step torch-baseline 150 s_torch
   step torch-compile 240 s_torch_compile
   echo
+  tar -czf "$OUT/logs.tar.gz" /tmp/gc_*.log /tmp/gc_*.txt /tmp/gc_*.jsonl 2>/dev/null
   echo "=== summary (${SECONDS}s) ==="
   cat "$SUMMARY"
+  echo "=== figures ==="
+  cat "$FIGURES"
   [ -f "$OUT/baseline.jsonl" ] && python3 - "$OUT/baseline.jsonl" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):

@@ -21,6 +21,7 @@ bench/torch_gpt.py reuses these helpers.
 
 import collections
 import glob
+import inspect
 import json
 import math
 import os
@@ -160,6 +161,9 @@ def export_module(model, t, path):
 
 
 def _export(model, dummy, path):
+    # The TorchScript exporter, which PyTorch 2.9 and later use only when asked (their default, the
+    # dynamo exporter, renames and transposes the Linear weights load_onnx_params looks for).
+    kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     torch.onnx.export(
         model, (dummy,), path,
         export_params=True,
@@ -168,6 +172,7 @@ def _export(model, dummy, path):
         input_names=["idx"],
         output_names=["logits"],
         dynamic_axes={"idx": {0: "batch"}, "logits": {0: "batch"}},
+        **kw,
     )
 
 
