@@ -7,7 +7,7 @@
 #     GPU_CHECK_STEPS=cuda-ops,cuda-golden bash tools/gpu_check.sh    # only these steps (a rerun)
 #
 # Each step runs under its own `timeout`, a failed step is reported and the next one runs, the
-# whole within GPU_CHECK_BUDGET seconds (default 330, so that a second run fits in a session;
+# whole within GPU_CHECK_BUDGET seconds (default 360, so that a second run fits in a session;
 # later steps get what is left). Every CUDA run of flowrun has parallel.timeout=20, so that a
 # stall ends as flowrun's own report, not a silent kill. Each step's figures go to figures.txt,
 # printed last with the summary (the tool returns the output's tail):
@@ -36,7 +36,7 @@ mkdir -p "$OUT"
 export FLOWRUN_BUNDLE_ROOT=${FLOWRUN_BUNDLE_ROOT:-/tmp/flowrun-bundle}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PYTHONUNBUFFERED=1
-BUDGET=${GPU_CHECK_BUDGET:-330}
+BUDGET=${GPU_CHECK_BUDGET:-360}
 export SUMMARY=$OUT/summary.txt FIGURES=$OUT/figures.txt
 : >"$SUMMARY"
 : >"$FIGURES"
@@ -146,7 +146,9 @@ s_cuda_smoke() {
 s_cuda_ops() {
   bundled device_ops_test --gtest_filter='*cuda*:DeviceParityCases.*' >/tmp/gc_ops.log 2>&1
   local rc=$?
-  grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|Failure|differ|device .*, cpu' /tmp/gc_ops.log | head -60
+  grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|Failure|differ|device .*, cpu|internal error' /tmp/gc_ops.log | head -60
+  # A fault that aborted the process: the case it was in is the last one named.
+  [ "$rc" -ge 128 ] && fig "cuda-ops: aborted (exit $rc) in $(grep '^\[ case' /tmp/gc_ops.log | tail -1): $(grep -m1 'internal error' /tmp/gc_ops.log)"
   if grep -q 'SKIPPED \]' /tmp/gc_ops.log; then fig "cuda-ops: the CUDA cases were skipped"; exit 3; fi
   fig "cuda-ops: exit $rc; cases failing: $(grep -c 'Failure' /tmp/gc_ops.log); $(grep -m1 -o 'Value of: .*\|[^ ]* differ' /tmp/gc_ops.log || true)"
   exit "$rc"
@@ -289,7 +291,7 @@ main() {
   step cuda-smoke 40 s_cuda_smoke
   step cuda-ops 60 s_cuda_ops
   step cuda-nccl 30 s_cuda_nccl
-  step cuda-golden 90 s_cuda_golden
+  step cuda-golden 150 s_cuda_golden
   step cuda-gpt 60 s_cuda_gpt
   step cuda-2ranks 60 s_cuda_2ranks
   step cuda-speed 150 s_cuda_speed

@@ -42,16 +42,22 @@ class Nccl : public ::testing::Test {
       why_ = gpu.status().message();
       return;
     }
+    // With a GPU, a failure from here on fails every case with its reason (an ASSERT here would
+    // mark them skipped, as if there were no GPU).
     Result<std::unique_ptr<Communicator>> mpi = MpiWorld(nullptr, nullptr);  // a singleton world
-    ASSERT_TRUE(mpi.ok()) << mpi.status().message();
+    if (!mpi.ok()) {
+      broken_ = "MPI: " + mpi.status().message();
+      return;
+    }
     comm_ = WithDeviceGroups(std::move(*mpi), NcclGroups(), DeviceType::kCuda).release();
-    ASSERT_TRUE(comm_->Prepare({{0}, {0}}).ok());
+    if (Status s = comm_->Prepare({{0}, {0}}); !s.ok()) broken_ = "Prepare: " + s.message();
   }
   static void TearDownTestSuite() {
     delete comm_;  // finalises MPI
     comm_ = nullptr;
   }
   void SetUp() override {
+    if (!broken_.empty()) FAIL() << broken_;
     if (!comm_) GTEST_SKIP() << "no CUDA device to test: " << why_;
   }
   // Runs `t` to completion; the outputs, on the host.
@@ -75,6 +81,7 @@ class Nccl : public ::testing::Test {
   }
   static inline Communicator* comm_ = nullptr;
   static inline std::string why_;
+  static inline std::string broken_;  // with a GPU: why the communicator could not be made
 };
 
 TEST_F(Nccl, AllReduceOneTensorAndBuckets) {

@@ -17,6 +17,8 @@
 #include "ir/autodiff.h"
 #include "ops/cuda/backend.h"
 #include "ops/cuda/kernels.h"
+#include <cstdio>
+
 #include "harness.h"
 
 namespace fr::test {
@@ -456,7 +458,11 @@ class DeviceRun {
       for (ValueId v : node.in) in.push_back(v == ir::kNoValue ? Tensor{} : env_[static_cast<size_t>(v)]);
       for (ValueId v : node.out) out.push_back(env_[static_cast<size_t>(v)]);
       KernelCtx ctx{node, in, out, step, micro, 1, stream_.get()};
-      RETURN_IF_ERROR(Kernel(node.op, dev_.type)(ctx));
+      if (Status s = Kernel(node.op, dev_.type)(ctx); !s.ok()) {
+        stream_->Synchronize();  // an earlier node's data error is this run's, not the next one's
+        (void)BackendOf(dev_.type)->TakeDataError(*stream_);
+        return s;
+      }
     }
     stream_->Synchronize();
     return BackendOf(dev_.type)->TakeDataError(*stream_);
@@ -524,30 +530,35 @@ class DeviceParity : public ::testing::TestWithParam<DeviceType> {
   }
 };
 
+// Each case on its own: a failed ASSERT ends that case, not the rest. Its name goes to stderr
+// first, so that a fault which aborts the process (an illegal address) still names it.
 TEST_P(DeviceParity, EveryCase) {
   for (const Case& c : Cases()) {
-    SCOPED_TRACE(c.name);
-    Net net;
-    const Built b = c.build(net);
-    std::set<ValueId> inexact;
-    AddBackward(net, b, &inexact);
-    if (HasFatalFailure()) return;
-    DeviceRun dev(net.graph(), Device{GetParam(), 0});  // copies the inputs before the CPU's updates
-    for (int step = 0; step < b.steps; ++step) {
-      for (int micro = 0; micro < b.micros; ++micro) {
-        const Status on_dev = dev.Run(step, micro);
-        ASSERT_TRUE(on_dev.ok()) << on_dev.message();
-        const Status on_cpu = net.Run(step, micro);
-        ASSERT_TRUE(on_cpu.ok()) << on_cpu.message();
-        for (size_t v = 0; v < net.graph().values.size(); ++v) {
-          const auto id = static_cast<ValueId>(v);
-          const bool exact = (b.exact && !inexact.count(id)) || GetParam() == DeviceType::kSim;
-          EXPECT_TRUE(Agree(net.graph().values[v].name + " at step " + std::to_string(step) + ", micro-batch " +
-                                std::to_string(micro),
-                            net[id], dev.Host(id), exact));
+    std::fprintf(stderr, "[ case     ] %s\n", c.name);
+    [&] {
+      SCOPED_TRACE(c.name);
+      Net net;
+      const Built b = c.build(net);
+      std::set<ValueId> inexact;
+      AddBackward(net, b, &inexact);
+      if (HasFatalFailure()) return;
+      DeviceRun dev(net.graph(), Device{GetParam(), 0});  // copies the inputs before the CPU's updates
+      for (int step = 0; step < b.steps; ++step) {
+        for (int micro = 0; micro < b.micros; ++micro) {
+          const Status on_dev = dev.Run(step, micro);
+          ASSERT_TRUE(on_dev.ok()) << on_dev.message();
+          const Status on_cpu = net.Run(step, micro);
+          ASSERT_TRUE(on_cpu.ok()) << on_cpu.message();
+          for (size_t v = 0; v < net.graph().values.size(); ++v) {
+            const auto id = static_cast<ValueId>(v);
+            const bool exact = (b.exact && !inexact.count(id)) || GetParam() == DeviceType::kSim;
+            EXPECT_TRUE(Agree(net.graph().values[v].name + " at step " + std::to_string(step) + ", micro-batch " +
+                                  std::to_string(micro),
+                              net[id], dev.Host(id), exact));
+          }
         }
       }
-    }
+    }();
   }
 }
 
