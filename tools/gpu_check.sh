@@ -160,7 +160,7 @@ s_cuda_nccl() {
   local rc=$?
   grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|Which is' /tmp/gc_nccl.log | head -40
   if grep -q 'SKIPPED \]' /tmp/gc_nccl.log; then fig "cuda-nccl: the NCCL cases were skipped"; exit 3; fi
-  fig "cuda-nccl: exit $rc, $(grep -c '^\[ *OK \]' /tmp/gc_nccl.log) passed, $(grep -c '^\[ *FAILED \]' /tmp/gc_nccl.log) failed"
+  fig "cuda-nccl: exit $rc, $(grep -c '^\[ *OK \]' /tmp/gc_nccl.log) passed, $(grep '^\[  FAILED  \] Nccl\.' /tmp/gc_nccl.log | sed 's/ (.*//' | sort -u | wc -l) failed"
   exit "$rc"
 }
 # The golden runs (tests/golden) on the GPU against PyTorch's 20 losses.

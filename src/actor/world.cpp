@@ -44,13 +44,14 @@ Result<std::string> UseDeviceCollectives(World& w, DeviceType type) {
     return Status::Invalid("[actor] FLOWRUN_COLLECTIVES=" + mode + ": expected auto (the device's path) or host (host copies and MPI)");
   if (!w.comm || type == DeviceType::kCpu) return std::string();
   const std::string host_path = "collectives through host copies and MPI";
-  if (mode == "host") return host_path + " (FLOWRUN_COLLECTIVES=host)";
   if (type == DeviceType::kSim) {
+    if (mode == "host") return host_path + " (FLOWRUN_COLLECTIVES=host)";
     w.comm = WithDeviceGroups(std::move(w.comm), HostGroups(), type);
     return std::string("collectives on the device communicator over MPI's host groups");
   }
-  // Which GPU each rank drives, by host and PCI bus id: NCCL refuses a group in which two ranks
-  // share one, so then every collective takes the host path (the same on every rank).
+  // Which GPU each rank drives, by host and PCI bus id: the ranks that share one share its memory
+  // (gpu_sharers), and NCCL refuses a group in which two ranks share one, so then every
+  // collective takes the host path (the same on every rank).
   constexpr int kKey = 256;
   char mine[kKey] = {};
   char host[128] = {};
@@ -62,6 +63,7 @@ Result<std::string> UseDeviceCollectives(World& w, DeviceType type) {
   std::map<std::string, std::vector<int>> by_gpu;
   for (int r = 0; r < w.size; ++r) by_gpu[std::string(&all[static_cast<size_t>(r) * kKey])].push_back(r);
   w.gpu_sharers = static_cast<int>(by_gpu[std::string(mine)].size());
+  if (mode == "host") return host_path + " (FLOWRUN_COLLECTIVES=host)";
   for (const auto& [gpu, ranks] : by_gpu) {
     if (ranks.size() < 2) continue;
     std::string list;

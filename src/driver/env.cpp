@@ -804,7 +804,6 @@ int MeasuredGpu(const EnvArgs& a, actor::World& world, const Host& host) {
   const bool lead = world.rank == 0;
   const int p = world.size;
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   Result<int> ordinal = cuda::InitDevice(local ? std::atoi(local) : 0);
   Result<cuda::GpuInfo> gpu = ordinal.ok() ? cuda::Gpu() : Result<cuda::GpuInfo>(ordinal.status());
   int code = gpu.ok() ? 0 : Fail(gpu.status().With("[env] --device cuda: "));
@@ -840,8 +839,7 @@ int MeasuredGpu(const EnvArgs& a, actor::World& world, const Host& host) {
   const double moving = *large - *small;
   const double bandwidth = wire / (moving > 0 ? moving : *large);
   const double round = *small / boxing::CollectiveRounds(p);
-  const int on_node = std::max(1, local_size ? std::atoi(local_size) : 1), gpus = std::max(1, cuda::VisibleDevices());
-  const int sharing = (on_node + gpus - 1) / gpus;
+  const int sharing = std::max(1, world.gpu_sharers);  // by PCI bus id (UseDeviceCollectives)
   const double memory_gib = std::floor(gpu->memory_bytes / (1 << 30) / sharing * 10) / 10;
   const double flops = gpu_flops / sharing;  // per rank, as memory
   char b[256];
