@@ -152,6 +152,13 @@ __device__ inline void ChunkRange(int64_t terms, int64_t* begin, int64_t* end) {
   *end = min(terms, *begin + span);
 }
 
+// i / d and i % d for indices (0 <= i, 0 < d): in 32 bits where both fit. A 64-bit division is a
+// long software routine on the GPU, and index math does one per axis per element.
+__device__ __forceinline__ int64_t IDiv(int64_t i, int64_t d) {
+  return ((i | d) >> 32) == 0 ? static_cast<int64_t>(static_cast<uint32_t>(i) / static_cast<uint32_t>(d)) : i / d;
+}
+__device__ __forceinline__ int64_t IMod(int64_t i, int64_t d) { return i - IDiv(i, d) * d; }
+
 #define FR_GRID_LOOP(i, n) \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
@@ -166,7 +173,7 @@ struct Bcast {
   __device__ int64_t Offset(int k, int64_t i) const {
     int64_t off = 0;
     for (int d = rank - 1; d >= 0; --d) {
-      const int64_t q = i / dims[d];
+      const int64_t q = IDiv(i, dims[d]);
       off += (i - q * dims[d]) * stride[k][d];
       i = q;
     }

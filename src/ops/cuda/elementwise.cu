@@ -135,7 +135,7 @@ __global__ void CastK(const From* x, To* y, int64_t n, DataError* err) {
 template <typename T>
 __global__ void TriluK(const T* x, T* y, int64_t n, int64_t rows, int64_t cols, bool upper, int64_t k) {
   FR_GRID_LOOP(i, n) {
-    const int64_t col = i % cols, row = (i / cols) % rows;
+    const int64_t col = IMod(i, cols), row = IMod(IDiv(i, cols), rows);
     const bool keep = upper ? col >= row + k : col <= row + k;
     y[i] = keep ? x[i] : T(0);
   }
@@ -161,7 +161,7 @@ __global__ void DropoutK(const float* x, float* y, int64_t n, Piece p, uint64_t 
     uint64_t logical = 0;
     int64_t rest = i;
     for (int d = p.rank - 1; d >= 0; --d) {
-      const int64_t q = rest / p.dims[d];
+      const int64_t q = IDiv(rest, p.dims[d]);
       logical += static_cast<uint64_t>((p.start[d] + rest - q * p.dims[d]) * p.stride[d]);
       rest = q;
     }

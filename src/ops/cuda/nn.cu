@@ -40,7 +40,7 @@ __global__ void SoftmaxRows(const float* x, float* y, int64_t n) {
 template <int kKind>
 __global__ void SoftmaxStrided(const float* x, float* y, AxisView v) {
   FR_GRID_LOOP(p, v.outer * v.inner) {
-    const int64_t base = (p / v.inner) * v.dim * v.inner + p % v.inner, st = v.inner;
+    const int64_t base = IDiv(p, v.inner) * v.dim * v.inner + IMod(p, v.inner), st = v.inner;
     float m = -INFINITY;
     for (int64_t j = 0; j < v.dim; ++j) m = fmaxf(m, x[base + j * st]);
     float s = 0.f;
@@ -73,7 +73,7 @@ __global__ void SoftmaxGradRows(const float* dy, const float* y, float* dx, int6
 template <int kKind>
 __global__ void SoftmaxGradStrided(const float* dy, const float* y, float* dx, AxisView v) {
   FR_GRID_LOOP(p, v.outer * v.inner) {
-    const int64_t base = (p / v.inner) * v.dim * v.inner + p % v.inner, st = v.inner;
+    const int64_t base = IDiv(p, v.inner) * v.dim * v.inner + IMod(p, v.inner), st = v.inner;
     float s = 0.f;
     for (int64_t j = 0; j < v.dim; ++j) s += kKind == 0 ? dy[base + j * st] * y[base + j * st] : dy[base + j * st];
     for (int64_t j = 0; j < v.dim; ++j) {
@@ -245,7 +245,7 @@ constexpr float kTanhBeta = 0.7978845608028654f, kTanhKappa = 0.044715f;
 
 __global__ void GeluK(const float* x, const float* b, float* y, int64_t total, int64_t n, GeluConsts k, bool tanh_form) {
   FR_GRID_LOOP(i, total) {
-    const float h = b ? b[i % n] + x[i] : x[i];
+    const float h = b ? b[IMod(i, n)] + x[i] : x[i];
     if (tanh_form) {
       const float inner = kTanhBeta * (h + kTanhKappa * (h * h * h));
       y[i] = 0.5f * h * (1.f + tanhf(inner));
@@ -258,7 +258,7 @@ __global__ void GeluK(const float* x, const float* b, float* y, int64_t total, i
 __global__ void GeluGradK(const float* dy, const float* x, const float* b, float* dx, int64_t total, int64_t n, GeluConsts k,
                           bool tanh_form) {
   FR_GRID_LOOP(i, total) {
-    const float h = b ? b[i % n] + x[i] : x[i];
+    const float h = b ? b[IMod(i, n)] + x[i] : x[i];
     if (tanh_form) {
       const float h2 = h * h;
       const float t = tanhf(kTanhBeta * (h + kTanhKappa * (h2 * h)));

@@ -57,7 +57,7 @@ struct Reduction {
     if (rank == 1) return i * stride[0];
     int64_t off = 0;
     for (int d = rank - 1; d >= 0; --d) {
-      const int64_t q = i / dims[d];
+      const int64_t q = IDiv(i, dims[d]);
       off += (i - q * dims[d]) * stride[d];
       i = q;
     }

@@ -30,7 +30,7 @@ struct Walk {
   __device__ int64_t Offset(int64_t i) const {
     int64_t off = base;
     for (int d = rank - 1; d >= 0; --d) {
-      const int64_t q = i / dims[d];
+      const int64_t q = IDiv(i, dims[d]);
       off += (i - q * dims[d]) * stride[d];
       i = q;
     }
@@ -83,7 +83,7 @@ bool SliceWalk(const fr::Shape& x, const fr::Shape& out, const std::vector<int64
 __global__ void SegmentAdd(const int64_t* key, const int64_t* item, int64_t n, const float* src, float* dx, int64_t outer,
                            int64_t rows, int64_t inner) {
   FR_GRID_LOOP(e, n * outer * inner) {
-    const int64_t i = e / (outer * inner), ok = e % (outer * inner), o = ok / inner, k = ok % inner;
+    const int64_t i = IDiv(e, outer * inner), ok = IMod(e, outer * inner), o = IDiv(ok, inner), k = IMod(ok, inner);
     const int64_t row = key[i];
     if (row < 0 || (i > 0 && key[i - 1] == row)) continue;  // not the first item of its run
     float* dst = dx + (o * rows + row) * inner + k;
@@ -186,7 +186,7 @@ void Normalize(const Tensor& indices, int64_t dim, int64_t* key, cudaStream_t s)
 template <typename T>
 __global__ void GatherRowsK(const T* x, const int64_t* key, T* y, int64_t outer, int64_t dim, int64_t n, int64_t inner) {
   FR_GRID_LOOP(e, outer * n * inner) {
-    const int64_t k = e % inner, j = (e / inner) % n, o = e / (inner * n);
+    const int64_t k = IMod(e, inner), j = IMod(IDiv(e, inner), n), o = IDiv(e, inner * n);
     const int64_t row = key[j];
     y[e] = row < 0 ? T(0) : x[(o * dim + row) * inner + k];
   }
@@ -208,7 +208,7 @@ __global__ void ElementTargetsK(const int64_t* key, int64_t n, ElementWalk w, in
     }
     int64_t off = 0, rest = i;
     for (int d = w.rank - 1; d >= 0; --d) {
-      const int64_t q = rest / w.dims[d];
+      const int64_t q = IDiv(rest, w.dims[d]);
       const int64_t at = d == w.axis ? key[i] : rest - q * w.dims[d];
       off += at * w.stride[d];
       rest = q;
@@ -245,7 +245,7 @@ __global__ void TupleKeysK(const I* idx, int64_t tuples, int k, Walk dims, int64
 template <typename T>
 __global__ void ScatterRowsK(T* y, const int64_t* key, const T* u, int64_t tuples, int64_t slice) {
   FR_GRID_LOOP(e, tuples * slice) {
-    const int64_t t = e / slice, k = e % slice;
+    const int64_t t = IDiv(e, slice), k = IMod(e, slice);
     if (key[t] >= 0) y[key[t] * slice + k] = u[e];
   }
 }
@@ -401,8 +401,8 @@ __global__ void TileK(const T* x, T* y, int64_t n, Walk out, Walk in) {
   FR_GRID_LOOP(i, n) {
     int64_t rest = i, off = 0;
     for (int d = out.rank - 1; d >= 0; --d) {
-      const int64_t q = rest / out.dims[d];
-      off += ((rest - q * out.dims[d]) % in.dims[d]) * in.stride[d];
+      const int64_t q = IDiv(rest, out.dims[d]);
+      off += IMod(rest - q * out.dims[d], in.dims[d]) * in.stride[d];
       rest = q;
     }
     y[i] = x[off];
