@@ -2008,6 +2008,37 @@ TEST(Grad, Conv_groups) {
   ValueId x = net.Input("x", Rand({2, 4, 5, 5}, 615)), w = net.Input("w", Rand({6, 2, 3, 3}, 616));
   CheckGrads(net, net.Op(OpKind::kConv, {x, w}, ConvAttrs({3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 2)), {x, w});
 }
+TEST(Grad, Conv_many_samples) {  // the weight gradient over partial sums of 4 samples (ops/cpu/conv.cpp)
+  Net net;
+  ValueId x = net.Input("x", Rand({9, 2, 5, 5}, 617)), w = net.Input("w", Rand({3, 2, 3, 3}, 618));
+  CheckGrads(net, net.Op(OpKind::kConv, {x, w}, ConvAttrs({3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1)), {x, w});
+}
+// A convolution's weight gradient sums fixed groups of samples, the threads taking whole groups
+// (ops/cpu/conv.cpp): the same bits on 1 thread and on 4. The loss sum(conv(x, w) * p) makes
+// the output's gradient p exactly, so the weight gradient is the kernel's alone.
+std::vector<float> ConvWeightGrad(int threads) {
+  omp_set_num_threads(threads);
+  Net net;
+  ValueId x = net.Input("x", Rand({18, 8, 16, 16}, 904)), w = net.Input("w", Rand({16, 8, 3, 3}, 905));
+  ValueId y = net.Op(OpKind::kConv, {x, w}, ConvAttrs({3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1));
+  ValueId weighted = net.Op(OpKind::kMul, {y, net.Input("p", Rand({18, 16, 16, 16}, 906))});
+  ValueId loss = net.Op(OpKind::kReduceSum, {weighted}, A({{"axes", std::vector<int64_t>{0, 1, 2, 3}}, {"keepdims", I(false)}}));
+  auto grads = ir::Backward(net.builder(), loss, net.Const("seed", Tensor::Full({}, 1.f)), {w});
+  EXPECT_TRUE(grads.ok()) << grads.status().message();
+  if (!grads.ok()) return {};
+  EXPECT_TRUE(net.Run().ok());
+  const Tensor& dw = net[(*grads)[0]];
+  return std::vector<float>(dw.data<float>(), dw.data<float>() + dw.numel());
+}
+TEST(Threads, ConvWeightGradientGivesTheSameBitsOnAnyNumberOfThreads) {
+  const int before = omp_get_max_threads();
+  const std::vector<float> one = ConvWeightGrad(1), four = ConvWeightGrad(4);
+  omp_set_num_threads(before);
+  ASSERT_EQ(one.size(), size_t{16 * 8 * 3 * 3});
+  ASSERT_EQ(one.size(), four.size());
+  EXPECT_EQ(std::memcmp(one.data(), four.data(), one.size() * sizeof(float)), 0);
+}
+
 TEST(Grad, MaxPool) {  // distinct values, so that no window's maximum moves within eps
   Tensor x(DType::kF32, {1, 2, 4, 5});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 7) % 40) * 0.1f - 2.f;
