@@ -72,6 +72,9 @@ step() {
 bundled() { (source "$REPO/.bundle/env.sh" >/dev/null && exec "$@"); }
 # fig LINE: one result line for figures.txt (and the log).
 fig() { echo "$*" | tee -a "$FIGURES"; }
+# failed LOG SUITE: the gtest cases of SUITE that failed in LOG, once each (gtest names a failed
+# case twice: at its end, with its time, and in the closing list).
+failed() { grep "^\[  FAILED  \] $2\." "$1" | sed 's/ (.*//' | sort -u; }
 
 s_machine() {
   date -u; uname -a
@@ -160,7 +163,7 @@ s_cuda_nccl() {
   local rc=$?
   grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|Which is' /tmp/gc_nccl.log | head -40
   if grep -q 'SKIPPED \]' /tmp/gc_nccl.log; then fig "cuda-nccl: the NCCL cases were skipped"; exit 3; fi
-  fig "cuda-nccl: exit $rc, $(grep -c '^\[ *OK \]' /tmp/gc_nccl.log) passed, $(grep '^\[  FAILED  \] Nccl\.' /tmp/gc_nccl.log | sed 's/ (.*//' | sort -u | wc -l) failed"
+  fig "cuda-nccl: exit $rc, $(grep -c '^\[ *OK \]' /tmp/gc_nccl.log) passed, $(failed /tmp/gc_nccl.log Nccl | wc -l) failed"
   exit "$rc"
 }
 # The golden runs (tests/golden) on the GPU against PyTorch's 20 losses.
@@ -169,9 +172,9 @@ s_cuda_golden() {
     --gtest_filter='Parity.Golden_*' >/tmp/gc_golden.log 2>&1
   local rc=$?
   grep '^\[ parity' /tmp/gc_golden.log | head -50
-  grep '^\[  FAILED  \] Parity' /tmp/gc_golden.log | sed 's/ (.*//' | sort -u | head -40
+  failed /tmp/gc_golden.log Parity | head -40
   grep -m1 -A15 'Failure' /tmp/gc_golden.log
-  fig "cuda-golden: exit $rc, $(grep -c '^\[       OK \] Parity' /tmp/gc_golden.log) passed, $(grep '^\[  FAILED  \] Parity' /tmp/gc_golden.log | sed 's/ (.*//' | sort -u | wc -l) failed"
+  fig "cuda-golden: exit $rc, $(grep -c '^\[       OK \] Parity' /tmp/gc_golden.log) passed, $(failed /tmp/gc_golden.log Parity | wc -l) failed"
   exit "$rc"
 }
 # gpt_mini on the GPU against the CPU, 200 steps; and their step times.
@@ -277,7 +280,7 @@ s_torch() {
 s_torch_compile() {
   python3 bench/gpu_baseline.py --parts compile --jsonl "$OUT/baseline.jsonl"
 }
-export -f bundled fig s_machine s_nvidia_smi s_unpack s_ldd s_flowrun_1 s_mpirun_mlp s_cuda_smoke s_cuda_ops s_cuda_nccl s_cuda_golden s_cuda_gpt s_cuda_2ranks s_cuda_speed s_cuda_env s_torch s_torch_compile
+export -f bundled fig failed s_machine s_nvidia_smi s_unpack s_ldd s_flowrun_1 s_mpirun_mlp s_cuda_smoke s_cuda_ops s_cuda_nccl s_cuda_golden s_cuda_gpt s_cuda_2ranks s_cuda_speed s_cuda_env s_torch s_torch_compile
 
 main() {
   echo "gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET}s, OUT=$OUT"

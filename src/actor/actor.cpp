@@ -169,8 +169,7 @@ void Actor::ActOnce() {
     in_flight_ = true;
     return;
   }
-  if (JoinsGroup(k)) {  // finished by CommDone when the group's kernel is queued
-    update_in_.clear();
+  if (JoinsGroup(k)) {  // finished by CommDone when the group's kernel is queued (which clears update_in_)
     const ir::Node& node = plan_.nodes[static_cast<size_t>(task_.node)];
     for (size_t i = 0; i < node.in.size(); ++i) update_in_.push_back(InputTensor(i));
     update_step_ = rt_.first_step() + k - 1;
