@@ -2013,30 +2013,41 @@ TEST(Grad, Conv_many_samples) {  // the weight gradient over partial sums of 4 s
   ValueId x = net.Input("x", Rand({9, 2, 5, 5}, 617)), w = net.Input("w", Rand({3, 2, 3, 3}, 618));
   CheckGrads(net, net.Op(OpKind::kConv, {x, w}, ConvAttrs({3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1)), {x, w});
 }
-// A convolution's weight gradient sums fixed groups of samples, the threads taking whole groups
-// (ops/cpu/conv.cpp): the same bits on 1 thread and on 4. The loss sum(conv(x, w) * p) makes
-// the output's gradient p exactly, so the weight gradient is the kernel's alone.
-std::vector<float> ConvWeightGrad(int threads) {
+// A convolution and its data gradient spread whole samples over the threads; its weight gradient
+// sums fixed groups of samples, the threads taking whole groups (ops/cpu/conv.cpp): the same bits
+// on 1 thread and on 4. The loss sum(conv(x, w) * p) makes the output's gradient p exactly, so
+// the gradients are the kernels' alone.
+std::vector<std::vector<float>> ConvAndGradients(int threads) {
   omp_set_num_threads(threads);
   Net net;
   ValueId x = net.Input("x", Rand({18, 8, 16, 16}, 904)), w = net.Input("w", Rand({16, 8, 3, 3}, 905));
   ValueId y = net.Op(OpKind::kConv, {x, w}, ConvAttrs({3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1));
   ValueId weighted = net.Op(OpKind::kMul, {y, net.Input("p", Rand({18, 16, 16, 16}, 906))});
   ValueId loss = net.Op(OpKind::kReduceSum, {weighted}, A({{"axes", std::vector<int64_t>{0, 1, 2, 3}}, {"keepdims", I(false)}}));
-  auto grads = ir::Backward(net.builder(), loss, net.Const("seed", Tensor::Full({}, 1.f)), {w});
+  auto grads = ir::Backward(net.builder(), loss, net.Const("seed", Tensor::Full({}, 1.f)), {x, w});
   EXPECT_TRUE(grads.ok()) << grads.status().message();
   if (!grads.ok()) return {};
   EXPECT_TRUE(net.Run().ok());
-  const Tensor& dw = net[(*grads)[0]];
-  return std::vector<float>(dw.data<float>(), dw.data<float>() + dw.numel());
+  std::vector<std::vector<float>> out;
+  for (ValueId v : {y, (*grads)[0], (*grads)[1]}) {
+    const Tensor& t = net[v];
+    out.emplace_back(t.data<float>(), t.data<float>() + t.numel());
+  }
+  return out;
 }
-TEST(Threads, ConvWeightGradientGivesTheSameBitsOnAnyNumberOfThreads) {
+TEST(Threads, ConvAndItsGradientsGiveTheSameBitsOnAnyNumberOfThreads) {
   const int before = omp_get_max_threads();
-  const std::vector<float> one = ConvWeightGrad(1), four = ConvWeightGrad(4);
+  const auto one = ConvAndGradients(1), four = ConvAndGradients(4);
   omp_set_num_threads(before);
-  ASSERT_EQ(one.size(), size_t{16 * 8 * 3 * 3});
-  ASSERT_EQ(one.size(), four.size());
-  EXPECT_EQ(std::memcmp(one.data(), four.data(), one.size() * sizeof(float)), 0);
+  ASSERT_EQ(one.size(), size_t{3});
+  ASSERT_EQ(four.size(), size_t{3});
+  const size_t sizes[] = {18 * 16 * 16 * 16, 18 * 8 * 16 * 16, 16 * 8 * 3 * 3};
+  const char* names[] = {"y", "dx", "dw"};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(one[i].size(), sizes[i]) << names[i];
+    ASSERT_EQ(four[i].size(), sizes[i]) << names[i];
+    EXPECT_EQ(std::memcmp(one[i].data(), four[i].data(), sizes[i] * sizeof(float)), 0) << names[i];
+  }
 }
 
 TEST(Grad, MaxPool) {  // distinct values, so that no window's maximum moves within eps

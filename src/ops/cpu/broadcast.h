@@ -19,6 +19,36 @@ inline std::vector<int64_t> BroadcastStrides(const fr::Shape& in, const fr::Shap
   return st;
 }
 
+// a, b and out with adjacent axes of out merged where each input either spans both (its own
+// layout makes them one axis) or is broadcast along both, and axes of size 1 dropped: the same
+// element pairs, in the same order, in fewer and longer rows (x[16, 8, 16, 16] / s[1, 8, 1, 1]
+// becomes [16, 8, 256] / [1, 8, 1]). out must hold elements.
+struct Coalesced {
+  fr::Shape a, b, out;
+};
+inline Coalesced Coalesce(const fr::Shape& a, const fr::Shape& b, const fr::Shape& out) {
+  std::vector<int64_t> ra, rb, ro;
+  int last_kind = -1;  // bit 0: a spans the axis, bit 1: b spans it
+  for (int d = 0; d < out.rank(); ++d) {
+    const int ia = d - (out.rank() - a.rank()), ib = d - (out.rank() - b.rank());
+    const int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1, n = out[d];
+    if (n == 1) continue;
+    const int kind = (da == n ? 1 : 0) | (db == n ? 2 : 0);
+    if (kind == last_kind) {
+      ro.back() *= n;
+      ra.back() *= da;
+      rb.back() *= db;
+    } else {
+      ro.push_back(n);
+      ra.push_back(da);
+      rb.push_back(db);
+      last_kind = kind;
+    }
+  }
+  if (ro.empty()) return {fr::Shape{1}, fr::Shape{1}, fr::Shape{1}};
+  return {fr::Shape(std::move(ra)), fr::Shape(std::move(rb)), fr::Shape(std::move(ro))};
+}
+
 // Calls row(offset_a, offset_b, out_offset, inner, stride_a_inner, stride_b_inner) for the
 // innermost rows [first, last) of `out`, in order, where a and b are broadcast to `out`.
 template <typename Row>
@@ -55,11 +85,14 @@ void ForEachRowIn(const fr::Shape& a, const fr::Shape& b, const fr::Shape& out, 
   }
 }
 
-// The same for every innermost row of `out`.
+// The same for every row of `out`, its axes coalesced first: offsets are those of the shapes
+// given, rows as long as the broadcast allows.
 template <typename Row>
 void ForEachRow(const fr::Shape& a, const fr::Shape& b, const fr::Shape& out, Row row) {
-  const int64_t inner = out.rank() ? out[out.rank() - 1] : 1;
-  ForEachRowIn(a, b, out, 0, inner ? out.numel() / inner : 0, row);
+  if (out.numel() == 0) return;
+  const Coalesced m = Coalesce(a, b, out);
+  const int64_t inner = m.out[m.out.rank() - 1];
+  ForEachRowIn(m.a, m.b, m.out, 0, m.out.numel() / inner, row);
 }
 
 // The same for three inputs: row(offsets {a, b, c}, out_offset, inner, inner strides {a, b, c}).

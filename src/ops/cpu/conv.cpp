@@ -84,33 +84,38 @@ void Col2Im(const Geometry& g, const float* col, float* x) {
 Status Conv(const KernelCtx& c) {
   const Tensor &X = c.in[0], &W = c.in[1], &Y = c.out[0];
   const Geometry g = GeometryOf(c.node, X.shape(), Y.shape());
-  std::vector<float> col(static_cast<size_t>(g.rows() * g.cols()));
   const float* bias = c.in.size() > 2 && c.in[2].defined() ? c.in[2].data<float>() : nullptr;
-  for (int64_t s = 0; s < g.n; ++s)
-    for (int64_t gr = 0; gr < g.group; ++gr) {
-      Im2Col(g, X.data<float>() + (s * g.c + gr * g.cg()) * g.h * g.w, col.data());
-      float* y = Y.data<float>() + (s * g.m + gr * g.mg()) * g.cols();
-      if (bias) {
-        for (int64_t o = 0; o < g.mg(); ++o) std::fill(y + o * g.cols(), y + (o + 1) * g.cols(), bias[gr * g.mg() + o]);
+  // Samples are independent: threads take whole samples.
+  ParallelFor(g.n, g.m * g.rows() * g.cols(), [&](int64_t begin, int64_t end) {
+    std::vector<float> col(static_cast<size_t>(g.rows() * g.cols()));
+    for (int64_t s = begin; s < end; ++s)
+      for (int64_t gr = 0; gr < g.group; ++gr) {
+        Im2Col(g, X.data<float>() + (s * g.c + gr * g.cg()) * g.h * g.w, col.data());
+        float* y = Y.data<float>() + (s * g.m + gr * g.mg()) * g.cols();
+        if (bias) {
+          for (int64_t o = 0; o < g.mg(); ++o) std::fill(y + o * g.cols(), y + (o + 1) * g.cols(), bias[gr * g.mg() + o]);
+        }
+        Sgemm(false, false, g.mg(), g.cols(), g.rows(), W.data<float>() + gr * g.mg() * g.rows(), g.rows(), col.data(),
+              g.cols(), bias ? 1.f : 0.f, y, g.cols());
       }
-      Sgemm(false, false, g.mg(), g.cols(), g.rows(), W.data<float>() + gr * g.mg() * g.rows(), g.rows(), col.data(),
-            g.cols(), bias ? 1.f : 0.f, y, g.cols());
-    }
+  });
   return Status::Ok();
 }
 
 Status ConvGradData(const KernelCtx& c) {
   const Tensor &dY = c.in[0], &W = c.in[1], &dX = c.out[0];
   const Geometry g = GeometryOf(c.node, dX.shape(), dY.shape());
-  std::vector<float> col(static_cast<size_t>(g.rows() * g.cols()));
   dX.Zero();
-  for (int64_t s = 0; s < g.n; ++s)
-    for (int64_t gr = 0; gr < g.group; ++gr) {
-      // col = W_g^T [rows, M/g] x dY_g [M/g, cols]
-      Sgemm(true, false, g.rows(), g.cols(), g.mg(), W.data<float>() + gr * g.mg() * g.rows(), g.rows(),
-            dY.data<float>() + (s * g.m + gr * g.mg()) * g.cols(), g.cols(), 0.f, col.data(), g.cols());
-      Col2Im(g, col.data(), dX.data<float>() + (s * g.c + gr * g.cg()) * g.h * g.w);
-    }
+  ParallelFor(g.n, g.m * g.rows() * g.cols(), [&](int64_t begin, int64_t end) {
+    std::vector<float> col(static_cast<size_t>(g.rows() * g.cols()));
+    for (int64_t s = begin; s < end; ++s)
+      for (int64_t gr = 0; gr < g.group; ++gr) {
+        // col = W_g^T [rows, M/g] x dY_g [M/g, cols]
+        Sgemm(true, false, g.rows(), g.cols(), g.mg(), W.data<float>() + gr * g.mg() * g.rows(), g.rows(),
+              dY.data<float>() + (s * g.m + gr * g.mg()) * g.cols(), g.cols(), 0.f, col.data(), g.cols());
+        Col2Im(g, col.data(), dX.data<float>() + (s * g.c + gr * g.cg()) * g.h * g.w);
+      }
+  });
   return Status::Ok();
 }
 

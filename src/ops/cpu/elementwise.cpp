@@ -25,9 +25,11 @@ void BinaryT(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
     });
     return;
   }
-  const int64_t inner = out.shape().rank() ? out.shape()[out.shape().rank() - 1] : 1;
-  ParallelFor(inner ? out.numel() / inner : 0, inner, [&](int64_t first, int64_t last) {
-    ForEachRowIn(a.shape(), b.shape(), out.shape(), first, last,
+  if (out.numel() == 0) return;
+  const Coalesced m = Coalesce(a.shape(), b.shape(), out.shape());
+  const int64_t inner = m.out[m.out.rank() - 1];
+  ParallelFor(m.out.numel() / inner, inner, [&](int64_t first, int64_t last) {
+    ForEachRowIn(m.a, m.b, m.out, first, last,
                  [&](int64_t oa, int64_t ob, int64_t oo, int64_t n, int64_t sa, int64_t sb) {
                    const T* x = pa + oa;
                    const T* y = pb + ob;
