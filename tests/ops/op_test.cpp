@@ -1947,6 +1947,11 @@ TEST(Forward, Conv) {
       {{2, 3, 7, 6}, {4, 3, 3, 2}, ConvAttrs({3, 2}, {2, 1}, {0, 1, 2, 0}, {1, 2}, 1), false, {2, 4, 4, 5}},
       {{1, 4, 5, 5}, {6, 2, 3, 3}, ConvAttrs({3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 2), true, {1, 6, 3, 3}},
       {{2, 4, 6, 6}, {4, 1, 3, 3}, ConvAttrs({3, 3}, {1, 1}, {2, 2, 2, 2}, {2, 2}, 4), false, {2, 4, 6, 6}},  // depthwise
+      // Unit strides with the output as wide as the input take ops/cpu/conv.cpp's shifted-plane
+      // path: uneven pads (SAME_UPPER), a left pad only, and window rows wholly in the padding.
+      {{1, 2, 5, 4}, {3, 2, 2, 2}, ConvAttrs({2, 2}, {1, 1}, {0, 0, 1, 1}, {1, 1}, 1), true, {1, 3, 5, 4}},
+      {{2, 1, 4, 6}, {2, 1, 1, 3}, ConvAttrs({1, 3}, {1, 1}, {0, 2, 0, 0}, {1, 1}, 1), false, {2, 2, 4, 6}},
+      {{1, 2, 3, 3}, {2, 2, 3, 3}, ConvAttrs({3, 3}, {1, 1}, {4, 2, 0, 2}, {2, 2}, 1), false, {1, 2, 3, 3}},
   };
   uint32_t seed = 600;
   for (const Case& c : cases) {
@@ -2007,6 +2012,16 @@ TEST(Grad, Conv_groups) {
   Net net;
   ValueId x = net.Input("x", Rand({2, 4, 5, 5}, 615)), w = net.Input("w", Rand({6, 2, 3, 3}, 616));
   CheckGrads(net, net.Op(OpKind::kConv, {x, w}, ConvAttrs({3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 2)), {x, w});
+}
+TEST(Grad, Conv_same_uneven_pads) {  // the shifted-plane path (ops/cpu/conv.cpp)
+  Net net;
+  ValueId x = net.Input("x", Rand({2, 2, 5, 4}, 630)), w = net.Input("w", Rand({3, 2, 2, 2}, 631));
+  CheckGrads(net, net.Op(OpKind::kConv, {x, w}, ConvAttrs({2, 2}, {1, 1}, {0, 0, 1, 1}, {1, 1}, 1)), {x, w});
+}
+TEST(Grad, Conv_window_rows_in_padding) {  // window row 0 reads only padding; row 1 one output row
+  Net net;
+  ValueId x = net.Input("x", Rand({1, 2, 3, 3}, 632)), w = net.Input("w", Rand({2, 2, 3, 3}, 633));
+  CheckGrads(net, net.Op(OpKind::kConv, {x, w}, ConvAttrs({3, 3}, {1, 1}, {4, 2, 0, 2}, {2, 2}, 1)), {x, w});
 }
 TEST(Grad, Conv_many_samples) {  // the weight gradient over partial sums of 4 samples (ops/cpu/conv.cpp)
   Net net;

@@ -39,12 +39,53 @@ void Sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, in
   FR_CHECK(s == dnnl_success, "dnnl_sgemm failed with status " + std::to_string(static_cast<int>(s)));
 }
 
+// With unit strides and the output as wide as the input (the common "same" convolution), window
+// row (i, j) reads the input plane shifted by one linear offset: output position k reads input
+// k + shift. The inside positions are oy in [y0, y1) and ox in [x0, x1); the positions between
+// the first and the last inside one, [k0, k1), map into the plane, and those among them outside
+// [x0, x1) read a neighbouring row, so they are set apart afterwards (im2col) or beforehand
+// (col2im). One long copy or add per window row instead of one short masked loop per output row.
+struct Shift {
+  int64_t y0, y1, x0, x1, k0, k1, shift;
+  bool empty() const { return y0 >= y1 || x0 >= x1; }
+};
+bool Linear(const Geometry& g) { return g.sh == 1 && g.sw == 1 && g.ow == g.w; }
+Shift ShiftOf(const Geometry& g, int64_t i, int64_t j) {
+  const int64_t dy = i * g.dh - g.pt, dx = j * g.dw - g.pl;  // iy = oy + dy, ix = ox + dx
+  Shift s{};
+  s.y0 = std::max<int64_t>(0, -dy);
+  s.y1 = std::min(g.oh, g.h - dy);
+  s.x0 = std::max<int64_t>(0, -dx);
+  s.x1 = std::min(g.ow, g.w - dx);
+  s.k0 = s.y0 * g.ow + s.x0;
+  s.k1 = (s.y1 - 1) * g.ow + s.x1;
+  s.shift = dy * g.w + dx;
+  return s;
+}
+
 // Columns of one sample's group: col[(ci * kh + i) * kw + j][oy * ow + ox] = x[ci][oy*sh - pt + i*dh][ox*sw - pl + j*dw].
 void Im2Col(const Geometry& g, const float* x, float* col) {
+  const bool linear = Linear(g);
   for (int64_t ci = 0; ci < g.cg(); ++ci)
     for (int64_t i = 0; i < g.kh; ++i)
       for (int64_t j = 0; j < g.kw; ++j) {
         float* row = col + ((ci * g.kh + i) * g.kw + j) * g.cols();
+        if (linear) {
+          const Shift s = ShiftOf(g, i, j);
+          if (s.empty()) {
+            std::fill(row, row + g.cols(), 0.f);
+            continue;
+          }
+          const float* plane = x + ci * g.h * g.w;
+          std::fill(row, row + s.k0, 0.f);
+          std::copy(plane + (s.k0 + s.shift), plane + (s.k1 + s.shift), row + s.k0);
+          std::fill(row + s.k1, row + g.cols(), 0.f);
+          for (int64_t oy = s.y0; oy < s.y1; ++oy) {
+            std::fill(row + oy * g.ow, row + oy * g.ow + s.x0, 0.f);
+            std::fill(row + oy * g.ow + s.x1, row + (oy + 1) * g.ow, 0.f);
+          }
+          continue;
+        }
         for (int64_t oy = 0; oy < g.oh; ++oy) {
           const int64_t iy = oy * g.sh - g.pt + i * g.dh;
           float* out = row + oy * g.ow;
@@ -61,12 +102,26 @@ void Im2Col(const Geometry& g, const float* x, float* col) {
       }
 }
 
-// The adjoint: adds each column entry back to the input element it was read from.
-void Col2Im(const Geometry& g, const float* col, float* x) {
+// The adjoint: adds each column entry back to the input element it was read from, window rows in
+// order. The linear path overwrites the entries that read padding with -0, which added to any
+// float leaves it as it was, and col is the caller's scratch.
+void Col2Im(const Geometry& g, float* col, float* x) {
+  const bool linear = Linear(g);
   for (int64_t ci = 0; ci < g.cg(); ++ci)
     for (int64_t i = 0; i < g.kh; ++i)
       for (int64_t j = 0; j < g.kw; ++j) {
-        const float* row = col + ((ci * g.kh + i) * g.kw + j) * g.cols();
+        float* row = col + ((ci * g.kh + i) * g.kw + j) * g.cols();
+        if (linear) {
+          const Shift s = ShiftOf(g, i, j);
+          if (s.empty()) continue;
+          for (int64_t oy = s.y0; oy < s.y1; ++oy) {
+            std::fill(row + oy * g.ow, row + oy * g.ow + s.x0, -0.f);
+            std::fill(row + oy * g.ow + s.x1, row + (oy + 1) * g.ow, -0.f);
+          }
+          float* plane = x + ci * g.h * g.w;
+          for (int64_t k = s.k0; k < s.k1; ++k) plane[k + s.shift] += row[k];
+          continue;
+        }
         for (int64_t oy = 0; oy < g.oh; ++oy) {
           const int64_t iy = oy * g.sh - g.pt + i * g.dh;
           if (iy < 0 || iy >= g.h) continue;
