@@ -1443,7 +1443,7 @@ TEST(Grad, Mse) {  // the target is data: only the prediction gets a gradient
 
 // ---- The vectorisable math the kernels use (ops/cpu/vmath.h), swept against double. ----
 
-TEST(VMath, ExpAndErfAccuracy) {
+TEST(VMath, ExpErfAndTanhAccuracy) {
   double worst_exp = 0, worst_erf = 0;
   for (double x = -87.3; x <= 88.0; x += 1.0 / 1024) {
     const auto xf = static_cast<float>(x);
@@ -1454,8 +1454,26 @@ TEST(VMath, ExpAndErfAccuracy) {
     const auto xf = static_cast<float>(x);
     worst_erf = std::max(worst_erf, std::abs(cpu::Erf(xf) - std::erf(static_cast<double>(xf))));
   }
+  double worst_tanh = 0;
+  for (double x = -20; x <= 20; x += 1.0 / 8192) {
+    const auto xf = static_cast<float>(x);
+    const double want = std::tanh(static_cast<double>(xf));
+    if (want != 0) worst_tanh = std::max(worst_tanh, std::abs(cpu::Tanh(xf) - want) / std::abs(want));
+  }
+  for (float xf = 1e-30f; xf < 1; xf *= 1.01f) {  // tiny arguments keep their relative accuracy
+    const double want = std::tanh(static_cast<double>(xf));
+    worst_tanh = std::max(worst_tanh, std::abs(cpu::Tanh(xf) - want) / want);
+  }
   EXPECT_LT(worst_exp, 3e-7);  // about 2 ulp
   EXPECT_LT(worst_erf, 3e-7);
+  EXPECT_LT(worst_tanh, 2e-7);
+  EXPECT_EQ(cpu::Tanh(0.f), 0.f);
+  EXPECT_TRUE(std::signbit(cpu::Tanh(-0.f)));
+  EXPECT_EQ(cpu::Tanh(-0.3f), -cpu::Tanh(0.3f));
+  EXPECT_EQ(cpu::Tanh(-2.f), -cpu::Tanh(2.f));
+  EXPECT_EQ(cpu::Tanh(50.f), 1.f);
+  EXPECT_EQ(cpu::Tanh(-INFINITY), -1.f);
+  EXPECT_TRUE(std::isnan(cpu::Tanh(NAN)));
   EXPECT_EQ(cpu::Exp(0.f), 1.f);
   EXPECT_EQ(cpu::Exp(-INFINITY), 0.f);  // a masked score contributes exactly nothing
   EXPECT_EQ(cpu::Exp(-100.f), 0.f);

@@ -120,7 +120,7 @@ void GeluTanhRows(const float* x, const float* b, float* y, int64_t rows, int64_
     for (int64_t j = 0; j < n; ++j) {
       const float h = b ? b[j] + x[r * n + j] : x[r * n + j];
       const float inner = kTanhBeta * (h + kTanhKappa * (h * h * h));
-      y[r * n + j] = 0.5f * h * (1.f + std::tanh(inner));
+      y[r * n + j] = 0.5f * h * (1.f + Tanh(inner));
     }
 }
 
@@ -131,7 +131,7 @@ void GeluTanhGradRows(const float* dy, const float* x, const float* b, float* dx
       const int64_t i = r * n + j;
       const float h = b ? b[j] + x[i] : x[i];
       const float h2 = h * h;
-      const float t = std::tanh(kTanhBeta * (h + kTanhKappa * (h2 * h)));
+      const float t = Tanh(kTanhBeta * (h + kTanhKappa * (h2 * h)));
       const float left = 0.5f * h, right = 1.f + t;
       const float d_right = left * (1.f - t * t) * kTanhBeta * (1.f + 3.f * kTanhKappa * h2);
       dx[i] = dy[i] * (0.5f * right + d_right);

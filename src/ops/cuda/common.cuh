@@ -253,7 +253,7 @@ __device__ inline void ReportDataError(DataError* e, int kind, int64_t value, in
   }
 }
 
-// ops/cpu/vmath.h's Exp and ErfGivenExp, the same operations in the same order.
+// ops/cpu/vmath.h's Exp, ErfGivenExp and Tanh, the same operations in the same order.
 __device__ inline float VExp(float x) {
   constexpr float kLo = -87.33654f, kHi = 88.f;
   // std::max then std::min, as the CPU's: a NaN stays NaN (fmaxf and fminf would drop it).
@@ -297,5 +297,19 @@ __device__ inline float VErfGivenExp(float x, float e) {
 }
 
 __device__ inline float VErf(float x) { return VErfGivenExp(x, VExp(-(x * x))); }
+__device__ inline float VTanh(float x) {
+  const float z = __fmul_rn(x, x);
+  float p = static_cast<float>(-929569.0 / 638512875);
+  p = __fadd_rn(__fmul_rn(p, z), static_cast<float>(21844.0 / 6081075));
+  p = __fadd_rn(__fmul_rn(p, z), static_cast<float>(-1382.0 / 155925));
+  p = __fadd_rn(__fmul_rn(p, z), static_cast<float>(62.0 / 2835));
+  p = __fadd_rn(__fmul_rn(p, z), static_cast<float>(-17.0 / 315));
+  p = __fadd_rn(__fmul_rn(p, z), static_cast<float>(2.0 / 15));
+  p = __fadd_rn(__fmul_rn(p, z), static_cast<float>(-1.0 / 3));
+  const float a = fabsf(x);
+  const float small = __fadd_rn(a, __fmul_rn(a, __fmul_rn(z, p)));
+  const float big = __fsub_rn(1.f, __fdiv_rn(2.f, __fadd_rn(VExp(__fmul_rn(2.f, a)), 1.f)));
+  return copysignf(a < 0.5f ? small : big, x);
+}
 
 }  // namespace fr::cuda

@@ -248,7 +248,7 @@ __global__ void GeluK(const float* x, const float* b, float* y, int64_t total, i
     const float h = b ? b[IMod(i, n)] + x[i] : x[i];
     if (tanh_form) {
       const float inner = kTanhBeta * (h + kTanhKappa * (h * h * h));
-      y[i] = 0.5f * h * (1.f + tanhf(inner));
+      y[i] = 0.5f * h * (1.f + VTanh(inner));
     } else {
       y[i] = (h * (VErf(h / k.div) + k.one)) * k.half;
     }
@@ -261,7 +261,7 @@ __global__ void GeluGradK(const float* dy, const float* x, const float* b, float
     const float h = b ? b[IMod(i, n)] + x[i] : x[i];
     if (tanh_form) {
       const float h2 = h * h;
-      const float t = tanhf(kTanhBeta * (h + kTanhKappa * (h2 * h)));
+      const float t = VTanh(kTanhBeta * (h + kTanhKappa * (h2 * h)));
       const float left = 0.5f * h, right = 1.f + t;
       const float d_right = left * (1.f - t * t) * kTanhBeta * (1.f + 3.f * kTanhKappa * h2);
       dx[i] = dy[i] * (0.5f * right + d_right);
