@@ -118,7 +118,7 @@ Status Div(const KernelCtx& c) {
 
 Status Relu(const KernelCtx& c) { return Unary(c, [](float x) { return x > 0.f ? x : 0.f; }); }
 Status Tanh(const KernelCtx& c) { return Unary(c, [](float x) { return cpu::Tanh(x); }); }
-Status Sigmoid(const KernelCtx& c) { return Unary(c, [](float x) { return 1.f / (1.f + std::exp(-x)); }); }
+Status Sigmoid(const KernelCtx& c) { return Unary(c, [](float x) { return 1.f / (1.f + Exp(-x)); }); }
 Status Erf(const KernelCtx& c) { return Unary(c, [](float x) { return cpu::Erf(x); }); }
 Status Scale(const KernelCtx& c) {
   const float a = static_cast<float>(c.node.attrs.Float("alpha", 1.0));

@@ -195,7 +195,7 @@ Status Div(const KernelCtx& c) {
 
 Status Relu(const KernelCtx& c) { return Unary(c, [] __device__(float x) { return x > 0.f ? x : 0.f; }); }
 Status Tanh(const KernelCtx& c) { return Unary(c, [] __device__(float x) { return VTanh(x); }); }
-Status Sigmoid(const KernelCtx& c) { return Unary(c, [] __device__(float x) { return 1.f / (1.f + expf(-x)); }); }
+Status Sigmoid(const KernelCtx& c) { return Unary(c, [] __device__(float x) { return __fdiv_rn(1.f, __fadd_rn(1.f, VExp(-x))); }); }
 Status Erf(const KernelCtx& c) { return Unary(c, [] __device__(float x) { return VErf(x); }); }
 Status Scale(const KernelCtx& c) {
   const float a = static_cast<float>(c.node.attrs.Float("alpha", 1.0));
