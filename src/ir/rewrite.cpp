@@ -1,7 +1,9 @@
 #include "ir/rewrite.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
+#include <utility>
 
 #include "boxing/simulate.h"
 
@@ -195,6 +197,23 @@ int SplitProjections(Graph& g, const RewriteOptions& o) {
   return count;
 }
 
+// The GELU's inputs given its H: (X, bias) when H = Add(X, bias) with a parameter bias [D] and
+// H is read by the GELU alone (`only_gelu`), the add then joining `chain`; else (H).
+std::vector<ValueId> TakeBiasAdd(Pass& pass, ValueId h, bool only_gelu, std::vector<const Node*>& chain) {
+  const Graph& g = pass.graph();
+  const Node* bias_add = pass.Producer(h);
+  if (!only_gelu || !bias_add || bias_add->op != OpKind::kAdd || pass.Taken(bias_add)) return {h};
+  const Shape& hs = g.type(h).shape;
+  for (ValueId b : bias_add->in) {
+    if (!pass.IsParam(b) || g.type(b).shape != Shape{hs[hs.rank() - 1]}) continue;
+    const ValueId x = Other(*bias_add, b);
+    if (g.type(x).shape != hs) continue;
+    chain.push_back(bias_add);
+    return {x, b};
+  }
+  return {h};
+}
+
 int FuseGelu(Graph& g) {
   Pass pass(g);
   int count = 0;
@@ -229,18 +248,7 @@ int FuseGelu(Graph& g) {
     }
     if (!div) continue;
     std::vector<const Node*> chain = {div, erf, add_one, mul, &half_mul};
-    std::vector<ValueId> in = {h};
-    const Node* bias_add = pass.Producer(h);  // fused too when H is read by the GELU alone
-    if (bias_add && bias_add->op == OpKind::kAdd && !pass.Taken(bias_add) && pass.OnlyFeeds(h, {div, mul})) {
-      const Shape& hs = g.type(h).shape;
-      for (ValueId b : bias_add->in) {
-        if (in.size() > 1 || !pass.IsParam(b) || g.type(b).shape != Shape{hs[hs.rank() - 1]}) continue;
-        const ValueId x = Other(*bias_add, b);
-        if (g.type(x).shape != hs) continue;
-        in = {x, b};
-        chain.push_back(bias_add);
-      }
-    }
+    std::vector<ValueId> in = TakeBiasAdd(pass, h, pass.OnlyFeeds(h, {div, mul}), chain);
     if (std::any_of(chain.begin(), chain.end(), [&](const Node* n) { return pass.Taken(n); })) continue;
     Attrs at;
     at.Set("div", static_cast<double>(*pass.Scalar(div->in[1])));
@@ -250,6 +258,68 @@ int FuseGelu(Graph& g) {
     name = name.ends_with("Erf") ? name.substr(0, name.size() - 3) + "Gelu" : name + "/Gelu";
     pass.Replace(chain, {MakeNode(name, OpKind::kGelu, in, {half_mul.out[0]}, at)});
     ++count;
+  }
+  pass.Rebuild();
+  return count;
+}
+
+// The scalar constant input of a binary node `n` and its other input; nullopt if it has none.
+std::optional<std::pair<float, ValueId>> ScalarAndOther(const Pass& pass, const Node* n) {
+  if (!n || n->in.size() != 2) return std::nullopt;
+  for (size_t i = 0; i < 2; ++i)
+    if (auto c = pass.Scalar(n->in[i]); c && !pass.Scalar(n->in[1 - i])) return std::make_pair(*c, n->in[1 - i]);
+  return std::nullopt;
+}
+
+// Mul(Mul(H, 0.5), Add(Tanh(Mul(Add(H, Mul(Pow(H, 3), 0.044715)), sqrt(2/pi))), 1)), as PyTorch
+// exports GPT-2's GELU (and F.gelu(approximate="tanh") below opset 20), becomes the tanh form of
+// Gelu. Its kernels compute the same operations in this order, with H * H * H for the power, so
+// every constant must be the one they use.
+int FuseGeluTanh(Graph& g) {
+  Pass pass(g);
+  int count = 0;
+  auto is = [&](const Node* n, OpKind op) { return n && n->op == op && !pass.Taken(n); };
+  for (const Node& out : g.nodes) {
+    if (out.op != OpKind::kMul || pass.Taken(&out) || out.in.size() != 2) continue;
+    for (size_t i = 0; i < 2; ++i) {
+      const Node* half_mul = pass.Producer(out.in[i]);
+      const Node* add_one = pass.Producer(out.in[1 - i]);
+      if (!is(half_mul, OpKind::kMul) || !is(add_one, OpKind::kAdd)) continue;
+      const auto half = ScalarAndOther(pass, half_mul), one = ScalarAndOther(pass, add_one);
+      if (!half || half->first != 0.5f || !one || one->first != 1.f) continue;
+      const ValueId h = half->second;
+      const Node* tanh = pass.Producer(one->second);
+      if (!is(tanh, OpKind::kTanh)) continue;
+      const Node* beta_mul = pass.Producer(tanh->in[0]);
+      const auto beta = ScalarAndOther(pass, beta_mul);
+      if (!is(beta_mul, OpKind::kMul) || !beta || beta->first != 0.7978845608028654f) continue;
+      const Node* inner_add = pass.Producer(beta->second);
+      if (!is(inner_add, OpKind::kAdd)) continue;
+      const ValueId cubed = Other(*inner_add, h);
+      const Node* kappa_mul = pass.Producer(cubed);
+      const auto kappa = ScalarAndOther(pass, kappa_mul);
+      if (cubed == kNoValue || !is(kappa_mul, OpKind::kMul) || !kappa || kappa->first != 0.044715f) continue;
+      const Node* cube = pass.Producer(kappa->second);
+      if (!is(cube, OpKind::kPow) || cube->in[0] != h || pass.Scalar(cube->in[1]) != 3.f) continue;
+      if (!pass.OnlyFeeds(half_mul->out[0], {&out}) || !pass.OnlyFeeds(add_one->out[0], {&out}) ||
+          !pass.OnlyFeeds(tanh->out[0], {add_one}) || !pass.OnlyFeeds(beta_mul->out[0], {tanh}) ||
+          !pass.OnlyFeeds(inner_add->out[0], {beta_mul}) || !pass.OnlyFeeds(kappa_mul->out[0], {inner_add}) ||
+          !pass.OnlyFeeds(cube->out[0], {kappa_mul}))
+        continue;
+      std::vector<const Node*> chain = {cube, kappa_mul, inner_add, beta_mul, tanh, add_one, half_mul, &out};
+      std::vector<ValueId> in = TakeBiasAdd(pass, h, pass.OnlyFeeds(h, {half_mul, cube, inner_add}), chain);
+      if (std::any_of(chain.begin(), chain.end(), [&](const Node* n) { return pass.Taken(n); })) continue;
+      Attrs at;
+      at.Set("div", static_cast<double>(static_cast<float>(M_SQRT2)));
+      at.Set("one", 1.0);
+      at.Set("half", 0.5);
+      at.Set("tanh", int64_t{1});
+      std::string name = tanh->name;
+      name = name.ends_with("Tanh") ? name.substr(0, name.size() - 4) + "Gelu" : name + "/Gelu";
+      pass.Replace(chain, {MakeNode(name, OpKind::kGelu, in, {out.out[0]}, at)});
+      ++count;
+      break;
+    }
   }
   pass.Rebuild();
   return count;
@@ -373,6 +443,7 @@ RewriteCounts Rewrite(Graph& g, const RewriteOptions& o) {
   RewriteCounts c;
   c.split_projections = SplitProjections(g, o);
   c.gelus = FuseGelu(g);
+  c.gelus += FuseGeluTanh(g);
   c.softmaxes = FuseSoftmax(g);
   c.rms_norms = FuseRMSNorm(g);
   return c;

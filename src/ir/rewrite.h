@@ -14,7 +14,9 @@
 //   2. Bias and GELU. Add(X, bias) -> Div(., c) -> Erf -> Add(., 1) -> Mul(with the Add's output) ->
 //      Mul(., 0.5), as PyTorch exports an erf GELU after a linear layer, becomes Gelu(X, bias)
 //      (ops/fused.cpp). Without a parameter bias add before it, or when something else reads the
-//      add's output, Gelu(H) of the GELU alone.
+//      add's output, Gelu(H) of the GELU alone. The tanh form, Mul(H, 0.5) * Add(Tanh(Mul(Add(H,
+//      Mul(Pow(H, 3), 0.044715)), sqrt(2/pi))), 1) as GPT-2's GELU exports, becomes Gelu with
+//      tanh=1 (and its bias the same way), only with exactly those constants, the kernels' own.
 //   3. Scaled, masked softmax. Mul or Div by a scalar constant -> Where(constant bool mask, scalar
 //      constant fill, .) (either branch) -> Softmax on the last axis becomes MaskedSoftmax; one of
 //      the first two may be missing.

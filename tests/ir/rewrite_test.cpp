@@ -96,6 +96,52 @@ TEST(Rewrite, GeluReadElsewhereStays) {
   EXPECT_EQ(n[OpKind::kErf], 0);
 }
 
+// 0.5 H (1 + tanh(sqrt(2/pi) (H + 0.044715 H^3))) with H = b + x, as PyTorch exports GPT-2's GELU:
+// Mul(Mul(H, 0.5), Add(Tanh(Mul(Add(H, Mul(Pow(H, 3), kappa)), beta)), 1)).
+struct GeluTanhNet {
+  Net net;
+  ValueId x, b, h, tanh, y;
+  explicit GeluTanhNet(float kappa = 0.044715f) {
+    x = net.Input("x", Rand({2, 3, 8}, 3, -4, 4));
+    b = Param(net, "fc.bias", Rand({8}, 4));
+    h = net.Op(OpKind::kAdd, {x, b});
+    ValueId half = net.Op(OpKind::kMul, {h, net.Const("half", Tensor::Full({}, 0.5f))});
+    ValueId cube = net.Op(OpKind::kPow, {h, net.Const("three", Tensor::Full({}, 3.f))});
+    ValueId scaled = net.Op(OpKind::kMul, {cube, net.Const("kappa", Tensor::Full({}, kappa))});
+    ValueId inner = net.Op(OpKind::kAdd, {h, scaled});
+    ValueId arg = net.Op(OpKind::kMul, {inner, net.Const("beta", Tensor::Full({}, 0.7978845608028654f))});
+    tanh = net.Op(OpKind::kTanh, {arg});
+    ValueId plus = net.Op(OpKind::kAdd, {tanh, net.Const("one", Tensor::Full({}, 1.f))});
+    y = net.Op(OpKind::kMul, {half, plus});
+    net.graph().outputs.push_back(y);
+  }
+};
+
+TEST(Rewrite, GeluTanhWithItsBias) {
+  GeluTanhNet t;
+  ExpectSameValues(t.net, t.y, 1e-6);
+  ir::Graph g = t.net.graph();
+  EXPECT_EQ(ir::Rewrite(g).gelus, 1);
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op, OpKind::kGelu);
+  EXPECT_EQ(g.nodes[0].attrs.Int("tanh", 0), 1);
+  EXPECT_EQ(g.nodes[0].in, (std::vector<ValueId>{t.x, t.b}));
+  EXPECT_EQ(g.nodes[0].out, (std::vector<ValueId>{t.y}));
+  for (const ir::Node& n : t.net.graph().nodes) EXPECT_TRUE(g.nodes[0].AnswersTo(n.name)) << n.name;
+}
+
+TEST(Rewrite, GeluTanhWithOtherConstantsOrReadElsewhereStays) {
+  GeluTanhNet other(0.0447f);  // the kernels' kappa is 0.044715: not this GELU
+  ir::Graph g = other.net.graph();
+  EXPECT_EQ(ir::Rewrite(g).gelus, 0);
+  EXPECT_EQ(g.nodes.size(), other.net.graph().nodes.size());
+  GeluTanhNet read;
+  read.net.graph().outputs.push_back(read.tanh);
+  ir::Graph g2 = read.net.graph();
+  EXPECT_EQ(ir::Rewrite(g2).gelus, 0);
+  EXPECT_EQ(OpCounts(g2)[OpKind::kTanh], 1);
+}
+
 TEST(Rewrite, ScaledMaskedSoftmax) {
   for (bool scores_read_elsewhere : {false, true}) {
     SCOPED_TRACE(scores_read_elsewhere ? "scaled scores read elsewhere" : "plain chain");
