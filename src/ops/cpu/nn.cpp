@@ -133,8 +133,7 @@ Status LayerNormalization(const KernelCtx& c) {
       const float mu = SumOf(inner, [xr](int64_t j) { return xr[j]; }) / static_cast<float>(inner);
       const float v = SumOf(inner, [xr, mu](int64_t j) { return (xr[j] - mu) * (xr[j] - mu); });
       const float r = 1.f / std::sqrt(v / static_cast<float>(inner) + eps);
-      // Two loops, not b ? b[j] : 0 in one: vectorised, that is a masked load from address 0 when
-      // there is no bias, which the CPU serves slowly.
+      // Two loops, not b ? b[j] : 0 in one (a masked load when vectorised; see the GELU's loops).
       if (b) {
         for (int64_t j = 0; j < inner; ++j) yr[j] = (xr[j] - mu) * r * g[j] + b[j];
       } else {
