@@ -63,6 +63,16 @@ Shift ShiftOf(const Geometry& g, int64_t i, int64_t j) {
   return s;
 }
 
+// row[oy * ow + ox] = v for the inside rows oy and the columns ox outside [x0, x1): column by
+// column, a strided store (per output row, a fill of a float or two became a memset call each).
+void SetPaddingColumns(const Geometry& g, const Shift& s, float* row, float v) {
+  auto column = [&](int64_t ox) {
+    for (int64_t oy = s.y0; oy < s.y1; ++oy) row[oy * g.ow + ox] = v;
+  };
+  for (int64_t ox = 0; ox < s.x0; ++ox) column(ox);
+  for (int64_t ox = s.x1; ox < g.ow; ++ox) column(ox);
+}
+
 // Columns of one sample's group: col[(ci * kh + i) * kw + j][oy * ow + ox] = x[ci][oy*sh - pt + i*dh][ox*sw - pl + j*dw].
 void Im2Col(const Geometry& g, const float* x, float* col) {
   const bool linear = Linear(g);
@@ -80,10 +90,7 @@ void Im2Col(const Geometry& g, const float* x, float* col) {
           std::fill(row, row + s.k0, 0.f);
           std::copy(plane + (s.k0 + s.shift), plane + (s.k1 + s.shift), row + s.k0);
           std::fill(row + s.k1, row + g.cols(), 0.f);
-          for (int64_t oy = s.y0; oy < s.y1; ++oy) {
-            std::fill(row + oy * g.ow, row + oy * g.ow + s.x0, 0.f);
-            std::fill(row + oy * g.ow + s.x1, row + (oy + 1) * g.ow, 0.f);
-          }
+          SetPaddingColumns(g, s, row, 0.f);
           continue;
         }
         for (int64_t oy = 0; oy < g.oh; ++oy) {
@@ -114,10 +121,7 @@ void Col2Im(const Geometry& g, float* col, float* x) {
         if (linear) {
           const Shift s = ShiftOf(g, i, j);
           if (s.empty()) continue;
-          for (int64_t oy = s.y0; oy < s.y1; ++oy) {
-            std::fill(row + oy * g.ow, row + oy * g.ow + s.x0, -0.f);
-            std::fill(row + oy * g.ow + s.x1, row + (oy + 1) * g.ow, -0.f);
-          }
+          SetPaddingColumns(g, s, row, -0.f);
           float* plane = x + ci * g.h * g.w;
           for (int64_t k = s.k0; k < s.k1; ++k) plane[k + s.shift] += row[k];
           continue;
