@@ -1,5 +1,6 @@
 // The ONNX importer (ir/onnx_import.h) on arbitrary bytes, through folding and shape inference,
-// then the training graph (autodiff) on what it accepts. Each graph input is bound to its declared
+// then the rewrites (ir/rewrite.h, every fused projection split) and the training graph
+// (autodiff) on what it accepts. Each graph input is bound to its declared
 // type, unknown or odd dims replaced by 2.
 #include <cstddef>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include "base/process.h"
 #include "ir/onnx_import.h"
 #include "ir/onnx_proto.h"
+#include "ir/rewrite.h"
 #include "ir/training.h"
 #include "onnx/onnx_pb.h"
 
@@ -35,6 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto g = fr::ir::ImportOnnxBytes(bytes, "fuzz.onnx", inputs);
   if (!g.ok() || g->outputs.empty()) return 0;
+  fr::ir::Rewrite(*g, fr::ir::RewriteOptions{[](const fr::ir::Node&, fr::ir::ValueId, fr::ir::ValueId) { return true; }});
   const fr::ir::TensorType out = g->type(g->outputs[0]);
   if (out.dtype != fr::DType::kF32) return 0;
   fr::ir::TrainingSpec spec;
