@@ -246,7 +246,7 @@ int FuseGelu(Graph& g) {
       if (d && d->op == OpKind::kDiv && d->in[0] == h && pass.Scalar(d->in[1]) && pass.OnlyFeeds(d->out[0], {erf}))
         div = d;
     }
-    if (!div) continue;
+    if (!div || g.type(half_mul.out[0]) != g.type(h)) continue;  // constants of a higher rank broadcast H up
     std::vector<const Node*> chain = {div, erf, add_one, mul, &half_mul};
     std::vector<ValueId> in = TakeBiasAdd(pass, h, pass.OnlyFeeds(h, {div, mul}), chain);
     if (std::any_of(chain.begin(), chain.end(), [&](const Node* n) { return pass.Taken(n); })) continue;
@@ -272,9 +272,10 @@ std::optional<std::pair<float, ValueId>> ScalarAndOther(const Pass& pass, const 
 }
 
 // Mul(Mul(H, 0.5), Add(Tanh(Mul(Add(H, Mul(Pow(H, 3), 0.044715)), sqrt(2/pi))), 1)), as PyTorch
-// exports GPT-2's GELU (and F.gelu(approximate="tanh") below opset 20), becomes the tanh form of
-// Gelu. Its kernels compute the same operations in this order, with H * H * H for the power, so
-// every constant must be the one they use.
+// exports GPT-2's GELU (transformers' NewGELU), becomes the tanh form of Gelu. Its kernels compute
+// the same operations in this order, with H * H * H for the power, so every constant must be the
+// one they use. (F.gelu(approximate="tanh") exports as ONNX's Gelu from opset 20; below, in
+// another order without Pow, which this does not match.)
 int FuseGeluTanh(Graph& g) {
   Pass pass(g);
   int count = 0;
@@ -301,6 +302,7 @@ int FuseGeluTanh(Graph& g) {
       if (cubed == kNoValue || !is(kappa_mul, OpKind::kMul) || !kappa || kappa->first != 0.044715f) continue;
       const Node* cube = pass.Producer(kappa->second);
       if (!is(cube, OpKind::kPow) || cube->in[0] != h || pass.Scalar(cube->in[1]) != 3.f) continue;
+      if (g.type(out.out[0]) != g.type(h)) continue;  // constants of a higher rank broadcast H up
       if (!pass.OnlyFeeds(half_mul->out[0], {&out}) || !pass.OnlyFeeds(add_one->out[0], {&out}) ||
           !pass.OnlyFeeds(tanh->out[0], {add_one}) || !pass.OnlyFeeds(beta_mul->out[0], {tanh}) ||
           !pass.OnlyFeeds(inner_add->out[0], {beta_mul}) || !pass.OnlyFeeds(kappa_mul->out[0], {inner_add}) ||

@@ -49,14 +49,14 @@ void ExpectSameValues(Net& net, ValueId out, double rtol) {
 struct GeluNet {
   Net net;
   ValueId x, b, h, erf, y;
-  GeluNet() {
+  explicit GeluNet(Shape half_shape = {}) {
     x = net.Input("x", Rand({2, 3, 8}, 1, -3, 3));
     b = Param(net, "fc.bias", Rand({8}, 2));
     h = net.Op(OpKind::kAdd, {b, x});
     ValueId d = net.Op(OpKind::kDiv, {h, net.Const("sqrt2", Tensor::Full({}, 1.4142135381698608f))});
     erf = net.Op(OpKind::kErf, {d});
     ValueId a = net.Op(OpKind::kAdd, {erf, net.Const("one", Tensor::Full({}, 1.f))});
-    y = net.Op(OpKind::kMul, {net.Op(OpKind::kMul, {h, a}), net.Const("half", Tensor::Full({}, 0.5f))});
+    y = net.Op(OpKind::kMul, {net.Op(OpKind::kMul, {h, a}), net.Const("half", Tensor::Full(half_shape, 0.5f))});
     net.graph().outputs.push_back(y);
   }
 };
@@ -101,11 +101,11 @@ TEST(Rewrite, GeluReadElsewhereStays) {
 struct GeluTanhNet {
   Net net;
   ValueId x, b, h, tanh, y;
-  explicit GeluTanhNet(float kappa = 0.044715f) {
+  explicit GeluTanhNet(float kappa = 0.044715f, Shape half_shape = {}) {
     x = net.Input("x", Rand({2, 3, 8}, 3, -4, 4));
     b = Param(net, "fc.bias", Rand({8}, 4));
     h = net.Op(OpKind::kAdd, {x, b});
-    ValueId half = net.Op(OpKind::kMul, {h, net.Const("half", Tensor::Full({}, 0.5f))});
+    ValueId half = net.Op(OpKind::kMul, {h, net.Const("half", Tensor::Full(half_shape, 0.5f))});
     ValueId cube = net.Op(OpKind::kPow, {h, net.Const("three", Tensor::Full({}, 3.f))});
     ValueId scaled = net.Op(OpKind::kMul, {cube, net.Const("kappa", Tensor::Full({}, kappa))});
     ValueId inner = net.Op(OpKind::kAdd, {h, scaled});
@@ -140,6 +140,21 @@ TEST(Rewrite, GeluTanhWithOtherConstantsOrReadElsewhereStays) {
   ir::Graph g2 = read.net.graph();
   EXPECT_EQ(ir::Rewrite(g2).gelus, 0);
   EXPECT_EQ(OpCounts(g2)[OpKind::kTanh], 1);
+}
+
+// A one-element constant of a higher rank than H broadcasts the chain's output up ([1, 2, 3, 8]
+// from H [2, 3, 8]): Gelu's output is H's shape, so neither form fuses, and the chain still runs.
+TEST(Rewrite, GeluWhoseConstantRaisesTheRankStays) {
+  GeluNet erf(Shape{1, 1, 1, 1});
+  GeluTanhNet tanh(0.044715f, Shape{1, 1, 1, 1});
+  for (Net* net : {&erf.net, &tanh.net}) {
+    ir::Graph g = net->graph();
+    EXPECT_EQ(ir::Rewrite(g).gelus, 0);
+    EXPECT_EQ(g.nodes.size(), net->graph().nodes.size());
+  }
+  ExpectSameValues(erf.net, erf.y, 0);
+  ExpectSameValues(tanh.net, tanh.y, 0);
+  EXPECT_EQ(erf.net[erf.y].shape(), (Shape{1, 2, 3, 8}));
 }
 
 TEST(Rewrite, ScaledMaskedSoftmax) {

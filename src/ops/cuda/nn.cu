@@ -246,9 +246,9 @@ constexpr float kTanhBeta = 0.7978845608028654f, kTanhKappa = 0.044715f;
 __global__ void GeluK(const float* x, const float* b, float* y, int64_t total, int64_t n, GeluConsts k, bool tanh_form) {
   FR_GRID_LOOP(i, total) {
     const float h = b ? b[IMod(i, n)] + x[i] : x[i];
-    if (tanh_form) {
-      const float inner = kTanhBeta * (h + kTanhKappa * (h * h * h));
-      y[i] = 0.5f * h * (1.f + VTanh(inner));
+    if (tanh_form) {  // ops/cpu/fused.cpp's operations, each rounded (no contraction into FMAs)
+      const float inner = __fmul_rn(kTanhBeta, __fadd_rn(h, __fmul_rn(kTanhKappa, __fmul_rn(__fmul_rn(h, h), h))));
+      y[i] = __fmul_rn(__fmul_rn(0.5f, h), __fadd_rn(1.f, VTanh(inner)));
     } else {
       y[i] = (h * (VErf(h / k.div) + k.one)) * k.half;
     }
@@ -259,12 +259,13 @@ __global__ void GeluGradK(const float* dy, const float* x, const float* b, float
                           bool tanh_form) {
   FR_GRID_LOOP(i, total) {
     const float h = b ? b[IMod(i, n)] + x[i] : x[i];
-    if (tanh_form) {
-      const float h2 = h * h;
-      const float t = VTanh(kTanhBeta * (h + kTanhKappa * (h2 * h)));
-      const float left = 0.5f * h, right = 1.f + t;
-      const float d_right = left * (1.f - t * t) * kTanhBeta * (1.f + 3.f * kTanhKappa * h2);
-      dx[i] = dy[i] * (0.5f * right + d_right);
+    if (tanh_form) {  // as the forward: the CPU's operations, each rounded
+      const float h2 = __fmul_rn(h, h);
+      const float t = VTanh(__fmul_rn(kTanhBeta, __fadd_rn(h, __fmul_rn(kTanhKappa, __fmul_rn(h2, h)))));
+      const float left = __fmul_rn(0.5f, h), right = __fadd_rn(1.f, t);
+      const float d_right = __fmul_rn(__fmul_rn(__fmul_rn(left, __fsub_rn(1.f, __fmul_rn(t, t))), kTanhBeta),
+                                      __fadd_rn(1.f, __fmul_rn(3.f * kTanhKappa, h2)));
+      dx[i] = __fmul_rn(dy[i], __fadd_rn(__fmul_rn(0.5f, right), d_right));
     } else {
       const float d = h / k.div;
       const float e = VExp(-(d * d));
