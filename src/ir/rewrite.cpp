@@ -413,6 +413,7 @@ int FuseRMSNorm(Graph& g) {
         if (!mean || mean->attrs.Ints("axes") != std::vector<int64_t>{xs.rank() - 1} || mean->attrs.Int("keepdims", 1) != 1) continue;
         const Node* p = feeding(mean->in[0], OpKind::kPow, mean);
         if (!p || p->in[0] != x || pass.Scalar(p->in[1]) != 2.f) continue;
+        if (g.type(scale_mul.out[0]).shape != xs) continue;  // constants of a higher rank broadcast X up
         chain.insert(chain.end(), {xmul, inv, sqrt, add, mean, p});
         pow = p;
         Attrs at;

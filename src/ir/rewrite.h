@@ -17,7 +17,7 @@
 //      add's output, Gelu(H) of the GELU alone. The tanh form, Mul(H, 0.5) * Add(Tanh(Mul(Add(H,
 //      Mul(Pow(H, 3), 0.044715)), sqrt(2/pi))), 1) as GPT-2's GELU exports, becomes Gelu with
 //      tanh=1 (and its bias the same way), only with exactly those constants, the kernels' own.
-//      Either form fuses only where the chain's output has H's shape.
+//      Either form fuses only where the chain's output has H's shape (RMSNorm's likewise X's).
 //   3. Scaled, masked softmax. Mul or Div by a scalar constant -> Where(constant bool mask, scalar
 //      constant fill, .) (either branch) -> Softmax on the last axis becomes MaskedSoftmax; one of
 //      the first two may be missing.

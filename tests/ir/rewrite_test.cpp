@@ -187,9 +187,13 @@ TEST(Rewrite, ScaledMaskedSoftmax) {
 // Llama's RMSNorm as both exporters write it: Pow, ReduceMean, Add(eps), Sqrt, then Reciprocal
 // (dynamo) or Div(1, .) (TorchScript, with a Cast to float before the scale), Mul(X, .), Mul(scale).
 TEST(Rewrite, RMSNorm) {
+  // A one-element eps of rank 4 broadcasts the chain up to [1, 2, 3, 8]: RMSNorm's output is X's
+  // shape, so it stays a chain too.
   for (bool torchscript : {false, true}) {
-    for (bool stat_read_elsewhere : {false, true}) {
-      SCOPED_TRACE(std::string(torchscript ? "TorchScript" : "dynamo") + (stat_read_elsewhere ? ", mean read elsewhere" : ""));
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool stat_read_elsewhere = variant == 1, eps_rank4 = variant == 2;
+      SCOPED_TRACE(std::string(torchscript ? "TorchScript" : "dynamo") + (stat_read_elsewhere ? ", mean read elsewhere" : "") +
+                   (eps_rank4 ? ", eps of rank 4" : ""));
       Net net;
       ValueId x = net.Input("x", Rand({2, 3, 8}, 4, -2, 2));
       ValueId w = Param(net, "norm.weight", Rand({8}, 5, 0.5, 1.5));
@@ -197,7 +201,8 @@ TEST(Rewrite, RMSNorm) {
       mean_at.Set("axes", std::vector<int64_t>{2});
       mean_at.Set("keepdims", int64_t{1});
       ValueId m = net.Op(OpKind::kReduceMean, {net.Op(OpKind::kPow, {x, net.Const("two", Tensor::Full({}, 2.f))})}, mean_at);
-      ValueId s = net.Op(OpKind::kSqrt, {net.Op(OpKind::kAdd, {m, net.Const("eps", Tensor::Full({}, 1e-6f))})});
+      const Shape eps_shape = eps_rank4 ? Shape{1, 1, 1, 1} : Shape{};
+      ValueId s = net.Op(OpKind::kSqrt, {net.Op(OpKind::kAdd, {m, net.Const("eps", Tensor::Full(eps_shape, 1e-6f))})});
       ValueId r = torchscript ? net.Op(OpKind::kDiv, {net.Const("one", Tensor::Full({}, 1.f)), s}) : net.Op(OpKind::kReciprocal, {s});
       ValueId n = net.Op(OpKind::kMul, {x, r});
       if (torchscript) {
@@ -210,8 +215,9 @@ TEST(Rewrite, RMSNorm) {
       if (stat_read_elsewhere) net.graph().outputs.push_back(m);
       ExpectSameValues(net, y, 1e-6);
       ir::Graph g = net.graph();
-      EXPECT_EQ(ir::Rewrite(g).rms_norms, stat_read_elsewhere ? 0 : 1);
-      EXPECT_EQ(OpCounts(g)[OpKind::kRMSNorm], stat_read_elsewhere ? 0 : 1);
+      const int fused = stat_read_elsewhere || eps_rank4 ? 0 : 1;
+      EXPECT_EQ(ir::Rewrite(g).rms_norms, fused);
+      EXPECT_EQ(OpCounts(g)[OpKind::kRMSNorm], fused);
     }
   }
 }
