@@ -20,6 +20,7 @@
 #include "ir/onnx_spec.h"
 #include "onnx/onnx_pb.h"
 #include "ops/cuda/backend.h"
+#include "ops/kernel_args.h"
 #include "ops/op.h"
 
 namespace fr::ir {
@@ -343,11 +344,7 @@ class Importer {
     if (approximate != "none" && approximate != "tanh") {
       return NodeErr(n, "approximate='" + approximate + "' is not an approximation ONNX defines ('none' or 'tanh')");
     }
-    attrs = Attrs();
-    attrs.Set("div", static_cast<double>(static_cast<float>(M_SQRT2)));
-    attrs.Set("one", 1.0);
-    attrs.Set("half", 0.5);
-    if (approximate == "tanh") attrs.Set("tanh", int64_t{1});
+    attrs = GeluAttrs(approximate == "tanh");
     return Status::Ok();
   }
 

@@ -1,11 +1,11 @@
 #include "ir/rewrite.h"
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <utility>
 
 #include "boxing/simulate.h"
+#include "ops/kernel_args.h"
 
 namespace fr::ir {
 namespace {
@@ -293,13 +293,13 @@ int FuseGeluTanh(Graph& g) {
       if (!is(tanh, OpKind::kTanh)) continue;
       const Node* beta_mul = pass.Producer(tanh->in[0]);
       const auto beta = ScalarAndOther(pass, beta_mul);
-      if (!is(beta_mul, OpKind::kMul) || !beta || beta->first != 0.7978845608028654f) continue;
+      if (!is(beta_mul, OpKind::kMul) || !beta || beta->first != kGeluTanhBeta) continue;
       const Node* inner_add = pass.Producer(beta->second);
       if (!is(inner_add, OpKind::kAdd)) continue;
       const ValueId cubed = Other(*inner_add, h);
       const Node* kappa_mul = pass.Producer(cubed);
       const auto kappa = ScalarAndOther(pass, kappa_mul);
-      if (cubed == kNoValue || !is(kappa_mul, OpKind::kMul) || !kappa || kappa->first != 0.044715f) continue;
+      if (cubed == kNoValue || !is(kappa_mul, OpKind::kMul) || !kappa || kappa->first != kGeluTanhKappa) continue;
       const Node* cube = pass.Producer(kappa->second);
       if (!is(cube, OpKind::kPow) || cube->in[0] != h || pass.Scalar(cube->in[1]) != 3.f) continue;
       if (g.type(out.out[0]) != g.type(h)) continue;  // constants of a higher rank broadcast H up
@@ -311,14 +311,9 @@ int FuseGeluTanh(Graph& g) {
       std::vector<const Node*> chain = {cube, kappa_mul, inner_add, beta_mul, tanh, add_one, half_mul, &out};
       std::vector<ValueId> in = TakeBiasAdd(pass, h, pass.OnlyFeeds(h, {half_mul, cube, inner_add}), chain);
       if (std::any_of(chain.begin(), chain.end(), [&](const Node* n) { return pass.Taken(n); })) continue;
-      Attrs at;
-      at.Set("div", static_cast<double>(static_cast<float>(M_SQRT2)));
-      at.Set("one", 1.0);
-      at.Set("half", 0.5);
-      at.Set("tanh", int64_t{1});
       std::string name = tanh->name;
       name = name.ends_with("Tanh") ? name.substr(0, name.size() - 4) + "Gelu" : name + "/Gelu";
-      pass.Replace(chain, {MakeNode(name, OpKind::kGelu, in, {out.out[0]}, at)});
+      pass.Replace(chain, {MakeNode(name, OpKind::kGelu, in, {out.out[0]}, GeluAttrs(true))});
       ++count;
       break;
     }

@@ -3,6 +3,7 @@
 // kernel and its CUDA twin cannot read an attribute differently.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "base/schedule.h"
@@ -31,6 +32,19 @@ struct GeluConsts {
 inline GeluConsts GeluOf(const ir::Node& n) {
   return {static_cast<float>(n.attrs.Float("div")), static_cast<float>(n.attrs.Float("one")),
           static_cast<float>(n.attrs.Float("half"))};
+}
+// Its tanh form (attr "tanh" = 1): 0.5 h (1 + tanh(kGeluTanhBeta (h + kGeluTanhKappa h^3))). The
+// rewrite fuses an exported chain only with exactly these (ir/rewrite.cpp).
+inline constexpr float kGeluTanhBeta = 0.7978845608028654f, kGeluTanhKappa = 0.044715f;
+// The attributes of ONNX's Gelu as flowrun's fused op: the erf form's constants, and tanh = 1 for
+// the tanh form (set by the importer and by the rewrite of the exported tanh chain).
+inline ir::Attrs GeluAttrs(bool tanh) {
+  ir::Attrs a;
+  a.Set("div", static_cast<double>(static_cast<float>(M_SQRT2)));
+  a.Set("one", 1.0);
+  a.Set("half", 0.5);
+  if (tanh) a.Set("tanh", int64_t{1});
+  return a;
 }
 
 // The fused masked softmax's: x scaled (or divided) by `scale`, then set to `fill` where the mask

@@ -25,6 +25,8 @@ inline std::vector<int64_t> BroadcastStrides(const fr::Shape& in, const fr::Shap
 // becomes [16, 8, 256] / [1, 8, 1]). out must hold elements.
 struct Coalesced {
   fr::Shape a, b, out;
+  int64_t inner() const { return out[out.rank() - 1]; }  // a row's length
+  int64_t rows() const { return out.numel() / inner(); }
 };
 inline Coalesced Coalesce(const fr::Shape& a, const fr::Shape& b, const fr::Shape& out) {
   std::vector<int64_t> ra, rb, ro;
@@ -91,8 +93,7 @@ template <typename Row>
 void ForEachRow(const fr::Shape& a, const fr::Shape& b, const fr::Shape& out, Row row) {
   if (out.numel() == 0) return;
   const Coalesced m = Coalesce(a, b, out);
-  const int64_t inner = m.out[m.out.rank() - 1];
-  ForEachRowIn(m.a, m.b, m.out, 0, m.out.numel() / inner, row);
+  ForEachRowIn(m.a, m.b, m.out, 0, m.rows(), row);
 }
 
 // The same for three inputs: row(offsets {a, b, c}, out_offset, inner, inner strides {a, b, c}).

@@ -27,8 +27,7 @@ void BinaryT(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   }
   if (out.numel() == 0) return;
   const Coalesced m = Coalesce(a.shape(), b.shape(), out.shape());
-  const int64_t inner = m.out[m.out.rank() - 1];
-  ParallelFor(m.out.numel() / inner, inner, [&](int64_t first, int64_t last) {
+  ParallelFor(m.rows(), m.inner(), [&](int64_t first, int64_t last) {
     ForEachRowIn(m.a, m.b, m.out, first, last,
                  [&](int64_t oa, int64_t ob, int64_t oo, int64_t n, int64_t sa, int64_t sb) {
                    const T* x = pa + oa;

@@ -13,7 +13,7 @@ namespace fr::cpu {
 namespace {
 
 // The tanh approximation, as PyTorch computes it: 0.5 h (1 + tanh(b (h + k h^3))).
-constexpr float kTanhBeta = 0.7978845608028654f, kTanhKappa = 0.044715f;
+constexpr float kTanhBeta = kGeluTanhBeta, kTanhKappa = kGeluTanhKappa;
 
 // For each row of X (all dims but the last), the offset of its row in the mask `cond` broadcast
 // to X; `col` is 1 when the mask has X's last dim and 0 when it is broadcast along it.

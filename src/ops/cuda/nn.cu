@@ -241,7 +241,7 @@ Status NormGradSums(const KernelCtx& c, const float* dy, const float* x, const f
   return Launched(c);
 }
 
-constexpr float kTanhBeta = 0.7978845608028654f, kTanhKappa = 0.044715f;
+constexpr float kTanhBeta = kGeluTanhBeta, kTanhKappa = kGeluTanhKappa;
 
 __global__ void GeluK(const float* x, const float* b, float* y, int64_t total, int64_t n, GeluConsts k, bool tanh_form) {
   FR_GRID_LOOP(i, total) {
