@@ -1,5 +1,6 @@
 #include "actor/trace.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 
@@ -12,8 +13,10 @@ Tracer::Tracer(const ir::Plan& plan, int rank)
 
 namespace {
 
-// A device track's thread id: its stream's plus this.
+// A device track's thread id: its stream's plus this; a CUDA stream's track in the GPU's own
+// record: kGpuTid plus its rank among the streams seen.
 constexpr int kDeviceTid = 100;
+constexpr int kGpuTid = 200;
 
 // CPU time of the calling thread: an act's CPU time below its wall time means the OS ran something
 // else on its core meanwhile (ranks sharing cores) or it waited (page faults, locks).
@@ -39,6 +42,11 @@ void Tracer::SetDeviceOrigin(std::shared_ptr<fr::Event> origin, double host_us, 
 void Tracer::RecordDevice(const ir::TaskDesc& t, int64_t act, std::shared_ptr<fr::Event> begin, std::shared_ptr<fr::Event> end) {
   std::lock_guard<std::mutex> lock(mu_);
   device_.push_back({t.id, act, std::move(begin), std::move(end)});
+}
+
+void Tracer::AddDeviceSpans(std::vector<cuda::KernelSpan> spans) {
+  std::lock_guard<std::mutex> lock(mu_);
+  spans_.insert(spans_.end(), std::make_move_iterator(spans.begin()), std::make_move_iterator(spans.end()));
 }
 
 std::vector<Tracer::Event> Tracer::device_events() const {
@@ -134,6 +142,48 @@ Status Tracer::Write(const std::string& path) const {
     buf += ",\n{\"name\": \"" + Escape(t.name) + "\", \"cat\": \"" + ir::Name(t.kind) + "\", " + times + ", \"args\": {\"step\": " +
            std::to_string(step) + ", \"micro\": " + std::to_string(micro) + cpu + "}}";
     RETURN_IF_ERROR(flush(1 << 20));
+  }
+  // The GPU's own record: each span takes the step and name of the act that began on the device
+  // last before it (the acts' events and CUPTI put the device on the host's clock each their own
+  // way, so a span at an act's edge may take its neighbour's).
+  std::vector<cuda::KernelSpan> spans;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    spans = spans_;
+  }
+  if (!spans.empty()) {
+    std::vector<const Event*> acts;
+    for (const Event& e : device) acts.push_back(&e);
+    std::sort(acts.begin(), acts.end(), [](const Event* x, const Event* y) { return x->begin_us < y->begin_us; });
+    std::vector<uint32_t> streams;
+    for (const cuda::KernelSpan& k : spans) streams.push_back(k.stream);
+    std::sort(streams.begin(), streams.end());
+    streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
+    auto tid = [&](uint32_t stream) {
+      return kGpuTid + static_cast<int>(std::lower_bound(streams.begin(), streams.end(), stream) - streams.begin());
+    };
+    for (uint32_t st : streams)
+      buf += ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + std::to_string(rank_) + ", \"tid\": " +
+             std::to_string(tid(st)) + ", \"args\": {\"name\": \"gpu stream " + std::to_string(st) + "\"}}";
+    for (const cuda::KernelSpan& k : spans) {
+      auto after = std::upper_bound(acts.begin(), acts.end(), k.begin_us, [](double t, const Event* e) { return t < e->begin_us; });
+      int64_t step = -1;
+      std::string act;
+      if (after != acts.begin()) {
+        const Event& e = **std::prev(after);
+        const ir::TaskDesc& t = plan_.tasks[static_cast<size_t>(e.task)];
+        step = t.kind == ir::TaskKind::kVariable || t.per_step ? e.act : e.act / m;
+        act = t.name;
+      }
+      char times[160];
+      std::snprintf(times, sizeof times, "\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f", rank_,
+                    tid(k.stream), k.begin_us, k.end_us - k.begin_us);
+      const bool kernel = k.kind == cuda::KernelSpan::kKernel;
+      buf += ",\n{\"name\": \"" + Escape(k.name) + "\", \"cat\": \"" + (kernel ? "gpu kernel" : "gpu copy") + "\", " + times +
+             ", \"args\": {\"step\": " + std::to_string(step) + ", \"act\": \"" + Escape(act) + "\"" +
+             (kernel ? std::string() : ", \"bytes\": " + std::to_string(k.bytes)) + "}}";
+      RETURN_IF_ERROR(flush(1 << 20));
+    }
   }
   buf += "\n]}\n";
   RETURN_IF_ERROR(flush(0));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "ops/cuda/backend.h"
 #include "plan/plan.h"
 
 namespace fr::actor {
@@ -31,6 +32,8 @@ class Tracer {
   // late. The file says so (a "device_clock" metadata event).
   void SetDeviceOrigin(std::shared_ptr<fr::Event> origin, double host_us, double uncertainty_us);
   void RecordDevice(const ir::TaskDesc& t, int64_t act, std::shared_ptr<fr::Event> begin, std::shared_ptr<fr::Event> end);
+  // What the GPU ran (cuda::TakeKernelTrace), after the run.
+  void AddDeviceSpans(std::vector<cuda::KernelSpan> spans);
   // The steady clock, in microseconds, as Record reads it.
   static double NowMicros();
   Status Write(const std::string& path) const;
@@ -61,6 +64,7 @@ class Tracer {
     std::shared_ptr<fr::Event> begin, end;
   };
   std::vector<DeviceAct> device_;           // guarded by mu_
+  std::vector<cuda::KernelSpan> spans_;     // guarded by mu_
   std::shared_ptr<fr::Event> origin_;       // guarded by mu_
   double origin_us_ = 0, uncertainty_us_ = 0;  // guarded by mu_
 };

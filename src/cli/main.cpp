@@ -35,6 +35,7 @@
 #include "driver/save.h"
 #include "driver/step_log.h"
 #include "ir/onnx_export.h"
+#include "ops/cuda/backend.h"
 #include "plan/plan_dump.h"
 #include "plan/plan_serialize.h"
 #include "search/command.h"
@@ -275,6 +276,7 @@ int Train(const Args& a) {
   ro.on_step = [&](const actor::StepRecord& r) { return log.OnStep(r); };
   ro.on_stat = [&](ir::ValueId stat, int64_t, int64_t, const Tensor& x) { running.Take(stat, x); };
   std::unique_ptr<actor::Tracer> tracer;
+  Status kernel_trace = Status::Runtime("not started");
   if (!a.trace.empty()) {
     tracer = std::make_unique<actor::Tracer>(plan, world->rank);
     ro.on_act = [&](const ir::TaskDesc& t, int64_t act, bool begin) { tracer->Record(t, act, begin); };
@@ -288,6 +290,14 @@ int Train(const Args& a) {
       ro.on_device_act = [&](const ir::TaskDesc& t, int64_t act, std::shared_ptr<Event> b, std::shared_ptr<Event> e) {
         tracer->RecordDevice(t, act, std::move(b), std::move(e));
       };
+      // On a GPU, its own record of each kernel too. Without CUPTI the trace still has the acts'
+      // device time, and says so.
+      if (on_device->device.type == DeviceType::kCuda) {
+        kernel_trace = cuda::StartKernelTrace();
+        if (!kernel_trace.ok() && lead)
+          std::cerr << "flowrun: warning: " << kernel_trace.message()
+                    << "; the trace has each act's device time, not each kernel's" << std::endl;
+      }
     }
   }
   // Runs up to each checkpoint, writes it, and goes on; one run when there are none. A run that
@@ -347,6 +357,15 @@ int Train(const Args& a) {
   if (!run.ok()) return fail(run);
   if (!logged.ok()) return fail(logged);
   if (tracer) {
+    if (kernel_trace.ok()) {
+      // A trace without the kernels is still worth writing: the training itself succeeded.
+      Result<std::vector<cuda::KernelSpan>> spans = cuda::TakeKernelTrace();
+      if (spans.ok())
+        tracer->AddDeviceSpans(std::move(*spans));
+      else
+        std::cerr << "flowrun: warning (rank " << world->rank << "): " << spans.status().message()
+                  << "; the trace has each act's device time, not each kernel's" << std::endl;
+    }
     if (Status s = tracer->Write(actor::TracePath(a.trace, world->rank, world->size)); !s.ok()) return fail(s);
   }
   if (preempted) {  // the training goes on from the checkpoint: not done, nothing to save

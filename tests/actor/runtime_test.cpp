@@ -6,14 +6,18 @@
 #include <atomic>
 #include <cstring>
 #include <chrono>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <type_traits>
 
 #include "actor/runtime.h"
+#include "actor/trace.h"
 #include "ir/training.h"
 #include "ops/op.h"
 #include "plan/lower.h"
+#include "temp_dir.h"
 
 namespace fr {
 namespace {
@@ -378,6 +382,90 @@ TEST(Runtime, RunsInSpansAsInOne_1n1d) {
 
 // A kernel is only ever given its own device's tensors: a plan that forgot a copy stops before
 // the run, naming the task.
+// The GPU's own record of its kernels (CUPTI on CUDA) goes into the trace as a track per CUDA
+// stream, each span labelled with the step and name of the act that began on the device last
+// before it. Spans are placed here by hand just inside device acts of a sim run.
+TEST(Trace, DeviceSpansTakeTheActThatBeganLastOnTheDevice_1n1d) {
+  ir::TrainingGraph tg = TinyMlp(2, 2);
+  auto plan = boxing::LowerOneDevice(tg, 3, 2, DeviceType::kSim);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  actor::Runtime rt(*plan, tg.graph);
+  actor::Tracer tracer(*plan, 0);
+  ConstFeeder feeder;
+  actor::RunOptions ro;
+  ro.feeder = &feeder;
+  ro.stall_timeout = 30;
+  ro.on_act = [&](const ir::TaskDesc& t, int64_t act, bool begin) { tracer.Record(t, act, begin); };
+  Device sim{DeviceType::kSim, 0};
+  const double before = actor::Tracer::NowMicros();
+  std::shared_ptr<fr::Event> origin = rt.ComputeStream(sim).RecordTimed();
+  origin->Wait();
+  tracer.SetDeviceOrigin(origin, before, actor::Tracer::NowMicros() - before);
+  ro.on_device_act = [&](const ir::TaskDesc& t, int64_t act, std::shared_ptr<fr::Event> b, std::shared_ptr<fr::Event> e) {
+    tracer.RecordDevice(t, act, std::move(b), std::move(e));
+  };
+  ASSERT_TRUE(rt.Run(ro).ok());
+  std::vector<actor::Tracer::Event> acts = tracer.device_events();
+  ASSERT_GE(acts.size(), 4u);
+  std::sort(acts.begin(), acts.end(), [](const auto& x, const auto& y) { return x.begin_us < y.begin_us; });
+  // One span just after the start of the first, a middle and the last device act (stream 7), a
+  // copy on stream 3, and one before any act. The acts chosen begin apart from their neighbours.
+  auto apart = [&](size_t i) {
+    return (i == 0 || acts[i - 1].begin_us < acts[i].begin_us) && (i + 1 == acts.size() || acts[i].begin_us + 0.01 < acts[i + 1].begin_us);
+  };
+  size_t m = acts.size() / 2;
+  while (m + 1 < acts.size() && !apart(m)) ++m;
+  ASSERT_TRUE(apart(0) && apart(m) && apart(acts.size() - 1)) << "device acts begin at the same time";
+  const actor::Tracer::Event& first = acts.front();
+  const actor::Tracer::Event& mid = acts[m];
+  const actor::Tracer::Event& last = acts.back();
+  auto span = [](std::string name, double at, uint32_t stream, cuda::KernelSpan::Kind kind) {
+    cuda::KernelSpan k;
+    k.name = std::move(name);
+    k.begin_us = at;
+    k.end_us = at + 0.5;
+    k.stream = stream;
+    k.kind = kind;
+    k.bytes = kind == cuda::KernelSpan::kCopy ? 4096 : 0;
+    return k;
+  };
+  tracer.AddDeviceSpans({span("k_first", first.begin_us + 0.001, 7, cuda::KernelSpan::kKernel),
+                         span("k_mid", mid.begin_us + 0.001, 7, cuda::KernelSpan::kKernel),
+                         span("copy HtoD", last.begin_us + 0.001, 3, cuda::KernelSpan::kCopy),
+                         span("k_before", first.begin_us - 10, 7, cuda::KernelSpan::kKernel)});
+  testing::TempDir dir;
+  const std::string path = dir / "trace.json";
+  ASSERT_TRUE(tracer.Write(path).ok());
+  std::ifstream f(path);
+  std::stringstream text;
+  text << f.rdbuf();
+  const std::string file = text.str();
+  auto step_of = [&](const actor::Tracer::Event& e) {
+    const ir::TaskDesc& t = plan->tasks[static_cast<size_t>(e.task)];
+    return t.kind == ir::TaskKind::kVariable || t.per_step ? e.act : e.act / plan->micro_batches;
+  };
+  auto line_of = [&](const std::string& name) {
+    const size_t at = file.find("{\"name\": \"" + name + "\"");
+    return at == std::string::npos ? std::string() : file.substr(at, file.find('\n', at) - at);
+  };
+  auto expect = [&](const std::string& name, int tid, const std::string& cat, int64_t step, const std::string& act) {
+    const std::string line = line_of(name);
+    ASSERT_FALSE(line.empty()) << name << " is not in the trace";
+    EXPECT_NE(line.find("\"cat\": \"" + cat + "\""), std::string::npos) << line;
+    EXPECT_NE(line.find("\"tid\": " + std::to_string(tid) + ","), std::string::npos) << line;
+    EXPECT_NE(line.find("\"step\": " + std::to_string(step) + ", \"act\": \"" + act + "\""), std::string::npos) << line;
+  };
+  // Streams 3 and 7, in that order: tracks 200 and 201.
+  EXPECT_NE(file.find("\"tid\": 200, \"args\": {\"name\": \"gpu stream 3\"}"), std::string::npos);
+  EXPECT_NE(file.find("\"tid\": 201, \"args\": {\"name\": \"gpu stream 7\"}"), std::string::npos);
+  expect("k_first", 201, "gpu kernel", step_of(first), plan->tasks[static_cast<size_t>(first.task)].name);
+  expect("k_mid", 201, "gpu kernel", step_of(mid), plan->tasks[static_cast<size_t>(mid.task)].name);
+  expect("copy HtoD", 200, "gpu copy", step_of(last), plan->tasks[static_cast<size_t>(last.task)].name);
+  expect("k_before", 201, "gpu kernel", -1, "");
+  EXPECT_NE(line_of("copy HtoD").find("\"bytes\": 4096"), std::string::npos);
+  EXPECT_NE(step_of(first), step_of(last)) << "the run's first and last device acts are in one step";
+}
+
 TEST(RuntimeDeathTest, ATensorFromAnotherDeviceIsCaught) {
   ir::TrainingGraph tg = TinyMlp(1);
   auto plan = boxing::LowerOneDevice(tg, 2, 1, DeviceType::kSim);

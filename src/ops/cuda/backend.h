@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/collective.h"
 #include "ops/op.h"
@@ -56,6 +57,21 @@ struct GpuInfo {
 Result<GpuInfo> Gpu();
 Result<double> GemmSeconds(int n, bool tf32, int reps);
 
+// --trace: what the GPU ran, each kernel, copy and memset with its start and end on the steady
+// clock (the host's acts are on it too), from CUPTI (loaded on the first StartKernelTrace; an error
+// saying how to get it where it is missing). Take waits for the device, then returns what ran since
+// the start, and fails when CUPTI had to drop records.
+struct KernelSpan {
+  enum Kind : uint8_t { kKernel, kCopy };
+  std::string name;     // a kernel's, demangled, without its parameters; "copy HtoD", "memset"
+  double begin_us = 0, end_us = 0;
+  uint32_t stream = 0;  // CUPTI's id of the CUDA stream
+  Kind kind = kKernel;
+  uint64_t bytes = 0;   // a copy's or memset's
+};
+Status StartKernelTrace();
+Result<std::vector<KernelSpan>> TakeKernelTrace();
+
 // What the module exports, as one table (flowrun_cuda_api).
 struct Api {
   int version;
@@ -70,8 +86,10 @@ struct Api {
   std::string (*gpu_key)();
   Result<GpuInfo> (*gpu)();
   Result<double> (*gemm_seconds)(int n, bool tf32, int reps);
+  Status (*kernel_trace_start)();
+  Result<std::vector<KernelSpan>> (*kernel_trace_take)();
 };
-inline constexpr int kApiVersion = 3;
+inline constexpr int kApiVersion = 4;
 
 }  // namespace fr::cuda
 

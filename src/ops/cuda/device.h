@@ -43,7 +43,7 @@ class CudaStream final : public DeviceStream {
 };
 
 // The module's side of ops/cuda/backend.h's VisibleDevices, InitDevice, NcclNewId,
-// NcclMakeGroup, NcclVersion and GpuKey (names of their own: flowrun exports the loader's, which
+// NcclMakeGroup, NcclVersion, GpuKey, StartKernelTrace and TakeKernelTrace (names of their own: flowrun exports the loader's, which
 // would interpose on the module's of the same name), and the backend's TakeDataError.
 int CountDevices();
 Result<int> SelectDevice(int local_rank);
@@ -54,5 +54,7 @@ std::string NcclVersionString();
 std::string PciBusId();
 Result<GpuInfo> DescribeGpu();
 Result<double> TimeSgemm(int n, bool tf32, int reps);
+Status CuptiStart();                             // ops/cuda/cupti.cpp
+Result<std::vector<KernelSpan>> CuptiTake();
 
 }  // namespace fr::cuda

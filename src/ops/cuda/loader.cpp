@@ -123,6 +123,16 @@ Result<double> GemmSeconds(int n, bool tf32, int reps) {
   return Module().api->gemm_seconds(n, tf32, reps);
 }
 
+Status StartKernelTrace() {
+  if (!Module().api) return Module().why;
+  return Module().api->kernel_trace_start();
+}
+
+Result<std::vector<KernelSpan>> TakeKernelTrace() {
+  if (!Module().api) return Module().why;
+  return Module().api->kernel_trace_take();
+}
+
 std::string GpuKey() { return Module().api ? Module().api->gpu_key() : std::string(); }
 
 bool HasKernel(OpKind k) { return Module().api && Module().api->kernel_for(k) != nullptr; }

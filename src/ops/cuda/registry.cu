@@ -37,6 +37,7 @@ extern "C" __attribute__((visibility("default"))) const fr::cuda::Api* flowrun_c
   static const fr::cuda::Api api{fr::cuda::kApiVersion, fr::cuda::CountDevices,  fr::cuda::SelectDevice,
                                  fr::cuda::AllowTf32Math,  fr::cuda::KernelOf,      fr::cuda::GroupKernelOf, fr::cuda::MakeNcclId,
                                  fr::cuda::MakeNcclGroup,  fr::cuda::NcclVersionString, fr::cuda::PciBusId,
-                                 fr::cuda::DescribeGpu,    fr::cuda::TimeSgemm};
+                                 fr::cuda::DescribeGpu,    fr::cuda::TimeSgemm,
+                                 fr::cuda::CuptiStart,     fr::cuda::CuptiTake};
   return &api;
 }
