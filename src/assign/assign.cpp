@@ -58,7 +58,7 @@ double OpSeconds(const ir::Graph& g, const ir::Node& n, const Cluster& c) {
   switch (n.op) {
     case OpKind::kTanh: case OpKind::kSigmoid: case OpKind::kErf: case OpKind::kSoftmax: case OpKind::kLogSoftmax:
     case OpKind::kLayerNormalization: case OpKind::kErfGrad: case OpKind::kGelu: case OpKind::kGeluGrad:
-    case OpKind::kMaskedSoftmax: case OpKind::kCrossEntropy: case OpKind::kCrossEntropyGrad:
+    case OpKind::kMaskedSoftmax: case OpKind::kCrossEntropy: case OpKind::kCrossEntropyGrad: case OpKind::kSilu: case OpKind::kSiluGrad:
     case OpKind::kExp: case OpKind::kLog: case OpKind::kSin: case OpKind::kCos: case OpKind::kPow:
       special = true;
       break;

@@ -34,7 +34,7 @@ namespace fr {
   X(GatherNDGrad, false) X(GatherElementsGrad, false) X(PadGrad, false)                                              \
   /* fused by ir/rewrite.cpp from exported chains */                                              \
   X(Gelu, false) X(GeluGrad, false) X(MaskedSoftmax, false) X(MaskedSoftmaxGrad, false)            \
-  X(RMSNorm, false) X(RMSNormGrad, false)                                                          \
+  X(RMSNorm, false) X(RMSNormGrad, false) X(Silu, false) X(SiluGrad, false)                                                          \
   /* losses */                                                                                     \
   X(CrossEntropy, false) X(CrossEntropyGrad, false) X(Mse, false) X(MseGrad, false)                \
   /* step: accumulation, clipping, optimizers */                                                   \

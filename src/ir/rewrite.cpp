@@ -435,6 +435,27 @@ int FuseRMSNorm(Graph& g) {
   return count;
 }
 
+// Mul(X, Sigmoid(X)), either order, the sigmoid read by the Mul alone: Silu(X).
+int FuseSilu(Graph& g) {
+  Pass pass(g);
+  int count = 0;
+  for (const Node& mul : g.nodes) {
+    if (mul.op != OpKind::kMul || pass.Taken(&mul) || mul.in.size() != 2) continue;
+    for (size_t i = 0; i < 2; ++i) {
+      const Node* sigmoid = pass.Producer(mul.in[i]);
+      if (!sigmoid || sigmoid->op != OpKind::kSigmoid || pass.Taken(sigmoid) || sigmoid->in[0] != mul.in[1 - i]) continue;
+      if (!pass.OnlyFeeds(sigmoid->out[0], {&mul})) continue;
+      std::string name = sigmoid->name;
+      name = name.ends_with("Sigmoid") ? name.substr(0, name.size() - 7) + "Silu" : name + "/Silu";
+      pass.Replace({sigmoid, &mul}, {MakeNode(name, OpKind::kSilu, {sigmoid->in[0]}, {mul.out[0]})});
+      ++count;
+      break;
+    }
+  }
+  pass.Rebuild();
+  return count;
+}
+
 }  // namespace
 
 RewriteCounts Rewrite(Graph& g, const RewriteOptions& o) {
@@ -444,6 +465,7 @@ RewriteCounts Rewrite(Graph& g, const RewriteOptions& o) {
   c.gelus += FuseGeluTanh(g);
   c.softmaxes = FuseSoftmax(g);
   c.rms_norms = FuseRMSNorm(g);
+  c.silus = FuseSilu(g);
   return c;
 }
 

@@ -25,6 +25,8 @@
 //      Div(1, .) -> Mul(X, .) [-> Cast to float] -> Mul(scale [D]), as Llama's RMSNorm exports,
 //      becomes RMSNorm(X, scale) (ops/nn.cpp): one pass over X for the forward, one kernel for the
 //      backward, and the statistic kept for it.
+//   5. SiLU. Mul(X, Sigmoid(X)) (either order), the sigmoid read by nothing else, becomes Silu(X)
+//      (ops/fused.cpp): one pass forward, one backward, and only X kept for it.
 #pragma once
 
 #include <functional>
@@ -36,7 +38,7 @@ namespace fr::ir {
 
 // What the rewrites did, for tests and dumps.
 struct RewriteCounts {
-  int split_projections = 0, gelus = 0, softmaxes = 0, rms_norms = 0;
+  int split_projections = 0, gelus = 0, softmaxes = 0, rms_norms = 0, silus = 0;
 };
 
 struct RewriteOptions {

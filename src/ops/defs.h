@@ -140,6 +140,7 @@ Out InferGeluGrad(const ir::Node& n, Types in);
 Out InferMaskedSoftmax(const ir::Node& n, Types in);
 Out InferMaskedSoftmaxGrad(const ir::Node& n, Types in);
 void GradGelu(GradCtx& c);
+void GradSilu(GradCtx& c);
 void GradMaskedSoftmax(GradCtx& c);
 Sigs SbpGelu(const ir::Node& n, Types in, Types out, int64_t parts);
 Sigs SbpGeluGrad(const ir::Node& n, Types in, Types out, int64_t parts);

@@ -10,6 +10,10 @@
 //       constants (sqrt 2, 1, 0.5). With attribute tanh = 1, the tanh approximation instead
 //       (ONNX Gelu with approximate='tanh'): 0.5 H (1 + tanh(sqrt(2/pi) (H + 0.044715 H^3))).
 //   GeluGrad(dY, X, [bias]) -> dX, the chain's backward arithmetic; the bias gradient is SumTo(dX).
+//   Silu(X) -> Y = X * (1 / (1 + exp(-X))), as Mul(X, Sigmoid(X)) exports SiLU (Llama's MLP).
+//   SiluGrad(dY, X) -> dX = dY * S + ((dY * X) * S) * (1 - S), S = sigmoid(X): the chain's
+//       backward (the Mul's two gradients, the Sigmoid's, their sum), S recomputed from X, so
+//       neither the sigmoid nor anything else is kept for it.
 //   MaskedSoftmax(X, [cond]) -> softmax over the last axis of (cond == fill_if ? fill : X op scale),
 //       op = * or / (attribute `divide`); cond is a bool mask broadcast to X. Attention's scale,
 //       causal mask and softmax in one pass.
@@ -70,6 +74,8 @@ void GradGelu(GradCtx& c) {
   if (c.need(0)) c.set_din(0, dx);
   if (c.need(1)) c.set_din(1, c.SumTo(dx, c.type(c.in(1)).shape));
 }
+
+void GradSilu(GradCtx& c) { c.set_din(0, c.Op(OpKind::kSiluGrad, {c.dout(0), c.in(0)})); }
 
 Out InferMaskedSoftmax(const ir::Node& n, Types in) {
   RETURN_IF_ERROR(ExpectFloat(n, in, 0));

@@ -103,6 +103,8 @@ constexpr std::array<OpDef, kNumOps> kTable = {{
     {"MaskedSoftmaxGrad", false, 2, 3, InferMaskedSoftmaxGrad, nullptr, cpu::MaskedSoftmaxGrad, SbpMaskedSoftmaxGrad, nullptr},
     {"RMSNorm", false, 2, 2, InferRMSNorm, GradRMSNorm, cpu::RMSNorm, SbpRMSNorm, nullptr},
     {"RMSNormGrad", false, 4, 4, InferRMSNormGrad, nullptr, cpu::RMSNormGrad, SbpRMSNormGrad, nullptr},
+    {"Silu", false, 1, 1, InferFloatUnary, GradSilu, cpu::Silu, SbpActivation, nullptr},
+    {"SiluGrad", false, 2, 2, InferFloatBinarySameShape, nullptr, cpu::SiluGrad, SbpActivationGrad, nullptr},
     {"CrossEntropy", false, 2, 2, InferCrossEntropy, GradCrossEntropy, cpu::CrossEntropy, SbpCrossEntropy, PhysicalCrossEntropy},
     {"CrossEntropyGrad", false, 3, 3, InferLossGrad, nullptr, cpu::CrossEntropyGrad, SbpLossGrad, PhysicalCrossEntropy},
     {"Mse", false, 2, 2, InferMse, GradMse, cpu::Mse, SbpMse, PhysicalMse},

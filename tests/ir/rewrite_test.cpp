@@ -222,6 +222,30 @@ TEST(Rewrite, RMSNorm) {
   }
 }
 
+// SiLU as both exporters write it, Mul(X, Sigmoid(X)), and with the Mul's inputs the other way
+// round; left alone where the sigmoid is read elsewhere, or where the Mul's other input is not X.
+TEST(Rewrite, Silu) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool swapped = variant == 1, read_elsewhere = variant == 2, other_input = variant == 3;
+    SCOPED_TRACE(swapped ? "Mul(Sigmoid(X), X)" : read_elsewhere ? "sigmoid read elsewhere" : other_input ? "Mul(Y, Sigmoid(X))" : "Mul(X, Sigmoid(X))");
+    Net net;
+    ValueId x = net.Input("x", Rand({2, 3, 40}, 6, -6, 6));
+    ValueId u = net.Input("up", Rand({2, 3, 40}, 7));
+    ValueId s = net.Op(OpKind::kSigmoid, {x});
+    ValueId a = other_input ? u : x;
+    ValueId silu = net.Op(OpKind::kMul, swapped ? std::vector<ValueId>{s, a} : std::vector<ValueId>{a, s});
+    ValueId y = net.Op(OpKind::kMul, {silu, u});  // Llama's MLP: silu(gate) * up
+    net.graph().outputs.push_back(y);
+    if (read_elsewhere) net.graph().outputs.push_back(s);
+    ExpectSameValues(net, y, 1e-6);
+    ir::Graph g = net.graph();
+    const int fused = read_elsewhere || other_input ? 0 : 1;
+    EXPECT_EQ(ir::Rewrite(g).silus, fused);
+    EXPECT_EQ(OpCounts(g)[OpKind::kSilu], fused);
+    EXPECT_EQ(OpCounts(g)[OpKind::kSigmoid], 1 - fused);
+  }
+}
+
 // A fused projection: MatMul(A, W [8, 12]) + b, split in three along the features.
 TEST(Rewrite, SplitsAFusedProjection) {
   Net net;

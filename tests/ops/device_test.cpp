@@ -197,6 +197,7 @@ const std::vector<Case>& Cases() {
          return Built{n.Op(OpKind::kGelu, {x, b}, GeluAttrs(false)), {x, b}};
        }},
       {"Gelu_tanh", [](Net& n) { return Unary(n, OpKind::kGelu, Rand({6, 10}, 52, -3, 3), GeluAttrs(true)); }},
+      {"Silu", [](Net& n) { return Unary(n, OpKind::kSilu, Rand({6, 37}, 53, -8, 8)); }},
       {"MaskedSoftmax", [](Net& n) {
          std::vector<int> upper;
          for (int i = 0; i < 6; ++i)

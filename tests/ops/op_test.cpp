@@ -850,6 +850,47 @@ TEST(Forward, GeluTanh) {
   EXPECT_TRUE(AllNear(net[y], want, kRtol, kAtol));
 }
 
+// SiLU against Mul(X, Sigmoid(X)), forward and backward (the chain's Mul and Sigmoid gradients and
+// their sum, in its order), and against x / (1 + e^-x) in double. Wide enough for the kernels'
+// vector loops and their tails, with large |x| where the sigmoid saturates.
+TEST(Forward, SiluAgainstItsChain) {
+  Tensor x0 = Rand({3, 37}, 304, -6, 6);
+  x0.data<float>()[0] = 30.f;
+  x0.data<float>()[1] = -30.f;
+  x0.data<float>()[2] = 0.f;
+  const Tensor w0 = Rand({3, 37}, 305, -2, 2);  // dY: each output element its own
+  struct Run {
+    Net net;
+    ValueId x, y, dx;
+  };
+  auto run = [&](Run& r, bool fused) {
+    r.x = r.net.Input("x", x0);
+    r.y = fused ? r.net.Op(OpKind::kSilu, {r.x}) : r.net.Op(OpKind::kMul, {r.x, r.net.Op(OpKind::kSigmoid, {r.x})});
+    auto g = ir::Backward(r.net.builder(), r.y, r.net.Const("dy", w0), {r.x});
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    r.dx = (*g)[0];
+    ASSERT_TRUE(r.net.Run().ok());
+  };
+  Run f, c;
+  run(f, true);
+  run(c, false);
+  std::vector<double> want;
+  for (double v : ToDouble(x0)) want.push_back(v / (1 + std::exp(-v)));
+  EXPECT_TRUE(AllNear(f.net[f.y], want, kRtol, kAtol));
+  EXPECT_TRUE(AllNear(f.net[f.y], ToDouble(c.net[c.y]), 1e-6, 1e-7)) << "the chain it replaces";
+  EXPECT_TRUE(AllNear(f.net[f.dx], ToDouble(c.net[c.dx]), 1e-6, 1e-7)) << "the chain's gradient";
+  std::vector<double> want_dx;
+  const auto xv = ToDouble(x0), wv = ToDouble(w0);
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const double s = 1 / (1 + std::exp(-xv[i]));
+    want_dx.push_back(wv[i] * s * (1 + xv[i] * (1 - s)));
+  }
+  EXPECT_TRUE(AllNear(f.net[f.dx], want_dx, kRtol, kAtol));
+  const auto dx = ToDouble(f.net[f.dx]);
+  EXPECT_EQ(dx[0], wv[0]) << "silu'(30) is 1 to float";
+  EXPECT_EQ(dx[2], 0.5 * wv[2]) << "silu'(0) is 1/2";
+}
+
 // Attention's scores scaled, masked above the diagonal and softmaxed, against Mul, Where, Softmax.
 TEST(Forward, MaskedSoftmax) {
   const int64_t t = 5;
@@ -1279,6 +1320,7 @@ TEST(Grad, Gelu_tanh_bias) {
   at.Set("tanh", int64_t{1});
   CheckGrads(net, net.Op(OpKind::kGelu, {x, b}, at), {x, b});
 }
+TEST(Grad, Silu) { CheckUnary(OpKind::kSilu, Rand({3, 4}, 325, -4, 4)); }
 TEST(Grad, Gelu_nobias) { CheckUnary(OpKind::kGelu, Rand({3, 4}, 322, -3, 3), GeluAttrs(1.4142135f, 1, 0.5)); }
 TEST(Grad, MaskedSoftmax) {
   Net net;

@@ -119,6 +119,8 @@ const std::vector<Case>& Cases() {
       {K::kReluGrad, "3d", {F({2, 3, 5}), F({2, 3, 5})}, {}},
       {K::kTanhGrad, "2d", {F({5, 7}), F({5, 7})}, {}},
       {K::kSigmoidGrad, "3d", {F({2, 3, 5}), F({2, 3, 5})}, {}},
+      {K::kSilu, "3d", {F({2, 3, 5})}, {}, kTol},
+      {K::kSiluGrad, "3d", {F({2, 3, 5}), F({2, 3, 5})}, {}, kTol},  // linear in dY up to rounding
       {K::kErfGrad, "2d", {F({5, 7}), F({5, 7})}, {}, kTol},
       {K::kGelu, "bias", {F({4, 5, 7}), F({7})}, A({{"div", 1.4142135}, {"one", 1.0}, {"half", 0.5}}), kTol},
       {K::kGelu, "plain", {F({5, 7})}, A({{"div", 1.4142135}, {"one", 1.0}, {"half", 0.5}}), kTol},

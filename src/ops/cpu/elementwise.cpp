@@ -119,6 +119,7 @@ Status Relu(const KernelCtx& c) { return Unary(c, [](float x) { return x > 0.f ?
 Status Tanh(const KernelCtx& c) { return Unary(c, [](float x) { return cpu::Tanh(x); }); }
 Status Sigmoid(const KernelCtx& c) { return Unary(c, [](float x) { return 1.f / (1.f + Exp(-x)); }); }
 Status Erf(const KernelCtx& c) { return Unary(c, [](float x) { return cpu::Erf(x); }); }
+Status Silu(const KernelCtx& c) { return Unary(c, [](float x) { return x * (1.f / (1.f + Exp(-x))); }); }
 Status Scale(const KernelCtx& c) {
   const float a = static_cast<float>(c.node.attrs.Float("alpha", 1.0));
   return Unary(c, [a](float x) { return a * x; });
@@ -128,6 +129,12 @@ Status ReluGrad(const KernelCtx& c) { return UnaryGrad(c, [](float dy, float y) 
 Status TanhGrad(const KernelCtx& c) { return UnaryGrad(c, [](float dy, float y) { return dy * (1.f - y * y); }); }
 Status SigmoidGrad(const KernelCtx& c) {
   return UnaryGrad(c, [](float dy, float y) { return dy * y * (1.f - y); });
+}
+Status SiluGrad(const KernelCtx& c) {
+  return UnaryGrad(c, [](float dy, float x) {
+    const float s = 1.f / (1.f + Exp(-x));
+    return dy * s + dy * x * s * (1.f - s);
+  });
 }
 Status ErfGrad(const KernelCtx& c) {
   constexpr float k2OverSqrtPi = 1.1283791670955126f;

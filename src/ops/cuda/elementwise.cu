@@ -197,6 +197,10 @@ Status Relu(const KernelCtx& c) { return Unary(c, [] __device__(float x) { retur
 Status Tanh(const KernelCtx& c) { return Unary(c, [] __device__(float x) { return VTanh(x); }); }
 Status Sigmoid(const KernelCtx& c) { return Unary(c, [] __device__(float x) { return __fdiv_rn(1.f, __fadd_rn(1.f, VExp(-x))); }); }
 Status Erf(const KernelCtx& c) { return Unary(c, [] __device__(float x) { return VErf(x); }); }
+// Rounded as the CPU's (no contraction into FMAs): the same bits.
+Status Silu(const KernelCtx& c) {
+  return Unary(c, [] __device__(float x) { return __fmul_rn(x, __fdiv_rn(1.f, __fadd_rn(1.f, VExp(-x)))); });
+}
 Status Scale(const KernelCtx& c) {
   const float a = static_cast<float>(c.node.attrs.Float("alpha", 1.0));
   return Unary(c, [a] __device__(float x) { return a * x; });
@@ -273,6 +277,12 @@ Status TanhGrad(const KernelCtx& c) {
 }
 Status SigmoidGrad(const KernelCtx& c) {
   return UnaryGrad(c, [] __device__(float dy, float y) { return dy * y * (1.f - y); });
+}
+Status SiluGrad(const KernelCtx& c) {
+  return UnaryGrad(c, [] __device__(float dy, float x) {
+    const float s = __fdiv_rn(1.f, __fadd_rn(1.f, VExp(-x)));
+    return __fadd_rn(__fmul_rn(dy, s), __fmul_rn(__fmul_rn(__fmul_rn(dy, x), s), __fsub_rn(1.f, s)));
+  });
 }
 Status ErfGrad(const KernelCtx& c) {
   return UnaryGrad(c, [] __device__(float dy, float x) { return dy * 1.1283791670955126f * VExp(-x * x); });

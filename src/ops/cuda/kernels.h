@@ -17,7 +17,7 @@
   X(GreaterOrEqual) X(And) X(Or) X(Not) X(ReluGrad) X(TanhGrad) X(SigmoidGrad) X(ErfGrad)            \
   X(SoftmaxGrad) X(LogSoftmaxGrad) X(LayerNormGrad) X(SumTo) X(Scale) X(GatherGrad) X(SliceGrad)     \
   X(ClipGrad) X(ReduceMaxGrad) X(GatherNDGrad) X(GatherElementsGrad) X(PadGrad) X(Gelu) X(GeluGrad)  \
-  X(MaskedSoftmax) X(MaskedSoftmaxGrad) X(RMSNorm) X(RMSNormGrad) X(CrossEntropy)                    \
+  X(MaskedSoftmax) X(MaskedSoftmaxGrad) X(RMSNorm) X(RMSNormGrad) X(Silu) X(SiluGrad) X(CrossEntropy)  \
   X(CrossEntropyGrad) X(Mse) X(MseGrad) X(Accumulate) X(SquareSum) X(AddN) X(ClipCoef) X(SgdUpdate)  \
   X(AdamWUpdate) X(Conv) X(ConvGradData) X(ConvGradWeight) X(MaxPool) X(MaxPoolGrad) X(AveragePool)  \
   X(AveragePoolGrad)
