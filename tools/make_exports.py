@@ -15,7 +15,8 @@ file), and for each optimizer tests/golden/exports/NAME_EXPORTER_OPT.json with P
 losses, gradient norms and learning rates, trained from the same weights on the same data as
 tests/golden/exports/NAME_EXPORTER_OPT.yaml, which it also writes. The exporters:
 
-Models: GPT-2 (GPT2LMHeadModel), Llama (LlamaForCausalLM with grouped-query attention) and
+Models: GPT-2 (GPT2LMHeadModel, with its NewGELU and with F.gelu(approximate="tanh")), Llama
+(LlamaForCausalLM with grouped-query attention) and
 nanoGPT (its model, with F.scaled_dot_product_attention and a tied head).
 
   dynamo       torch.onnx.export(..., dynamo=True): the default of current PyTorch (opset 18+,
@@ -58,10 +59,10 @@ def ensure_venv(venv):
 # model (their dropout masks cannot agree); bert_dropout keeps BERT's dropouts at 0.1.
 # --------------------------------------------------------------------------
 
-def gpt2():
+def gpt2(activation="gelu_new"):
     from transformers import GPT2Config, GPT2LMHeadModel
     cfg = GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=64, n_layer=2, n_head=4,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function=activation)
     return GPT2LMHeadModel(cfg)
 
 
@@ -178,7 +179,12 @@ def bert_mlm():
 
 
 MODELS = {"gpt2": gpt2, "llama": llama, "nanogpt": nanogpt, "cnn": cnn, "resnet": resnet, "bert": bert,
-          "bert_dropout": lambda: bert(0.1), "bert_mlm": bert_mlm, "gpt2_fresh": gpt2}
+          "bert_dropout": lambda: bert(0.1), "bert_mlm": bert_mlm, "gpt2_fresh": gpt2,
+          "gpt2_tanh": lambda: gpt2("gelu_pytorch_tanh")}
+# gpt2_tanh: GPT-2 with F.gelu(approximate="tanh") (transformers' gelu_pytorch_tanh, as Gemma and
+# StarCoder2 use), exported at the opsets earlier PyTorch releases defaulted to (OPSETS): below
+# opset 20, which has a Gelu op, each exporter spells it as a chain of its own, unlike NewGELU's.
+OPSETS = {"gpt2_tanh": {"dynamo": 18, "torchscript": 17}}
 # LayerNorms left at PyTorch's initialisation (weights 1, biases 0): the dynamo exporter merges
 # initializers of equal value (up to 1024 elements) into one, which flowrun must train apart. (Its
 # optimizer also drops a Linear's all-zero bias, which no trainer can undo: the other parameters
@@ -331,11 +337,13 @@ def export(model, exporter, path, name):
         if os.path.exists(f):
             os.remove(f)
     state = {k: v.clone() for k, v in model.state_dict().items()}  # a training-mode trace updates BN's running stats
+    opset = {"opset_version": OPSETS[name][exporter]} if name in OPSETS else {}
     if exporter == "dynamo":
-        torch.onnx.export(model, x, path, dynamo=True, input_names=names[0], output_names=names[1])
+        torch.onnx.export(model, x, path, dynamo=True, input_names=names[0], output_names=names[1], **opset)
     else:
         mode = torch.onnx.TrainingMode.TRAINING if image else torch.onnx.TrainingMode.EVAL
-        torch.onnx.export(model, x, path, dynamo=False, training=mode, input_names=names[0], output_names=names[1])
+        torch.onnx.export(model, x, path, dynamo=False, training=mode, input_names=names[0], output_names=names[1],
+                          **opset)
     model.load_state_dict(state)
     model.train()
 

@@ -26,6 +26,9 @@ class Pass {
   NodeId Id(const Node* n) const { return static_cast<NodeId>(n - g_.nodes.data()); }
   // v is read by exactly these nodes and is not a graph output.
   bool OnlyFeeds(ValueId v, std::initializer_list<const Node*> readers) const {
+    return OnlyFeeds(v, std::vector<const Node*>(readers));
+  }
+  bool OnlyFeeds(ValueId v, const std::vector<const Node*>& readers) const {
     if (std::find(output_.begin(), output_.end(), v) != output_.end()) return false;
     std::vector<NodeId> want;
     for (const Node* r : readers) want.push_back(Id(r));
@@ -34,6 +37,13 @@ class Pass {
     std::sort(have.begin(), have.end());
     have.erase(std::unique(have.begin(), have.end()), have.end());
     return have == want;
+  }
+  // The one node that reads v (perhaps twice), v not a graph output; null otherwise.
+  const Node* OnlyReader(ValueId v) const {
+    if (std::find(output_.begin(), output_.end(), v) != output_.end()) return nullptr;
+    const std::vector<NodeId>& r = consumers_[static_cast<size_t>(v)];
+    if (r.empty() || std::any_of(r.begin(), r.end(), [&](NodeId n) { return n != r[0]; })) return nullptr;
+    return &g_.node(r[0]);
   }
   bool Taken(const Node* n) const { return dead_[static_cast<size_t>(Id(n))]; }
   // The value of a float scalar constant.
@@ -271,52 +281,89 @@ std::optional<std::pair<float, ValueId>> ScalarAndOther(const Pass& pass, const 
   return std::nullopt;
 }
 
-// Mul(Mul(H, 0.5), Add(Tanh(Mul(Add(H, Mul(Pow(H, 3), 0.044715)), sqrt(2/pi))), 1)), as PyTorch
-// exports GPT-2's GELU (transformers' NewGELU), becomes the tanh form of Gelu. Its kernels compute
-// the same operations in this order, with H * H * H for the power, so every constant must be the
-// one they use. (F.gelu(approximate="tanh") exports as ONNX's Gelu from opset 20; below, in
-// another order without Pow, which this does not match.)
+// The tanh GELU, 0.5 H (1 + tanh(sqrt(2/pi) (H + 0.044715 H^3))), as PyTorch exports it: the cube
+// as Pow(H, 3) or H * (H * H), and the product in any of the three orders exporters write,
+//   Mul(Mul(H, 0.5), Add(T, 1))   GPT-2's NewGELU (transformers), both exporters
+//   Mul(H, Mul(Add(T, 1), 0.5))   F.gelu(approximate="tanh"), dynamo below opset 20
+//   Mul(Mul(H, Add(T, 1)), 0.5)   F.gelu(approximate="tanh"), TorchScript
+// becomes the tanh form of Gelu. Its kernels compute (0.5 H)(1 + T) with H * H * H for the cube:
+// a product by 0.5 is exact and H * (H * H) is (H * H) * H, so each order gives their values,
+// and every constant must be the one they use. (From opset 20 the export is ONNX's own Gelu.)
 int FuseGeluTanh(Graph& g) {
   Pass pass(g);
   int count = 0;
   auto is = [&](const Node* n, OpKind op) { return n && n->op == op && !pass.Taken(n); };
-  for (const Node& out : g.nodes) {
-    if (out.op != OpKind::kMul || pass.Taken(&out) || out.in.size() != 2) continue;
-    for (size_t i = 0; i < 2; ++i) {
-      const Node* half_mul = pass.Producer(out.in[i]);
-      const Node* add_one = pass.Producer(out.in[1 - i]);
-      if (!is(half_mul, OpKind::kMul) || !is(add_one, OpKind::kAdd)) continue;
-      const auto half = ScalarAndOther(pass, half_mul), one = ScalarAndOther(pass, add_one);
-      if (!half || half->first != 0.5f || !one || one->first != 1.f) continue;
-      const ValueId h = half->second;
-      const Node* tanh = pass.Producer(one->second);
-      if (!is(tanh, OpKind::kTanh)) continue;
-      const Node* beta_mul = pass.Producer(tanh->in[0]);
-      const auto beta = ScalarAndOther(pass, beta_mul);
-      if (!is(beta_mul, OpKind::kMul) || !beta || beta->first != kGeluTanhBeta) continue;
-      const Node* inner_add = pass.Producer(beta->second);
-      if (!is(inner_add, OpKind::kAdd)) continue;
-      const ValueId cubed = Other(*inner_add, h);
-      const Node* kappa_mul = pass.Producer(cubed);
+  auto is_half = [&](const Node* n) {
+    const auto c = is(n, OpKind::kMul) ? ScalarAndOther(pass, n) : std::nullopt;
+    return c && c->first == 0.5f ? c->second : kNoValue;
+  };
+  for (const Node& tanh : g.nodes) {
+    if (!is(&tanh, OpKind::kTanh)) continue;
+    // Down from T: beta * (H + kappa * cube(H)).
+    const Node* beta_mul = pass.Producer(tanh.in[0]);
+    const auto beta = ScalarAndOther(pass, beta_mul);
+    if (!is(beta_mul, OpKind::kMul) || !beta || beta->first != kGeluTanhBeta) continue;
+    const Node* inner_add = pass.Producer(beta->second);
+    if (!is(inner_add, OpKind::kAdd) || inner_add->in.size() != 2) continue;
+    std::vector<const Node*> chain;  // every node of the GELU, but the bias add
+    ValueId h = kNoValue;
+    for (size_t i = 0; i < 2 && h == kNoValue; ++i) {
+      const Node* kappa_mul = pass.Producer(inner_add->in[1 - i]);
       const auto kappa = ScalarAndOther(pass, kappa_mul);
-      if (cubed == kNoValue || !is(kappa_mul, OpKind::kMul) || !kappa || kappa->first != kGeluTanhKappa) continue;
+      if (!is(kappa_mul, OpKind::kMul) || !kappa || kappa->first != kGeluTanhKappa) continue;
+      const ValueId x = inner_add->in[i];
       const Node* cube = pass.Producer(kappa->second);
-      if (!is(cube, OpKind::kPow) || cube->in[0] != h || pass.Scalar(cube->in[1]) != 3.f) continue;
-      if (g.type(out.out[0]) != g.type(h)) continue;  // constants of a higher rank broadcast H up
-      if (!pass.OnlyFeeds(half_mul->out[0], {&out}) || !pass.OnlyFeeds(add_one->out[0], {&out}) ||
-          !pass.OnlyFeeds(tanh->out[0], {add_one}) || !pass.OnlyFeeds(beta_mul->out[0], {tanh}) ||
-          !pass.OnlyFeeds(inner_add->out[0], {beta_mul}) || !pass.OnlyFeeds(kappa_mul->out[0], {inner_add}) ||
-          !pass.OnlyFeeds(cube->out[0], {kappa_mul}))
+      if (is(cube, OpKind::kPow) && cube->in[0] == x && pass.Scalar(cube->in[1]) == 3.f) {
+        chain = {cube, kappa_mul};
+      } else if (is(cube, OpKind::kMul) && Other(*cube, x) != kNoValue) {
+        const Node* square = pass.Producer(Other(*cube, x));
+        if (!is(square, OpKind::kMul) || square->in[0] != x || square->in[1] != x ||
+            !pass.OnlyFeeds(square->out[0], {cube}))
+          continue;
+        chain = {square, cube, kappa_mul};
+      } else {
         continue;
-      std::vector<const Node*> chain = {cube, kappa_mul, inner_add, beta_mul, tanh, add_one, half_mul, &out};
-      std::vector<ValueId> in = TakeBiasAdd(pass, h, pass.OnlyFeeds(h, {half_mul, cube, inner_add}), chain);
-      if (std::any_of(chain.begin(), chain.end(), [&](const Node* n) { return pass.Taken(n); })) continue;
-      std::string name = tanh->name;
-      name = name.ends_with("Tanh") ? name.substr(0, name.size() - 4) + "Gelu" : name + "/Gelu";
-      pass.Replace(chain, {MakeNode(name, OpKind::kGelu, in, {out.out[0]}, GeluAttrs(true))});
-      ++count;
-      break;
+      }
+      if (!pass.OnlyFeeds(cube->out[0], {kappa_mul}) || !pass.OnlyFeeds(kappa_mul->out[0], {inner_add})) continue;
+      h = x;
     }
+    if (h == kNoValue || !pass.OnlyFeeds(inner_add->out[0], {beta_mul}) || !pass.OnlyFeeds(beta_mul->out[0], {&tanh}))
+      continue;
+    // Up from T: 1 + T, then the product with H and 0.5 in one of the three orders.
+    const Node* add_one = pass.OnlyReader(tanh.out[0]);
+    const auto one = is(add_one, OpKind::kAdd) ? ScalarAndOther(pass, add_one) : std::nullopt;
+    if (!one || one->first != 1.f) continue;
+    const Node* next = pass.OnlyReader(add_one->out[0]);
+    if (!is(next, OpKind::kMul) || next->in.size() != 2) continue;
+    const Node* out = nullptr;
+    const Node* h_reader = nullptr;  // the node of the product that reads H
+    if (is_half(next) == add_one->out[0]) {                         // H * ((1 + T) * 0.5)
+      out = pass.OnlyReader(next->out[0]);
+      if (is(out, OpKind::kMul) && Other(*out, next->out[0]) == h) h_reader = out;
+      chain.insert(chain.end(), {inner_add, beta_mul, &tanh, add_one, next});
+    } else if (const ValueId other = Other(*next, add_one->out[0]); other == h) {  // (H * (1 + T)) * 0.5
+      out = pass.OnlyReader(next->out[0]);
+      if (is_half(out) == next->out[0]) h_reader = next;
+      chain.insert(chain.end(), {inner_add, beta_mul, &tanh, add_one, next});
+    } else if (other != kNoValue && is_half(pass.Producer(other)) == h) {  // (H * 0.5) * (1 + T)
+      const Node* half_mul = pass.Producer(other);
+      if (pass.OnlyFeeds(half_mul->out[0], {next})) {
+        out = next;
+        h_reader = half_mul;
+        chain.insert(chain.end(), {half_mul, inner_add, beta_mul, &tanh, add_one});
+      }
+    }
+    if (!h_reader || !is(out, OpKind::kMul)) continue;
+    chain.push_back(out);
+    if (g.type(out->out[0]) != g.type(h)) continue;  // constants of a higher rank broadcast H up
+    std::vector<const Node*> h_readers = {chain.front(), inner_add, h_reader};
+    if (chain.front()->op == OpKind::kMul) h_readers.push_back(chain[1]);  // H * (H * H) reads H twice over
+    std::vector<ValueId> in = TakeBiasAdd(pass, h, pass.OnlyFeeds(h, h_readers), chain);
+    if (std::any_of(chain.begin(), chain.end(), [&](const Node* n) { return pass.Taken(n); })) continue;
+    std::string name = tanh.name;
+    name = name.ends_with("Tanh") ? name.substr(0, name.size() - 4) + "Gelu" : name + "/Gelu";
+    pass.Replace(chain, {MakeNode(name, OpKind::kGelu, in, {out->out[0]}, GeluAttrs(true))});
+    ++count;
   }
   pass.Rebuild();
   return count;

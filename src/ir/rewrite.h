@@ -14,9 +14,10 @@
 //   2. Bias and GELU. Add(X, bias) -> Div(., c) -> Erf -> Add(., 1) -> Mul(with the Add's output) ->
 //      Mul(., 0.5), as PyTorch exports an erf GELU after a linear layer, becomes Gelu(X, bias)
 //      (ops/fused.cpp). Without a parameter bias add before it, or when something else reads the
-//      add's output, Gelu(H) of the GELU alone. The tanh form, Mul(H, 0.5) * Add(Tanh(Mul(Add(H,
-//      Mul(Pow(H, 3), 0.044715)), sqrt(2/pi))), 1) as GPT-2's GELU exports, becomes Gelu with
-//      tanh=1 (and its bias the same way), only with exactly those constants, the kernels' own.
+//      add's output, Gelu(H) of the GELU alone. The tanh form, 0.5 H (1 + Tanh(Mul(Add(H,
+//      Mul(H^3, 0.044715)), sqrt(2/pi)))) in the orders GPT-2's NewGELU and F.gelu(approximate=
+//      "tanh") export (rewrite.cpp), becomes Gelu with tanh=1 (and its bias the same way), only
+//      with exactly those constants, the kernels' own.
 //      Either form fuses only where the chain's output has H's shape (RMSNorm's likewise X's).
 //   3. Scaled, masked softmax. Mul or Div by a scalar constant -> Where(constant bool mask, scalar
 //      constant fill, .) (either branch) -> Softmax on the last axis becomes MaskedSoftmax; one of

@@ -29,7 +29,8 @@ std::map<OpKind, int> OpCounts(const ir::Graph& g) {
 // Every rewrite, projections split wherever they match.
 const ir::RewriteOptions kSplitAll{[](const ir::Node&, ValueId, ValueId) { return true; }};
 
-// Runs `out` before and after the rewrites (on a copy of the net's graph, same inputs).
+// Runs `out` before and after the rewrites (on a copy of the net's graph, same inputs); rtol 0:
+// the same bits.
 void ExpectSameValues(Net& net, ValueId out, double rtol) {
   ASSERT_TRUE(net.Run().ok());
   const Tensor before = net[out].Clone();
@@ -41,7 +42,10 @@ void ExpectSameValues(Net& net, ValueId out, double rtol) {
   ASSERT_EQ(got.shape(), before.shape());
   for (int64_t i = 0; i < got.numel(); ++i) {
     const float a = got.data<float>()[i], b = before.data<float>()[i];
-    EXPECT_NEAR(a, b, rtol * std::abs(b) + 1e-7) << i;
+    if (rtol == 0)
+      EXPECT_EQ(a, b) << i;
+    else
+      EXPECT_NEAR(a, b, rtol * std::abs(b) + 1e-7) << i;
   }
 }
 
@@ -96,38 +100,54 @@ TEST(Rewrite, GeluReadElsewhereStays) {
   EXPECT_EQ(n[OpKind::kErf], 0);
 }
 
-// 0.5 H (1 + tanh(sqrt(2/pi) (H + 0.044715 H^3))) with H = b + x, as PyTorch exports GPT-2's GELU:
-// Mul(Mul(H, 0.5), Add(Tanh(Mul(Add(H, Mul(Pow(H, 3), kappa)), beta)), 1)).
+// 0.5 H (1 + tanh(sqrt(2/pi) (H + 0.044715 H^3))) with H = b + x, in the three forms PyTorch
+// exports (rewrite.cpp): GPT-2's NewGELU, Mul(Mul(H, 0.5), Add(Tanh(Mul(Add(H, Mul(Pow(H, 3),
+// kappa)), beta)), 1)); F.gelu(approximate="tanh") by dynamo, Mul(H, Mul(0.5, Add(T, 1))); by
+// TorchScript, Mul(0.5, Mul(H, Add(1, T))) with the cube as Mul(H, Mul(H, H)).
+enum class GeluTanhForm { kNewGelu, kDynamo, kTorchScript };
 struct GeluTanhNet {
   Net net;
-  ValueId x, b, h, tanh, y;
-  explicit GeluTanhNet(float kappa = 0.044715f, Shape half_shape = {}) {
+  ValueId x, b, h, tanh, square = ir::kNoValue, y;
+  explicit GeluTanhNet(float kappa = 0.044715f, Shape half_shape = {}, GeluTanhForm form = GeluTanhForm::kNewGelu) {
     x = net.Input("x", Rand({2, 3, 8}, 3, -4, 4));
     b = Param(net, "fc.bias", Rand({8}, 4));
     h = net.Op(OpKind::kAdd, {x, b});
-    ValueId half = net.Op(OpKind::kMul, {h, net.Const("half", Tensor::Full(half_shape, 0.5f))});
-    ValueId cube = net.Op(OpKind::kPow, {h, net.Const("three", Tensor::Full({}, 3.f))});
+    ValueId half_c = net.Const("half", Tensor::Full(half_shape, 0.5f));
+    ValueId cube;
+    if (form == GeluTanhForm::kTorchScript) {
+      square = net.Op(OpKind::kMul, {h, h});
+      cube = net.Op(OpKind::kMul, {h, square});
+    } else {
+      cube = net.Op(OpKind::kPow, {h, net.Const("three", Tensor::Full({}, 3.f))});
+    }
     ValueId scaled = net.Op(OpKind::kMul, {cube, net.Const("kappa", Tensor::Full({}, kappa))});
     ValueId inner = net.Op(OpKind::kAdd, {h, scaled});
     ValueId arg = net.Op(OpKind::kMul, {inner, net.Const("beta", Tensor::Full({}, 0.7978845608028654f))});
     tanh = net.Op(OpKind::kTanh, {arg});
     ValueId plus = net.Op(OpKind::kAdd, {tanh, net.Const("one", Tensor::Full({}, 1.f))});
-    y = net.Op(OpKind::kMul, {half, plus});
+    switch (form) {
+      case GeluTanhForm::kNewGelu: y = net.Op(OpKind::kMul, {net.Op(OpKind::kMul, {h, half_c}), plus}); break;
+      case GeluTanhForm::kDynamo: y = net.Op(OpKind::kMul, {h, net.Op(OpKind::kMul, {half_c, plus})}); break;
+      case GeluTanhForm::kTorchScript: y = net.Op(OpKind::kMul, {half_c, net.Op(OpKind::kMul, {h, plus})}); break;
+    }
     net.graph().outputs.push_back(y);
   }
 };
 
 TEST(Rewrite, GeluTanhWithItsBias) {
-  GeluTanhNet t;
-  ExpectSameValues(t.net, t.y, 1e-6);
-  ir::Graph g = t.net.graph();
-  EXPECT_EQ(ir::Rewrite(g).gelus, 1);
-  ASSERT_EQ(g.nodes.size(), 1u);
-  EXPECT_EQ(g.nodes[0].op, OpKind::kGelu);
-  EXPECT_EQ(g.nodes[0].attrs.Int("tanh", 0), 1);
-  EXPECT_EQ(g.nodes[0].in, (std::vector<ValueId>{t.x, t.b}));
-  EXPECT_EQ(g.nodes[0].out, (std::vector<ValueId>{t.y}));
-  for (const ir::Node& n : t.net.graph().nodes) EXPECT_TRUE(g.nodes[0].AnswersTo(n.name)) << n.name;
+  for (GeluTanhForm form : {GeluTanhForm::kNewGelu, GeluTanhForm::kDynamo, GeluTanhForm::kTorchScript}) {
+    SCOPED_TRACE(static_cast<int>(form));
+    GeluTanhNet t(0.044715f, {}, form);
+    ExpectSameValues(t.net, t.y, 0);  // 0.5 H is exact, and H * (H * H) is (H * H) * H
+    ir::Graph g = t.net.graph();
+    EXPECT_EQ(ir::Rewrite(g).gelus, 1);
+    ASSERT_EQ(g.nodes.size(), 1u);
+    EXPECT_EQ(g.nodes[0].op, OpKind::kGelu);
+    EXPECT_EQ(g.nodes[0].attrs.Int("tanh", 0), 1);
+    EXPECT_EQ(g.nodes[0].in, (std::vector<ValueId>{t.x, t.b}));
+    EXPECT_EQ(g.nodes[0].out, (std::vector<ValueId>{t.y}));
+    for (const ir::Node& n : t.net.graph().nodes) EXPECT_TRUE(g.nodes[0].AnswersTo(n.name)) << n.name;
+  }
 }
 
 TEST(Rewrite, GeluTanhWithOtherConstantsOrReadElsewhereStays) {
@@ -135,11 +155,32 @@ TEST(Rewrite, GeluTanhWithOtherConstantsOrReadElsewhereStays) {
   ir::Graph g = other.net.graph();
   EXPECT_EQ(ir::Rewrite(g).gelus, 0);
   EXPECT_EQ(g.nodes.size(), other.net.graph().nodes.size());
-  GeluTanhNet read;
-  read.net.graph().outputs.push_back(read.tanh);
-  ir::Graph g2 = read.net.graph();
-  EXPECT_EQ(ir::Rewrite(g2).gelus, 0);
-  EXPECT_EQ(OpCounts(g2)[OpKind::kTanh], 1);
+  for (GeluTanhForm form : {GeluTanhForm::kNewGelu, GeluTanhForm::kDynamo, GeluTanhForm::kTorchScript}) {
+    SCOPED_TRACE(static_cast<int>(form));
+    GeluTanhNet read(0.044715f, {}, form);
+    read.net.graph().outputs.push_back(read.tanh);
+    ir::Graph g2 = read.net.graph();
+    EXPECT_EQ(ir::Rewrite(g2).gelus, 0);
+    EXPECT_EQ(OpCounts(g2)[OpKind::kTanh], 1);
+  }
+  GeluTanhNet square(0.044715f, {}, GeluTanhForm::kTorchScript);  // H * H read elsewhere
+  square.net.graph().outputs.push_back(square.square);
+  ir::Graph g3 = square.net.graph();
+  EXPECT_EQ(ir::Rewrite(g3).gelus, 0);
+  EXPECT_EQ(g3.nodes.size(), square.net.graph().nodes.size());
+  // The H the product reads is not the tanh's: no GELU. (x + b against b + x: another tensor.)
+  Net wrong;
+  ValueId x = wrong.Input("x", Rand({2, 8}, 5, -3, 3)), b = Param(wrong, "fc.bias", Rand({8}, 6));
+  ValueId h = wrong.Op(OpKind::kAdd, {x, b}), h2 = wrong.Op(OpKind::kAdd, {b, x});
+  ValueId cube = wrong.Op(OpKind::kPow, {h, wrong.Const("three", Tensor::Full({}, 3.f))});
+  ValueId inner = wrong.Op(OpKind::kAdd, {h, wrong.Op(OpKind::kMul, {cube, wrong.Const("kappa", Tensor::Full({}, 0.044715f))})});
+  ValueId t = wrong.Op(OpKind::kTanh, {wrong.Op(OpKind::kMul, {inner, wrong.Const("beta", Tensor::Full({}, 0.7978845608028654f))})});
+  ValueId plus = wrong.Op(OpKind::kAdd, {t, wrong.Const("one", Tensor::Full({}, 1.f))});
+  ValueId y = wrong.Op(OpKind::kMul, {h2, wrong.Op(OpKind::kMul, {wrong.Const("half", Tensor::Full({}, 0.5f)), plus})});
+  wrong.graph().outputs.push_back(y);
+  ir::Graph g4 = wrong.graph();
+  EXPECT_EQ(ir::Rewrite(g4).gelus, 0);
+  EXPECT_EQ(OpCounts(g4)[OpKind::kTanh], 1);
 }
 
 // A one-element constant of a higher rank than H broadcasts the chain's output up ([1, 2, 3, 8]
@@ -308,6 +349,35 @@ TEST(Rewrite, GptMini) {
     EXPECT_FLOAT_EQ(static_cast<float>(node.attrs.Float("scale")), 0.25f) << "1 / sqrt(head size 16)";
     ASSERT_EQ(node.in.size(), 2u);
     EXPECT_EQ(g->type(node.in[1]), (ir::TensorType{DType::kBool, Shape{1, 1, 64, 64}}));
+  }
+}
+
+// The committed exports of tools/make_exports.py, as each exporter spells them: per block, GPT-2's
+// GELU (NewGELU, and F.gelu(approximate="tanh") below opset 20) fuses (its bias stays in the
+// Gemm of GPT-2's Conv1D), and Llama's SiLU fuses; no Tanh, Pow or Sigmoid is left.
+TEST(Rewrite, ExportedActivations) {
+  struct Case {
+    const char* model;
+    int gelus, silus;
+  };
+  for (const Case& c : {Case{"gpt2", 2, 0}, Case{"gpt2_tanh", 2, 0}, Case{"llama", 0, 2}}) {
+    for (const char* exporter : {"dynamo", "torchscript"}) {
+      const std::string path = std::string("models/exports/") + c.model + "_" + exporter + ".onnx";
+      SCOPED_TRACE(path);
+      std::map<std::string, ir::TensorType> bound = {{"input_ids", {DType::kI64, Shape{4, 32}}}};  // as exported
+      auto g = ir::ImportOnnx(path, bound);
+      ASSERT_TRUE(g.ok()) << g.status().message();
+      const ir::RewriteCounts n = ir::Rewrite(*g);
+      EXPECT_EQ(n.gelus, c.gelus);
+      EXPECT_EQ(n.silus, c.silus);
+      auto ops = OpCounts(*g);
+      for (OpKind k : {OpKind::kTanh, OpKind::kPow, OpKind::kSigmoid}) EXPECT_EQ(ops[k], 0) << Def(k).name;
+      for (const ir::Node& node : g->nodes) {
+        if (node.op == OpKind::kGelu) {
+          EXPECT_EQ(node.attrs.Int("tanh", 0), 1) << node.name;
+        }
+      }
+    }
   }
 }
 

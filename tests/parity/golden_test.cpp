@@ -47,7 +47,9 @@ const char* const kGolden[] = {"mlp_sgd", "mlp_adamw", "mlp_ln_gelu_sgd", "mlp_l
                                "exports/bert_mlm_torchscript_sgd", "exports/bert_mlm_torchscript_adamw",
                                "exports/bert_mlm_dynamo_sgd", "exports/bert_mlm_dynamo_adamw",
                                "exports/gpt2_fresh_dynamo_sgd", "exports/gpt2_fresh_dynamo_adamw",
-                               "exports/gpt2_fresh_torchscript_sgd", "exports/gpt2_fresh_torchscript_adamw"};
+                               "exports/gpt2_fresh_torchscript_sgd", "exports/gpt2_fresh_torchscript_adamw",
+                               "exports/gpt2_tanh_dynamo_sgd", "exports/gpt2_tanh_dynamo_adamw",
+                               "exports/gpt2_tanh_torchscript_sgd", "exports/gpt2_tanh_torchscript_adamw"};
 
 std::string ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -209,6 +211,12 @@ TEST(Parity, Golden_exports_gpt2_fresh_dynamo_sgd_1n1d) { CheckGolden("exports/g
 TEST(Parity, Golden_exports_gpt2_fresh_dynamo_adamw_1n1d) { CheckGolden("exports/gpt2_fresh_dynamo_adamw"); }
 TEST(Parity, Golden_exports_gpt2_fresh_torchscript_sgd_1n1d) { CheckGolden("exports/gpt2_fresh_torchscript_sgd"); }
 TEST(Parity, Golden_exports_gpt2_fresh_torchscript_adamw_1n1d) { CheckGolden("exports/gpt2_fresh_torchscript_adamw"); }
+// GPT-2 with F.gelu(approximate="tanh") (gelu_pytorch_tanh), exported at opsets 18 (dynamo) and 17
+// (TorchScript), which write the GELU as chains in orders of their own: fused, as NewGELU's is.
+TEST(Parity, Golden_exports_gpt2_tanh_dynamo_sgd_1n1d) { CheckGolden("exports/gpt2_tanh_dynamo_sgd"); }
+TEST(Parity, Golden_exports_gpt2_tanh_dynamo_adamw_1n1d) { CheckGolden("exports/gpt2_tanh_dynamo_adamw"); }
+TEST(Parity, Golden_exports_gpt2_tanh_torchscript_sgd_1n1d) { CheckGolden("exports/gpt2_tanh_torchscript_sgd"); }
+TEST(Parity, Golden_exports_gpt2_tanh_torchscript_adamw_1n1d) { CheckGolden("exports/gpt2_tanh_torchscript_adamw"); }
 // BERT for masked LM: logits [B, S, V] from a head tied to the word embeddings (TorchScript: a
 // transposed copy tied back), 15% of the positions masked and labelled, the rest -100 (ignored).
 TEST(Parity, Golden_exports_bert_mlm_torchscript_sgd_1n1d) { CheckGolden("exports/bert_mlm_torchscript_sgd"); }
