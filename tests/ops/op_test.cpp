@@ -2012,6 +2012,12 @@ TEST(Forward, Conv) {
       {{1, 2, 5, 4}, {3, 2, 2, 2}, ConvAttrs({2, 2}, {1, 1}, {0, 0, 1, 1}, {1, 1}, 1), true, {1, 3, 5, 4}},
       {{2, 1, 4, 6}, {2, 1, 1, 3}, ConvAttrs({1, 3}, {1, 1}, {0, 2, 0, 0}, {1, 1}, 1), false, {2, 2, 4, 6}},
       {{1, 2, 3, 3}, {2, 2, 3, 3}, ConvAttrs({3, 3}, {1, 1}, {4, 2, 0, 2}, {2, 2}, 1), false, {1, 2, 3, 3}},
+      // The others take the general path, each window column's inside output columns found once:
+      // a valid convolution (output narrower than the input), ResNet's strided 1x1 downsample, and
+      // window columns 0-3 wholly in the left padding.
+      {{1, 2, 5, 6}, {2, 2, 3, 3}, ConvAttrs({3, 3}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1), true, {1, 2, 3, 4}},
+      {{2, 3, 6, 6}, {4, 3, 1, 1}, ConvAttrs({1, 1}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 1), false, {2, 4, 3, 3}},
+      {{1, 1, 2, 2}, {1, 1, 1, 5}, ConvAttrs({1, 5}, {1, 2}, {0, 4, 0, 0}, {1, 1}, 1), false, {1, 1, 2, 1}},
   };
   uint32_t seed = 600;
   for (const Case& c : cases) {
@@ -2082,6 +2088,16 @@ TEST(Grad, Conv_window_rows_in_padding) {  // window row 0 reads only padding; r
   Net net;
   ValueId x = net.Input("x", Rand({1, 2, 3, 3}, 632)), w = net.Input("w", Rand({2, 2, 3, 3}, 633));
   CheckGrads(net, net.Op(OpKind::kConv, {x, w}, ConvAttrs({3, 3}, {1, 1}, {4, 2, 0, 2}, {2, 2}, 1)), {x, w});
+}
+TEST(Grad, Conv_strided_1x1) {  // ResNet's downsample: the general path's strided columns
+  Net net;
+  ValueId x = net.Input("x", Rand({2, 3, 6, 5}, 634)), w = net.Input("w", Rand({4, 3, 1, 1}, 635));
+  CheckGrads(net, net.Op(OpKind::kConv, {x, w}, ConvAttrs({1, 1}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 1)), {x, w});
+}
+TEST(Grad, Conv_window_columns_in_padding) {  // window columns 0-3 read only padding
+  Net net;
+  ValueId x = net.Input("x", Rand({1, 2, 3, 2}, 636)), w = net.Input("w", Rand({2, 2, 2, 5}, 637));
+  CheckGrads(net, net.Op(OpKind::kConv, {x, w}, ConvAttrs({2, 5}, {1, 2}, {1, 4, 0, 1}, {1, 1}, 1)), {x, w});
 }
 TEST(Grad, Conv_many_samples) {  // the weight gradient over partial sums of 4 samples (ops/cpu/conv.cpp)
   Net net;

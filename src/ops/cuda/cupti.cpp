@@ -51,6 +51,7 @@ uint64_t SteadyNanos() {
 
 // "void fr::cuda::(anonymous namespace)::AddKernel<float>(float const*, ...)" -> up to the '('.
 std::string KernelName(const char* mangled) {
+  if (!mangled) return "kernel";
   auto it = g_names.find(mangled);
   if (it != g_names.end()) return it->second;
   int status = 0;
