@@ -167,11 +167,19 @@ s_cuda_nccl() {
   exit "$rc"
 }
 # The golden runs (tests/golden) on the GPU against PyTorch's 20 losses.
+# Four shards at once (gtest's sharding): 42 runs, each a process that starts CUDA, one after
+# another could outlast the step's limit. Each run has a temporary folder of its own.
 s_cuda_golden() {
-  FLOWRUN_BIN=$FLOWRUN_BUNDLE_ROOT/bin/flowrun FLOWRUN_PARITY_SET="parallel.device=cuda parallel.timeout=20" bundled parity_test \
-    --gtest_filter='Parity.Golden_*' >/tmp/gc_golden.log 2>&1
-  local rc=$?
-  grep '^\[ parity' /tmp/gc_golden.log | head -50
+  local k rc=0 pids=()
+  for k in 0 1 2 3; do
+    GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$k FLOWRUN_BIN=$FLOWRUN_BUNDLE_ROOT/bin/flowrun \
+      FLOWRUN_PARITY_SET="parallel.device=cuda parallel.timeout=20" bundled parity_test \
+      --gtest_filter='Parity.Golden_*' >/tmp/gc_golden.$k.log 2>&1 &
+    pids+=($!)
+  done
+  for k in "${pids[@]}"; do wait "$k" || rc=1; done
+  cat /tmp/gc_golden.[0-3].log >/tmp/gc_golden.log
+  grep '^\[ parity' /tmp/gc_golden.log | head -70
   failed /tmp/gc_golden.log Parity | head -40
   grep -m1 -A15 'Failure' /tmp/gc_golden.log
   fig "cuda-golden: exit $rc, $(grep -c '^\[       OK \] Parity' /tmp/gc_golden.log) passed, $(failed /tmp/gc_golden.log Parity | wc -l) failed"
