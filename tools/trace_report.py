@@ -106,7 +106,7 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         colors = {"compute": "#4C72B0", "variable": "#8172B2", "data": "#55A868", "boxing": "#C44E52",
-                  "loss-sink": "#999999", "norm-sink": "#999999"}
+                  "loss-sink": "#999999", "norm-sink": "#999999", "gpu kernel": "#DD8452", "gpu copy": "#937860"}
         # A posted receive spans the wait for its sender: it gets its own row, so the comm row
         # shows the time collectives and sends are really in flight.
         def row_of(e):
@@ -119,9 +119,10 @@ def main():
                     rows.append(((rank, tid, True), f"rank {rank} recv posted"))
         index = {key: y for y, (key, _) in enumerate(rows)}
         fig, ax = plt.subplots(figsize=(12, 0.5 + 0.45 * len(rows)))
-        for _, _, ev in ranks:
-            for e in ev:
-                if a <= e["args"]["step"] < b:
+        for rank, _, ev in ranks:
+            # The GPU's record by time (its steps are the acts' it began in): what ran in the window.
+            for e in ev + [e for e in gpu[rank] if e["ts"] < t1 and e["ts"] + e["dur"] > t0]:
+                if e["cat"] in ("gpu kernel", "gpu copy") or a <= e["args"]["step"] < b:
                     y = index[row_of(e)]
                     ax.broken_barh([((e["ts"] - t0) / 1e3, max(e["dur"], 0.5) / 1e3)], (y - 0.4, 0.8),
                                    color=colors.get(e["cat"], "#333333"), alpha=0.85)
