@@ -369,19 +369,66 @@ int FuseGeluTanh(Graph& g) {
   return count;
 }
 
+// An additive attention mask as a condition: a float constant M that broadcasts to [..., T] and
+// holds only 0 and one value v <= -1e30 (-inf, or the float minimum transformers uses), with a 0
+// in every row. Then S + M is S where M is 0 and, where it is v, a value whose exponential
+// against its row's finite maximum is 0, as MaskedSoftmax's fill v gives: the same softmax,
+// forward and backward (masked entries get no gradient either way). A row wholly masked would
+// differ (the sum's softmax is uniform there, or NaN), so such a mask stays an Add.
+// Returns the condition (M == v), a new constant, and v; nullopt where M is not such a mask.
+std::optional<std::pair<ValueId, float>> AdditiveMask(Graph& g, ValueId m, const Shape& scores) {
+  if (g.value(m).kind != ValueKind::kConst || g.type(m).dtype != DType::kF32) return std::nullopt;
+  const Shape ms = g.type(m).shape;
+  if (ms.rank() == 0 || ms.rank() > scores.rank() || ms[ms.rank() - 1] != scores[scores.rank() - 1]) return std::nullopt;
+  if (auto b = Broadcast(ms, scores); !b.ok() || *b != scores) return std::nullopt;
+  const Tensor& data = g.value(m).data;
+  const float* v = data.data<float>();
+  const int64_t n = ms.numel(), row = ms[ms.rank() - 1];
+  std::optional<float> fill;
+  for (int64_t i = 0; i < n; ++i) {
+    if (v[i] == 0.f) continue;
+    if (!(v[i] <= -1e30f) || (fill && v[i] != *fill)) return std::nullopt;  // NaN fails too
+    fill = v[i];
+  }
+  if (!fill) return std::nullopt;  // no mask at all: nothing to gain
+  Tensor cond(DType::kBool, ms);
+  bool* c = cond.data<bool>();
+  for (int64_t r = 0; r < n / row; ++r) {
+    bool open = false;
+    for (int64_t j = 0; j < row; ++j) {
+      c[r * row + j] = v[r * row + j] != 0.f;
+      open = open || !c[r * row + j];
+    }
+    if (!open) return std::nullopt;
+  }
+  const std::string name = g.value(m).name + "/as_condition";
+  return std::make_pair(g.AddValue(name, {DType::kBool, ms}, ValueKind::kConst, std::move(cond)), *fill);
+}
+
 int FuseSoftmax(Graph& g) {
   Pass pass(g);
   int count = 0;
   for (const Node& sm : g.nodes) {
     if (sm.op != OpKind::kSoftmax) continue;
-    const Shape& s = g.type(sm.in[0]).shape;
+    const Shape s = g.type(sm.in[0]).shape;
     auto axis = s.Axis(sm.attrs.Int("axis", -1));
     if (!axis.ok() || *axis != s.rank() - 1) continue;
     std::vector<const Node*> chain = {&sm};
     Attrs at;
     ValueId x = sm.in[0], cond = kNoValue;
     const Node* where = pass.Producer(x);
-    if (where && where->op == OpKind::kWhere && pass.OnlyFeeds(x, {&sm}) &&
+    const Node* add = where && where->op == OpKind::kAdd && where->in.size() == 2 && pass.OnlyFeeds(x, {&sm}) ? where : nullptr;
+    for (size_t i = 0; add && i < 2 && cond == kNoValue; ++i) {  // Add(S, M), an additive mask M
+      if (g.type(add->in[1 - i]).shape != s) continue;
+      if (auto mask = AdditiveMask(g, add->in[i], s)) {
+        cond = mask->first;
+        at.Set("fill", static_cast<double>(mask->second));
+        at.Set("fill_if", int64_t{1});
+        x = add->in[1 - i];
+        chain.push_back(add);
+      }
+    }
+    if (cond == kNoValue && where && where->op == OpKind::kWhere && pass.OnlyFeeds(x, {&sm}) &&
         pass.value(where->in[0]).kind == ValueKind::kConst && pass.value(where->in[0]).type.dtype == DType::kBool) {
       const int fill_branch = pass.Scalar(where->in[1]) ? 1 : pass.Scalar(where->in[2]) ? 2 : 0;
       if (fill_branch && g.type(where->in[3 - fill_branch]).shape == s) {

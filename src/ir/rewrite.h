@@ -21,7 +21,9 @@
 //      Either form fuses only where the chain's output has H's shape (RMSNorm's likewise X's).
 //   3. Scaled, masked softmax. Mul or Div by a scalar constant -> Where(constant bool mask, scalar
 //      constant fill, .) (either branch) -> Softmax on the last axis becomes MaskedSoftmax; one of
-//      the first two may be missing.
+//      the first two may be missing. So does Add(S, M) -> Softmax with M an additive mask, a
+//      constant of 0 and one value <= -1e30 with a 0 in every row, as scaled_dot_product_attention
+//      exports (rewrite.cpp says why that is the same softmax).
 //   4. RMSNorm. Pow(X, 2) -> ReduceMean(last axis, keepdims) -> Add(eps) -> Sqrt -> Reciprocal or
 //      Div(1, .) -> Mul(X, .) [-> Cast to float] -> Mul(scale [D]), as Llama's RMSNorm exports,
 //      becomes RMSNorm(X, scale) (ops/nn.cpp): one pass over X for the forward, one kernel for the

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 
+#include "ir/autodiff.h"
 #include "ir/onnx_import.h"
 #include "ir/rewrite.h"
 #include "ops/harness.h"
@@ -30,7 +32,7 @@ std::map<OpKind, int> OpCounts(const ir::Graph& g) {
 const ir::RewriteOptions kSplitAll{[](const ir::Node&, ValueId, ValueId) { return true; }};
 
 // Runs `out` before and after the rewrites (on a copy of the net's graph, same inputs); rtol 0:
-// the same bits.
+// the same bits. NaN matches NaN.
 void ExpectSameValues(Net& net, ValueId out, double rtol) {
   ASSERT_TRUE(net.Run().ok());
   const Tensor before = net[out].Clone();
@@ -42,6 +44,7 @@ void ExpectSameValues(Net& net, ValueId out, double rtol) {
   ASSERT_EQ(got.shape(), before.shape());
   for (int64_t i = 0; i < got.numel(); ++i) {
     const float a = got.data<float>()[i], b = before.data<float>()[i];
+    if (std::isnan(a) && std::isnan(b)) continue;  // NaN where the chain gives NaN (a row wholly masked by -inf)
     if (rtol == 0)
       EXPECT_EQ(a, b) << i;
     else
@@ -222,6 +225,53 @@ TEST(Rewrite, ScaledMaskedSoftmax) {
     EXPECT_EQ(n[OpKind::kMaskedSoftmax], 1);
     EXPECT_EQ(n[OpKind::kWhere] + n[OpKind::kSoftmax], 0);
     EXPECT_EQ(n[OpKind::kMul], scores_read_elsewhere ? 1 : 0);
+  }
+}
+
+// scaled_dot_product_attention as the exporters write it: Add(scores, M) -> Softmax, M a constant
+// additive mask of 0 and -inf (or transformers' float minimum) with a 0 in every row, becomes
+// MaskedSoftmax: the same values and the same gradient of the scores. It stays a chain where a row
+// is wholly masked, where M holds another value (a bias, as ALiBi adds) or two fill values, and
+// where M is not a constant.
+TEST(Rewrite, SoftmaxWithAnAdditiveMask) {
+  enum Variant { kNegInf, kLowest, kRowMasked, kBias, kTwoFills, kNotConst };
+  for (Variant v : {kNegInf, kLowest, kRowMasked, kBias, kTwoFills, kNotConst}) {
+    SCOPED_TRACE(static_cast<int>(v));
+    const float fill = v == kLowest ? std::numeric_limits<float>::lowest() : -INFINITY;
+    Tensor mask(DType::kF32, Shape{1, 1, 4, 4});
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) mask.data<float>()[i * 4 + j] = j > i ? fill : 0.f;
+    if (v == kRowMasked) mask.data<float>()[0] = fill;       // row 0: all four masked
+    if (v == kBias) mask.data<float>()[4] = -2.f;            // a finite bias
+    if (v == kTwoFills) mask.data<float>()[1] = -1e38f;      // another large negative value
+    Net net;
+    ValueId s = net.Input("s", Rand({2, 3, 4, 4}, 8, -3, 3));
+    ValueId m = v == kNotConst ? net.Input("m", mask) : net.Const("mask", mask);
+    ir::Attrs last;
+    last.Set("axis", int64_t{-1});
+    ValueId p = net.Op(OpKind::kSoftmax, {net.Op(OpKind::kAdd, {s, m})}, last);
+    net.graph().outputs.push_back(p);
+    const bool fuses = v == kNegInf || v == kLowest;
+    ExpectSameValues(net, p, fuses ? 0 : 1e-6);
+    ir::Graph g = net.graph();
+    EXPECT_EQ(ir::Rewrite(g).softmaxes, fuses ? 1 : 0);
+    auto n = OpCounts(g);
+    EXPECT_EQ(n[OpKind::kMaskedSoftmax], fuses ? 1 : 0);
+    EXPECT_EQ(n[OpKind::kAdd] + n[OpKind::kSoftmax], fuses ? 0 : 2);
+    if (!fuses) continue;
+    // dS for dP = W, through the chain and through MaskedSoftmax.
+    const Tensor w = Rand({2, 3, 4, 4}, 9, -1, 1);
+    auto grad = [&](Net& on) -> Tensor {
+      auto d = ir::Backward(on.builder(), p, on.Const("dp", w), {s});
+      EXPECT_TRUE(d.ok()) << d.status().message();
+      EXPECT_TRUE(on.Run().ok());
+      return d.ok() ? on[(*d)[0]].Clone() : Tensor();
+    };
+    Net after;
+    after.graph() = g;
+    const Tensor fused = grad(after), chain = grad(net);
+    ASSERT_TRUE(fused.defined() && chain.defined());
+    for (int64_t i = 0; i < fused.numel(); ++i) EXPECT_NEAR(fused.data<float>()[i], chain.data<float>()[i], 1e-6) << i;
   }
 }
 
