@@ -404,13 +404,14 @@ TEST(Rewrite, GptMini) {
 
 // The committed exports of tools/make_exports.py, as each exporter spells them: per block, GPT-2's
 // GELU (NewGELU, and F.gelu(approximate="tanh") below opset 20) fuses (its bias stays in the
-// Gemm of GPT-2's Conv1D), and Llama's SiLU fuses; no Tanh, Pow or Sigmoid is left.
+// Gemm of GPT-2's Conv1D), Llama's SiLU fuses, and every attention's softmax is masked; no Tanh,
+// Pow, Sigmoid or plain Softmax is left.
 TEST(Rewrite, ExportedActivations) {
   struct Case {
     const char* model;
-    int gelus, silus;
+    int gelus, silus, softmaxes;
   };
-  for (const Case& c : {Case{"gpt2", 2, 0}, Case{"gpt2_tanh", 2, 0}, Case{"llama", 0, 2}}) {
+  for (const Case& c : {Case{"gpt2", 2, 0, 2}, Case{"gpt2_tanh", 2, 0, 2}, Case{"llama", 0, 2, 2}, Case{"nanogpt", 0, 0, 2}}) {
     for (const char* exporter : {"dynamo", "torchscript"}) {
       const std::string path = std::string("models/exports/") + c.model + "_" + exporter + ".onnx";
       SCOPED_TRACE(path);
@@ -420,8 +421,9 @@ TEST(Rewrite, ExportedActivations) {
       const ir::RewriteCounts n = ir::Rewrite(*g);
       EXPECT_EQ(n.gelus, c.gelus);
       EXPECT_EQ(n.silus, c.silus);
+      EXPECT_EQ(n.softmaxes, c.softmaxes);  // nanoGPT's and Llama's from an additive mask
       auto ops = OpCounts(*g);
-      for (OpKind k : {OpKind::kTanh, OpKind::kPow, OpKind::kSigmoid}) EXPECT_EQ(ops[k], 0) << Def(k).name;
+      for (OpKind k : {OpKind::kTanh, OpKind::kPow, OpKind::kSigmoid, OpKind::kSoftmax}) EXPECT_EQ(ops[k], 0) << Def(k).name;
       for (const ir::Node& node : g->nodes) {
         if (node.op == OpKind::kGelu) {
           EXPECT_EQ(node.attrs.Int("tanh", 0), 1) << node.name;
