@@ -18,6 +18,12 @@ namespace {
 constexpr int kDeviceTid = 100;
 constexpr int kGpuTid = 200;
 
+// The step of act `act` of task t, with m micro-batches a step: variables and per-step tasks act
+// once a step.
+int64_t StepOf(const ir::TaskDesc& t, int64_t act, int64_t m) {
+  return t.kind == ir::TaskKind::kVariable || t.per_step ? act : act / m;
+}
+
 // CPU time of the calling thread: an act's CPU time below its wall time means the OS ran something
 // else on its core meanwhile (ranks sharing cores) or it waited (page faults, locks).
 double ThreadCpuMicros() {
@@ -132,7 +138,7 @@ Status Tracer::Write(const std::string& path) const {
     const Event& e = all[i];
     const bool on_device = i >= host_events;
     const ir::TaskDesc& t = plan_.tasks[static_cast<size_t>(e.task)];
-    int64_t step = t.kind == ir::TaskKind::kVariable ? e.act : t.per_step ? e.act : e.act / m;
+    const int64_t step = StepOf(t, e.act, m);
     const int64_t micro = t.per_step || t.kind == ir::TaskKind::kVariable ? 0 : e.act % m;
     char times[160];
     std::snprintf(times, sizeof times, "\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f", rank_,
@@ -146,11 +152,8 @@ Status Tracer::Write(const std::string& path) const {
   // The GPU's own record: each span takes the step and name of the act that began on the device
   // last before it (the acts' events and CUPTI put the device on the host's clock each their own
   // way, so a span at an act's edge may take its neighbour's).
-  std::vector<cuda::KernelSpan> spans;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    spans = spans_;
-  }
+  std::lock_guard<std::mutex> lock(mu_);  // Write runs after the run: nothing waits on it
+  const std::vector<cuda::KernelSpan>& spans = spans_;
   if (!spans.empty()) {
     std::vector<const Event*> acts;
     for (const Event& e : device) acts.push_back(&e);
@@ -172,7 +175,7 @@ Status Tracer::Write(const std::string& path) const {
       if (after != acts.begin()) {
         const Event& e = **std::prev(after);
         const ir::TaskDesc& t = plan_.tasks[static_cast<size_t>(e.task)];
-        step = t.kind == ir::TaskKind::kVariable || t.per_step ? e.act : e.act / m;
+        step = StepOf(t, e.act, m);
         act = t.name;
       }
       char times[160];

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include "boxing/simulate.h"
@@ -110,6 +111,13 @@ Node MakeNode(std::string name, OpKind op, std::vector<ValueId> in, std::vector<
   n.out = std::move(out);
   n.attrs = std::move(attrs);
   return n;
+}
+
+// The fused node's name from the chain node that names it best: "/mlp/act/Tanh" -> "/mlp/act/Gelu",
+// else NAME/op ("node_Sigmoid_244" -> "node_Sigmoid_244/Silu").
+std::string FusedName(const std::string& name, std::string_view from, std::string_view op) {
+  if (name.ends_with(from)) return name.substr(0, name.size() - from.size()) + std::string(op);
+  return name + "/" + std::string(op);
 }
 
 // The other input of a binary node, given one of them; kNoValue if `v` is not an input.
@@ -264,8 +272,7 @@ int FuseGelu(Graph& g) {
     at.Set("div", static_cast<double>(*pass.Scalar(div->in[1])));
     at.Set("one", static_cast<double>(*one));
     at.Set("half", static_cast<double>(*half));
-    std::string name = erf->name;
-    name = name.ends_with("Erf") ? name.substr(0, name.size() - 3) + "Gelu" : name + "/Gelu";
+    const std::string name = FusedName(erf->name, "Erf", "Gelu");
     pass.Replace(chain, {MakeNode(name, OpKind::kGelu, in, {half_mul.out[0]}, at)});
     ++count;
   }
@@ -360,8 +367,7 @@ int FuseGeluTanh(Graph& g) {
     if (chain.front()->op == OpKind::kMul) h_readers.push_back(chain[1]);  // H * (H * H) reads H twice over
     std::vector<ValueId> in = TakeBiasAdd(pass, h, pass.OnlyFeeds(h, h_readers), chain);
     if (std::any_of(chain.begin(), chain.end(), [&](const Node* n) { return pass.Taken(n); })) continue;
-    std::string name = tanh.name;
-    name = name.ends_with("Tanh") ? name.substr(0, name.size() - 4) + "Gelu" : name + "/Gelu";
+    const std::string name = FusedName(tanh.name, "Tanh", "Gelu");
     pass.Replace(chain, {MakeNode(name, OpKind::kGelu, in, {out->out[0]}, GeluAttrs(true))});
     ++count;
   }
@@ -508,8 +514,7 @@ int FuseRMSNorm(Graph& g) {
         Attrs at;
         at.Set("axis", int64_t{xs.rank() - 1});
         at.Set("epsilon", static_cast<double>(*pass.Scalar(add->in[static_cast<size_t>(e)])));
-        std::string name = mean->name;
-        name = name.ends_with("ReduceMean") ? name.substr(0, name.size() - 10) + "RMSNorm" : name + "/RMSNorm";
+        const std::string name = FusedName(mean->name, "ReduceMean", "RMSNorm");
         const std::vector<int64_t> stat_dims = [&] {
           std::vector<int64_t> d = xs.dims();
           d.back() = 1;
@@ -539,8 +544,7 @@ int FuseSilu(Graph& g) {
       const Node* sigmoid = pass.Producer(mul.in[i]);
       if (!sigmoid || sigmoid->op != OpKind::kSigmoid || pass.Taken(sigmoid) || sigmoid->in[0] != mul.in[1 - i]) continue;
       if (!pass.OnlyFeeds(sigmoid->out[0], {&mul})) continue;
-      std::string name = sigmoid->name;
-      name = name.ends_with("Sigmoid") ? name.substr(0, name.size() - 7) + "Silu" : name + "/Silu";
+      const std::string name = FusedName(sigmoid->name, "Sigmoid", "Silu");
       pass.Replace({sigmoid, &mul}, {MakeNode(name, OpKind::kSilu, {sigmoid->in[0]}, {mul.out[0]})});
       ++count;
       break;
